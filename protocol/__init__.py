@@ -1,6 +1,42 @@
 """The extended Kademlia protocol: ownership math, crawl RPC messages and the node.
 
-Nothing here knows about HTTP; it moves opaque URL tasks between peers.
+Nothing here knows about HTTP; it moves opaque URL tasks between peers. Import from here:
+the submodules are implementation detail (``rpc`` is the only one that touches rpcudp).
 """
 
 from __future__ import annotations
+
+from protocol.errors import BootstrapError, MessageError, PeerTimeout, RemoteError
+from protocol.messages import (
+    MAX_URL_LENGTH,
+    KeyBatch,
+    PeerRef,
+    StoreResult,
+    TaskItem,
+    decode_batches,
+    encode_batches,
+)
+from protocol.node import CrawlHandler, CrawlNode, NodeConfig
+from protocol.ownership import closest, distance, key_for, new_node_id, owner_and_replicas
+
+__all__ = [
+    "MAX_URL_LENGTH",
+    "BootstrapError",
+    "CrawlHandler",
+    "CrawlNode",
+    "KeyBatch",
+    "MessageError",
+    "NodeConfig",
+    "PeerRef",
+    "PeerTimeout",
+    "RemoteError",
+    "StoreResult",
+    "TaskItem",
+    "closest",
+    "decode_batches",
+    "distance",
+    "encode_batches",
+    "key_for",
+    "new_node_id",
+    "owner_and_replicas",
+]

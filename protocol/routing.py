@@ -1,0 +1,143 @@
+"""k-buckets that forgive a lost datagram, report membership, and never start I/O themselves.
+
+Built on ``kademlia.routing.RoutingTable`` (bucket splitting of Kademlia §2.4/§4.2 and the
+replacement cache of §4.1 are kept). What changes:
+
+* Eviction needs ``failures_before_evict`` *consecutive* failures; any success resets the count.
+  Stock kademlia removes a contact on the first missed reply, and on a lossy or busy network
+  that empties routing tables and partitions the DHT (bmuller/kademlia issues #23 and #98).
+* Every contact is moved to the tail of its bucket when heard from (Kademlia §2.2: buckets are
+  ordered by time last seen); stock kademlia only did that for new contacts.
+* A full bucket asks its owner to ping the least-recently-seen contact (``on_full``) instead of
+  ``asyncio.ensure_future(protocol.call_ping(...))``: the table owns no tasks.
+* Membership changes (add, split promotion, replacement promotion, removal) are reported through
+  ``on_added`` / ``on_removed`` so the crawler can recompute which keys it owns.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kademlia.node import Node
+from kademlia.routing import KBucket, RoutingTable
+
+__all__ = ["ContactTable"]
+
+
+class ContactTable(RoutingTable):
+    def __init__(
+        self,
+        me: Node,
+        ksize: int,
+        failures_before_evict: int,
+        on_added: Callable[[Node], None],
+        on_removed: Callable[[Node, str], None],
+        on_full: Callable[[Node], None],
+    ) -> None:
+        self.evict_after = max(1, failures_before_evict)
+        self._on_added = on_added
+        self._on_removed = on_removed
+        self._on_full = on_full
+        self._failures: dict[bytes, int] = {}
+        self._last_seen: dict[bytes, float] = {}
+        self.version = 0  # bumped on every membership or address change, for caches
+        super().__init__(None, ksize, me)  # no protocol: the table never does I/O
+
+    # --- queries -------------------------------------------------------------------------
+
+    def bucket_of(self, node_id: bytes) -> KBucket:
+        return self.buckets[self.get_bucket_for(Node(node_id))]
+
+    def members(self) -> list[Node]:
+        return [n for b in self.buckets for n in b.nodes.values()]
+
+    def get(self, node_id: bytes) -> Node | None:
+        found: Node | None = self.bucket_of(node_id).nodes.get(node_id)
+        return found
+
+    def knows(self, node_id: bytes) -> bool:
+        bucket = self.bucket_of(node_id)
+        return node_id in bucket.nodes or node_id in bucket.replacement_nodes
+
+    def by_address(self, host: str, port: int) -> Node | None:
+        """The contact (member or replacement) recorded at this address, if any."""
+        for b in self.buckets:
+            for n in (*b.nodes.values(), *b.replacement_nodes.values()):
+                if n.port == port and n.ip == host:
+                    return n
+        return None
+
+    def last_seen(self, node_id: bytes) -> float | None:
+        return self._last_seen.get(node_id)
+
+    def failures(self, node_id: bytes) -> int:
+        return self._failures.get(node_id, 0)
+
+    def lonely_buckets(self, max_age: float = 3600.0) -> list[KBucket]:
+        """Buckets without a lookup for ``max_age`` seconds (stock: a fixed hour, §2.3)."""
+        cutoff = time.monotonic() - max_age
+        return [b for b in self.buckets if b.last_updated < cutoff]
+
+    # --- changes -------------------------------------------------------------------------
+
+    def add_contact(self, node: Node) -> None:
+        """Record a contact we just heard from (a reply, or a request it sent us)."""
+        self._failures.pop(node.id, None)
+        self._last_seen[node.id] = time.monotonic()
+        bucket = self.bucket_of(node.id)
+        old = bucket.nodes.get(node.id)
+        if bucket.add_node(node):
+            if old is None:
+                self.version += 1
+                self._notify_added(node)
+            elif (old.ip, old.port) != (node.ip, node.port):
+                self.version += 1
+            return
+        # Full. Per §4.2 split if the bucket covers our own ID or its depth is not 0 mod 5.
+        if bucket.has_in_range(self.node) or bucket.depth() % 5 != 0:
+            self.split_bucket(self.buckets.index(bucket))
+            self.add_contact(node)
+            return
+        # §2.2: the newcomer waits in the replacement cache; ping the least-recently seen
+        # member, which is evicted (and the newest replacement promoted) if it stays silent.
+        self._on_full(bucket.head())
+
+    def split_bucket(self, index: int) -> None:
+        before = set(self.buckets[index].nodes)
+        super().split_bucket(index)
+        for b in self.buckets[index : index + 2]:
+            for nid, n in b.nodes.items():
+                if nid not in before:  # a replacement promoted by the split
+                    self.version += 1
+                    self._notify_added(n)
+
+    def remove_contact(self, node: Node, reason: str = "unresponsive") -> None:
+        bucket = self.bucket_of(node.id)
+        was = bucket.nodes.get(node.id)
+        before = set(bucket.nodes)
+        bucket.remove_node(node)
+        self._failures.pop(node.id, None)
+        self._last_seen.pop(node.id, None)
+        if was is not None:
+            self.version += 1
+            self._on_removed(was, reason)
+        for nid, n in bucket.nodes.items():
+            if nid not in before:  # kademlia promoted the newest replacement
+                self.version += 1
+                self._notify_added(n)
+
+    def record_failure(self, node: Node) -> bool:
+        """Count a missed reply; evict after the configured run of them. True if evicted."""
+        if not self.knows(node.id):
+            return False
+        count = self._failures.get(node.id, 0) + 1
+        self._failures[node.id] = count
+        if count < self.evict_after:
+            return False
+        self.remove_contact(node, "unresponsive")
+        return True
+
+    def _notify_added(self, node: Node) -> None:
+        self._last_seen.setdefault(node.id, time.monotonic())
+        self._on_added(node)

@@ -1,0 +1,66 @@
+"""Counters for the status page and for tests: RPCs by name and direction, latency, drops.
+
+Drop reasons: ``short``, ``bad_kind``, ``bad_hmac``, ``oversize``, ``malformed`` (not msgpack or
+not ``[name, args]``), ``unknown_rpc``, ``bad_args``, ``handler_error``, ``busy`` (too many
+requests in progress), ``unexpected_reply`` (no caller waits for that id, or it came from the
+wrong address).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+__all__ = ["RateLimit", "RpcStats"]
+
+
+class RpcStats:
+    def __init__(self) -> None:
+        self.sent: Counter[str] = Counter()
+        self.received: Counter[str] = Counter()
+        self.failed: Counter[str] = Counter()  # no reply in time
+        self.errors: Counter[str] = Counter()  # error replies we received
+        self.dropped: Counter[str] = Counter()
+        self._latency_sum: dict[str, float] = {}
+        self._latency_n: Counter[str] = Counter()
+        self.datagrams_in = 0
+        self.datagrams_out = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
+
+    def latency(self, rpc: str, seconds: float) -> None:
+        self._latency_sum[rpc] = self._latency_sum.get(rpc, 0.0) + seconds
+        self._latency_n[rpc] += 1
+
+    def snapshot(self) -> dict[str, object]:
+        return {
+            "rpc_sent": dict(self.sent),
+            "rpc_received": dict(self.received),
+            "rpc_failed": dict(self.failed),
+            "rpc_errors": dict(self.errors),
+            "latency_ms": {
+                k: round(1000 * self._latency_sum[k] / n, 3) for k, n in self._latency_n.items()
+            },
+            "dropped": dict(self.dropped),
+            "datagrams_in": self.datagrams_in,
+            "datagrams_out": self.datagrams_out,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+        }
+
+
+class RateLimit:
+    """Allows one event per ``interval`` seconds and counts what it suppressed meanwhile."""
+
+    def __init__(self, interval: float) -> None:
+        self._interval = interval
+        self._next = 0.0
+        self.suppressed = 0
+
+    def ready(self) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            self.suppressed += 1
+            return False
+        self._next = now + self._interval
+        return True
