@@ -16,6 +16,7 @@ unless the machine itself dies mid-write.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import queue
@@ -220,8 +221,14 @@ class WarcWriter:
         parts.append(self._gzip_record(request))
         data = b"".join(parts)
         assert self._file is not None
-        self._file.write(data)
-        self._file.flush()
+        try:
+            _write_fully(self._file, data)
+        except OSError:
+            # Disk full or similar mid-record: cut the file back to its last whole record so
+            # what is on disk stays readable to the end.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._file.fileno(), self._file_bytes)
+            raise
         self._file_bytes += len(data)
         self.bytes_written += len(data)
         self.records_written += 1
@@ -239,7 +246,8 @@ class WarcWriter:
             path = self.directory / name
             try:
                 # "x": a restarted peer must never append to or overwrite an older file.
-                self._file = path.open("xb")
+                # Unbuffered: each pair reaches the OS in one call, nothing lingers in Python.
+                self._file = path.open("xb", buffering=0)
             except FileExistsError:
                 continue
             break
@@ -262,7 +270,6 @@ class WarcWriter:
             return
         f, self._file = self._file, None
         try:
-            f.flush()
             os.fsync(f.fileno())
         finally:
             f.close()
@@ -366,6 +373,16 @@ def read_warc_urls(directory: Path) -> list[str]:
                 if record.rec_type == "response":
                     urls.append(record.rec_headers.get_header("WARC-Target-URI"))
     return urls
+
+
+def _write_fully(f: IO[bytes], data: bytes) -> None:
+    # A raw file's write() may take only part of the buffer.
+    view = memoryview(data)
+    while view:
+        n = f.write(view)
+        if not n:
+            raise OSError("WARC file accepted no bytes")
+        view = view[n:]
 
 
 def _header(headers: Iterable[tuple[str, str]], name: str) -> str | None:

@@ -8,6 +8,8 @@ import gzip
 import hashlib
 import random
 import re
+import subprocess
+import sys
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -308,6 +310,56 @@ async def test_a_failing_disk_is_reported_not_hung(tmp_path: Path) -> None:
     with pytest.raises(WarcWriteError):
         await asyncio.wait_for(writer.aclose(), 10)
     assert writer.records_written == 0
+
+
+DISK_FULL_SCRIPT = """
+import asyncio, random, resource, signal, sys
+from pathlib import Path
+from p2pcrawl.warc import FetchRecord, WarcWriteError, WarcWriter
+
+# A file-size limit makes the kernel fail the write that crosses it, as a full disk would.
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (30_000, 30_000))
+
+async def main() -> None:
+    writer = WarcWriter(Path(sys.argv[1]), prefix="t", queue_size=1)
+    await writer.start()
+    try:
+        for i in range(100):
+            body = random.Random(i).randbytes(3000)
+            await writer.write(FetchRecord(f"http://a.test/{i}", 200, "OK", "1.1", [], [], body))
+        await writer.aclose()
+    except WarcWriteError:
+        try:
+            await writer.aclose()
+        except WarcWriteError:
+            pass
+        print(writer.records_written)
+
+asyncio.run(main())
+"""
+
+
+def test_a_write_failing_mid_record_leaves_only_whole_records(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", DISK_FULL_SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    written = int(proc.stdout.strip())
+    assert 0 < written < 100
+    (path,) = tmp_path.iterdir()
+    end = 0
+    with path.open("rb") as f:
+        it = ArchiveIterator(f, check_digests="raise")
+        kinds = []
+        for record in it:
+            kinds.append(record.rec_type)
+            end += it.get_record_length()
+    assert end == path.stat().st_size
+    assert kinds == ["warcinfo"] + ["response", "request"] * written
 
 
 def test_stored_headers_describe_the_decoded_payload() -> None:
