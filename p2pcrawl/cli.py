@@ -1,0 +1,516 @@
+"""The ``p2pcrawl`` command: join, seed, leave, status and demo.
+
+Every option can also come from a TOML file (``--config``); flags given on the command line
+win over the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from p2pcrawl import __version__
+from p2pcrawl.settings import (
+    CrawlSettings,
+    FetchLimits,
+    PeerSettings,
+    PolitenessSettings,
+    ScopeSettings,
+)
+
+__all__ = ["build_parser", "main", "parse_hostport"]
+
+log = logging.getLogger("p2pcrawl")
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_hostport(value: str, *, default_host: str | None = None) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) -> (host, port), with a clear error."""
+    v = value.strip()
+    if v.startswith("["):
+        host, sep, rest = v[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise argparse.ArgumentTypeError(f"malformed address {value!r}: use [v6addr]:PORT")
+        port_s = rest[1:]
+    else:
+        host, sep, port_s = v.rpartition(":")
+        if not sep:
+            if default_host is None:
+                raise argparse.ArgumentTypeError(f"malformed address {value!r}: use HOST:PORT")
+            host, port_s = default_host, v
+    if not host:
+        if default_host is None:
+            raise argparse.ArgumentTypeError(f"malformed address {value!r}: missing host")
+        host = default_host
+    try:
+        port = int(port_s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"malformed address {value!r}: bad port") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range in {value!r}")
+    return host, port
+
+
+def _positive_int(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {v!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {v!r}")
+    return n
+
+
+def _nonneg_int(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {v!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {v!r}")
+    return n
+
+
+def _nonneg_float(v: str) -> float:
+    try:
+        f = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
+    if not f >= 0 or f == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite non-negative number: {v!r}")
+    return f
+
+
+def _add_crawl_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("crawl options")
+    g.add_argument("--seed", action="append", metavar="URL", help="URL to start from (repeatable)")
+    g.add_argument(
+        "--allow-domain",
+        action="append",
+        metavar="D",
+        help="crawl this domain and its subdomains; an IP or host name matches that host on "
+        "any port (repeatable; default: the seeds' hosts)",
+    )
+    g.add_argument(
+        "--allow-private",
+        action="store_true",
+        default=None,
+        help="allow URLs that resolve to loopback/private/link-local addresses",
+    )
+    g.add_argument("--concurrency", type=_positive_int, metavar="N", help="parallel fetches (32)")
+    g.add_argument(
+        "--delay",
+        type=_nonneg_float,
+        metavar="S",
+        help="minimum gap between requests to a host (1)",
+    )
+    g.add_argument(
+        "--politeness-factor",
+        type=_nonneg_float,
+        metavar="F",
+        help="wait F times the host's last response time before the next request (5)",
+    )
+    g.add_argument(
+        "--max-pages", type=_nonneg_int, metavar="N", help="stop after N pages (0: no limit)"
+    )
+    g.add_argument("--max-depth", type=_nonneg_int, metavar="N", help="link depth limit (50)")
+    g.add_argument(
+        "--max-body", type=_positive_int, metavar="BYTES", help="truncate bodies past this (10 MiB)"
+    )
+    g.add_argument("--max-redirects", type=_nonneg_int, metavar="N", help="redirect hops (5)")
+    g.add_argument(
+        "--policy",
+        choices=["breadth-first", "performance-first", "crawl-capability"],
+        help="host scheduling policy (seed 004; breadth-first)",
+    )
+    g.add_argument(
+        "--partition", choices=["host", "url"], help="DHT key: the URL's host or the URL (host)"
+    )
+    g.add_argument("--replicas", type=_nonneg_int, metavar="R", help="backup copies per task (2)")
+    g.add_argument("--secret", metavar="S", help="cluster key: RPCs without it are dropped")
+    g.add_argument("--user-agent", metavar="UA", help="User-Agent (default p2pcrawl/VERSION)")
+    g.add_argument("--contact-url", metavar="URL", help="contact URL added to the User-Agent")
+    g.add_argument("--no-warc", action="store_true", default=None, help="do not write WARC files")
+    g.add_argument(
+        "--warc-max-bytes", type=_positive_int, metavar="BYTES", help="rotate WARC files (1 GiB)"
+    )
+
+
+def _add_join_options(join: argparse.ArgumentParser) -> None:
+    join.add_argument("--config", type=Path, metavar="FILE", help="TOML file with these options")
+    join.add_argument(
+        "--bootstrap", action="append", metavar="HOST:PORT", help="a running peer (repeatable)"
+    )
+    join.add_argument("--listen", metavar="HOST:PORT", help="UDP address for the DHT (required)")
+    join.add_argument("--status", metavar="HOST:PORT", help="status server (127.0.0.1:8080)")
+    join.add_argument("--status-token", metavar="T", help="required when --status is not loopback")
+    join.add_argument("--data", type=Path, metavar="DIR", help="data directory (./p2pcrawl-data)")
+    _add_crawl_options(join)
+
+
+def _join_option_names() -> set[str]:
+    """What a config file may set: every join option, plus logging."""
+    p = argparse.ArgumentParser(add_help=False)
+    _add_join_options(p)
+    return {a.dest for a in p._actions} - {"config"} | {"log_level", "log_json"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="p2pcrawl",
+        description="A peer-to-peer web crawler: every peer crawls the hosts it owns in an "
+        "extended Kademlia DHT and hands every other link to its owner.",
+    )
+    parser.add_argument("--version", action="version", version=f"p2pcrawl {__version__}")
+    parser.add_argument(
+        "--log-level", default=None, choices=["debug", "info", "warning", "error"], help="(info)"
+    )
+    parser.add_argument("--log-json", action="store_true", default=None, help="JSON log lines")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    join = sub.add_parser(
+        "join",
+        help="run a peer (no --bootstrap: found a new network)",
+        description="Run a peer. Without --bootstrap it founds a new network.",
+    )
+    _add_join_options(join)
+
+    seed = sub.add_parser("seed", help="add seed URLs through a running peer")
+    seed.add_argument("--peer", required=True, metavar="STATUS_HOST:PORT")
+    seed.add_argument("--token", metavar="T", help="the peer's --status-token")
+    seed.add_argument("urls", nargs="+", metavar="URL")
+
+    leave = sub.add_parser("leave", help="ask a running peer to hand off its work and exit")
+    leave.add_argument("--peer", required=True, metavar="STATUS_HOST:PORT")
+    leave.add_argument("--token", metavar="T", help="the peer's --status-token")
+
+    status = sub.add_parser("status", help="show a running peer's state")
+    status.add_argument("--peer", required=True, metavar="STATUS_HOST:PORT")
+    status.add_argument("--token", metavar="T", help="the peer's --status-token")
+    status.add_argument("--json", action="store_true", help="print the raw JSON")
+
+    demo = sub.add_parser(
+        "demo", help="crawl a local generated test web with 3 peers (no internet needed)"
+    )
+    demo.add_argument("--peers", type=_positive_int, default=3, help="number of peers (3)")
+    demo.add_argument("--hosts", type=_positive_int, default=8, help="test-web hosts (8)")
+    demo.add_argument("--pages", type=_positive_int, default=150, help="pages per host (150)")
+    demo.add_argument("--data", type=Path, metavar="DIR", help="where the peers keep their data")
+    demo.add_argument(
+        "--keep-running", action="store_true", help="leave everything up for a browser"
+    )
+    return parser
+
+
+# -- options -> settings ---------------------------------------------------------------------
+
+_JOIN_DEFAULTS: dict[str, Any] = {
+    "listen": None,
+    "status": "127.0.0.1:8080",
+    "data": Path("p2pcrawl-data"),
+    "log_level": "info",
+    "log_json": False,
+}
+
+
+def _merge_config(args: argparse.Namespace) -> dict[str, Any]:
+    """CLI flags over the TOML file over the defaults."""
+    merged: dict[str, Any] = dict(_JOIN_DEFAULTS)
+    path = getattr(args, "config", None)
+    if path is not None:
+        try:
+            doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read config {path}: {exc}") from exc
+        known = _join_option_names()
+        for k, v in doc.items():
+            dest = k.replace("-", "_")
+            if dest not in known:
+                raise UsageError(f"{path}: unknown option {k!r}")
+            merged[dest] = Path(v) if dest == "data" else v
+    for k, v in vars(args).items():
+        if v is not None:
+            merged[k] = v
+    return merged
+
+
+def settings_from(opts: dict[str, Any]) -> tuple[CrawlSettings, PeerSettings]:
+    pol = PolitenessSettings()
+    pol = PolitenessSettings(
+        delay=float(opts.get("delay", pol.delay) if opts.get("delay") is not None else pol.delay),
+        politeness_factor=float(
+            opts["politeness_factor"]
+            if opts.get("politeness_factor") is not None
+            else pol.politeness_factor
+        ),
+    )
+    fl = FetchLimits()
+    fetch = FetchLimits(
+        max_body_bytes=int(opts.get("max_body") or fl.max_body_bytes),
+        max_redirects=int(
+            opts["max_redirects"] if opts.get("max_redirects") is not None else fl.max_redirects
+        ),
+    )
+    sc = ScopeSettings()
+    scope = ScopeSettings(
+        allow_domains=tuple(opts.get("allow_domain") or ()),
+        allow_private=bool(opts.get("allow_private") or False),
+        max_depth=int(opts["max_depth"] if opts.get("max_depth") is not None else sc.max_depth),
+        max_pages=int(opts.get("max_pages") or 0),
+    )
+    cs = CrawlSettings()
+    crawl = CrawlSettings(
+        concurrency=int(opts.get("concurrency") or cs.concurrency),
+        policy=opts.get("policy") or cs.policy,
+        user_agent=opts.get("user_agent") or "",
+        contact_url=opts.get("contact_url") or "",
+        fetch=fetch,
+        politeness=pol,
+        scope=scope,
+        warc=not opts.get("no_warc"),
+        warc_max_bytes=int(opts.get("warc_max_bytes") or cs.warc_max_bytes),
+    )
+    ps = PeerSettings()
+    peer = PeerSettings(
+        partition=opts.get("partition") or ps.partition,
+        replicas=int(opts["replicas"] if opts.get("replicas") is not None else ps.replicas),
+        secret=opts.get("secret") or "",
+    )
+    return crawl, peer
+
+
+def setup_logging(level: str, as_json: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if as_json:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+        )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper()))
+    # The DHT library logs every datagram at info; keep it to warnings unless debugging.
+    if level != "debug":
+        for name in ("kademlia", "rpcudp"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+async def run_join(opts: dict[str, Any]) -> int:
+    from p2pcrawl.identity import DataDirError
+    from p2pcrawl.peer import Peer, PeerConfig
+    from p2pcrawl.status import StatusServer
+    from protocol.errors import BootstrapError
+
+    if not opts.get("listen"):
+        raise UsageError("join needs --listen HOST:PORT")
+    try:
+        listen = parse_hostport(str(opts["listen"]))
+        status_addr = parse_hostport(str(opts["status"]))
+        bootstrap = tuple(_resolve_bootstrap(b) for b in opts.get("bootstrap") or ())
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(str(exc)) from exc
+    crawl, peer_settings = settings_from(opts)
+    config = PeerConfig(
+        data_dir=Path(opts["data"]),
+        listen=listen,
+        bootstrap=bootstrap,
+        seeds=tuple(opts.get("seed") or ()),
+        crawl=crawl,
+        peer=peer_settings,
+    )
+    try:
+        peer = Peer(config)
+    except DataDirError as exc:
+        log.error("%s", exc)
+        return EXIT_FAILURE
+    server = StatusServer(peer, *status_addr, token=opts.get("status_token") or "")
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def on_signal(signame: str) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            log.info("%s: leaving gracefully (again to force an immediate exit)", signame)
+            peer.request_leave()
+        else:
+            log.warning("%s again: exiting now; replicas will recover this peer's tasks", signame)
+            os._exit(130)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig.name)
+    try:
+        await server.start()
+        try:
+            await peer.start()
+        except BootstrapError as exc:
+            log.error("cannot join: %s", exc)
+            return EXIT_FAILURE
+        log.info(
+            "peer %s listening on %s:%d (UDP), status at %s",
+            peer.node_id.hex()[:8],
+            peer.me.host,
+            peer.me.port,
+            server.url,
+        )
+        progress = asyncio.ensure_future(_progress_loop(peer)) if sys.stderr.isatty() else None
+        try:
+            report = await peer.run()
+        finally:
+            if progress is not None:
+                progress.cancel()
+                await asyncio.gather(progress, return_exceptions=True)
+        print(
+            json.dumps(
+                {
+                    "left": True,
+                    "handed_off_tasks": report.tasks,
+                    "handed_off_done": report.done,
+                    "handed_off_backups": report.backups,
+                    "failed": report.failed,
+                    "queue_at_leave": report.queue_at_leave,
+                }
+            ),
+            flush=True,
+        )
+        return EXIT_FAILURE if report.failed else 0
+    finally:
+        await peer.aclose()
+        await server.aclose()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def _resolve_bootstrap(value: str) -> tuple[str, int]:
+    import socket
+
+    host, port = parse_hostport(value)
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)
+    except socket.gaierror as exc:
+        raise argparse.ArgumentTypeError(
+            f"bootstrap host {host!r} does not resolve: {exc}"
+        ) from exc
+    return str(infos[0][4][0]), port
+
+
+async def _progress_loop(peer: Any) -> None:
+    while True:
+        await asyncio.sleep(3.0)
+        s = peer.status()
+        sys.stderr.write(
+            f"\r[{s['state']}] peers={s['peers']} queued={s['tasks_queued']} "
+            f"in-flight={s['tasks_in_flight']} fetched={s['pages_fetched']} "
+            f"({s['pages_per_s']}/s) done={s['done']} backups={s['backups_held']} "
+            f"errors={s['errors']}   "
+        )
+        sys.stderr.flush()
+
+
+async def _http(method: str, peer: str, path: str, token: str | None, body: Any = None) -> Any:
+    import aiohttp
+
+    host, port = parse_hostport(peer)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.request(method, f"http://{host}:{port}{path}", json=body, headers=headers) as resp,
+    ):
+        doc = await resp.json(content_type=None)
+        if resp.status >= 400:
+            raise UsageError(f"{peer}: {doc.get('error', resp.status)}")
+        return doc
+
+
+def _format_status(s: dict[str, Any]) -> str:
+    rows = [
+        ("node", str(s["node_id"])[:16]),
+        ("listen", s["listen"]),
+        ("state", s["state"]),
+        ("version", s.get("version", "")),
+        ("uptime", f"{s['uptime_s']:.0f} s"),
+        ("peers", f"{s['peers']} (network ~{s.get('network_size', '?')})"),
+        ("queued", s["tasks_queued"]),
+        ("in flight", s["tasks_in_flight"]),
+        ("backups held", s["backups_held"]),
+        ("done", s["done"]),
+        ("pages fetched", f"{s['pages_fetched']} ({s.get('pages_per_s', 0)}/s)"),
+        ("discovered", s["urls_discovered"]),
+        ("errors", s["errors"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+async def run_client(args: argparse.Namespace) -> int:
+    if args.command == "seed":
+        doc = await _http("POST", args.peer, "/api/seed", args.token, {"urls": args.urls})
+        print(f"accepted {doc['accepted']} seed(s)")
+    elif args.command == "leave":
+        await _http("POST", args.peer, "/api/leave", args.token)
+        print("leaving: the peer hands off its work and exits")
+    else:
+        doc = await _http("GET", args.peer, "/api/status", args.token)
+        print(json.dumps(doc, indent=2) if args.json else _format_status(doc))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "join":
+            opts = _merge_config(args)
+            setup_logging(opts["log_level"], bool(opts["log_json"]))
+            return asyncio.run(run_join(opts))
+        setup_logging(args.log_level or "info", bool(args.log_json))
+        if args.command == "demo":
+            from p2pcrawl.demo import run_demo
+
+            return asyncio.run(run_demo(args))
+        return asyncio.run(run_client(args))
+    except UsageError as exc:
+        print(f"p2pcrawl: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"p2pcrawl: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

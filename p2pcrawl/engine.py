@@ -1,0 +1,508 @@
+"""The crawl engine: workers take ready hosts from the frontier, fetch, parse and route.
+
+Every discovered link leaves the engine through one seam, ``Router.route``: a lone peer
+queues it locally, a networked peer hands it to the URL's owner (DESIGN.md, ownership).
+The engine only crawls what it was given; it never decides ownership.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from p2pcrawl import politeness, urls
+from p2pcrawl.fetcher import Fetcher, FetchResult
+from p2pcrawl.frontier import Frontier, HostQueue, Task
+from p2pcrawl.ledger import Ledger
+from p2pcrawl.parse import extract_links
+from p2pcrawl.robots import RobotsCache, RobotsPolicy, policy_from_response
+from p2pcrawl.scope import Scope
+from p2pcrawl.seen import SeenCache
+from p2pcrawl.settings import CrawlSettings, Partition
+from p2pcrawl.stats import CrawlStats
+from p2pcrawl.warc import FetchRecord, WarcWriter
+from protocol.ownership import key_for
+
+__all__ = ["CrawlSummary", "Engine", "LocalRouter", "Router", "crawl", "make_task"]
+
+log = logging.getLogger(__name__)
+
+ROBOTS_MAX_BYTES = 500 * 1024  # RFC 9309 §2.5: parse at least 500 KiB
+ROBOTS_MAX_REDIRECTS = 5  # RFC 9309 §2.3.1.2
+# Parsing a page this large would hold the event loop for tens of milliseconds.
+PARSE_IN_THREAD_BYTES = 1 << 20
+RETRYABLE_ERRORS = frozenset({"timeout", "connect", "protocol"})
+
+
+class Router(Protocol):
+    async def route(self, tasks: list[Task]) -> None:
+        """Hand newly discovered tasks to their owners (durably accepted on return)."""
+
+
+def make_task(url: str, depth: int, partition: Partition, hops: int = 0) -> Task:
+    return Task(
+        url=url,
+        fp=urls.fingerprint(url),
+        key=key_for(urls.partition_key(url, partition)),
+        depth=depth,
+        hops=hops,
+    )
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: CrawlSettings,
+        ledger: Ledger,
+        *,
+        warc: WarcWriter | None,
+        partition: Partition = "host",
+        router: Router | None = None,
+        on_finished: Callable[[list[Task]], Awaitable[None]] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.warc = warc
+        self.partition: Partition = partition
+        self.router: Router = router or LocalRouter(self)
+        self.on_finished = on_finished
+        self.stats = CrawlStats()
+        self.frontier = Frontier(settings)
+        self.fetcher = Fetcher(settings)
+        self.robots = RobotsCache()
+        self.seen = SeenCache(settings.seen_cache_size)
+        self.scope = Scope(settings.scope.allow_domains, allow_private=settings.scope.allow_private)
+        self.scope_from_seeds = not settings.scope.allow_domains
+        self.in_flight: dict[int, Task] = {}
+        self.paused = False  # no new fetches (leaving)
+        self._ua = self.fetcher.user_agent
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._refill = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._key_cache: dict[str, bytes] = {}
+        self._excluded_keys: set[bytes] = set()
+        self._started = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.fetcher.start()
+        self._spawn(self._refill_loop(), "refill")
+        self._spawn(self._housekeeping_loop(), "housekeeping")
+        for i in range(self.settings.concurrency):
+            self._spawn(self._worker(), f"worker-{i}")
+        self._started = True
+        self._refill.set()
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        task.set_name(f"engine-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("engine task %s died", task.get_name(), exc_info=task.exception())
+
+    async def stop_fetching(self, timeout: float) -> list[Task]:
+        """Stop taking work, wait up to ``timeout`` for in-flight fetches; returns the rest."""
+        self.paused = True
+        self.frontier.wake_all()
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline:
+            self._progress.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    await self._progress.wait()
+        return list(self.in_flight.values())
+
+    async def aclose(self) -> None:
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.fetcher.aclose()
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def tasks_queued(self) -> int:
+        return max(0, self.ledger.queued - len(self.in_flight))
+
+    @property
+    def idle(self) -> bool:
+        return not self.in_flight and self.ledger.queued == 0
+
+    @property
+    def exhausted(self) -> bool:
+        mp = self.settings.scope.max_pages
+        return bool(mp) and self.stats.pages_fetched >= mp
+
+    def key_of(self, url: str) -> bytes:
+        if self.partition == "url":
+            return key_for(url)
+        host = urls.host_of(url)
+        k = self._key_cache.get(host)
+        if k is None:
+            if len(self._key_cache) > 100_000:
+                self._key_cache.clear()
+            k = self._key_cache[host] = key_for(host)
+        return k
+
+    def wake(self) -> None:
+        """New tasks were stored: refill the frontier window."""
+        self._refill.set()
+
+    async def wait_progress(self, timeout: float) -> None:
+        self._progress.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._progress.wait()
+
+    # -- seeds and the frontier window ---------------------------------------------------
+
+    def seed_tasks(self, seeds: Iterable[str]) -> list[Task]:
+        out = []
+        for raw in seeds:
+            url = urls.canonicalize(raw, max_length=self.settings.fetch.max_url_length)
+            if url is None:
+                raise ValueError(f"not a crawlable URL: {raw!r}")
+            if self.scope_from_seeds:
+                self.scope.add(urls.hostname_of(url))
+            t = make_task(url, 0, self.partition)
+            t.key = self.key_of(url)
+            out.append(t)
+        return out
+
+    async def add_seeds(self, seeds: Iterable[str]) -> int:
+        tasks = self.seed_tasks(seeds)
+        for t in tasks:
+            self.seen.check_and_add(t.fp)
+        await self.router.route(tasks)
+        return len(tasks)
+
+    def exclude_keys(self, keys: Iterable[bytes]) -> list[Task]:
+        """Stop crawling these keys (moved to another peer); returns their window tasks."""
+        keys = set(keys)
+        self._excluded_keys |= keys
+        hosts = [
+            h for h, hq in self.frontier.hosts.items() if hq.tasks and hq.tasks[0][1].key in keys
+        ]
+        if self.partition == "host":
+            return self.frontier.remove_hosts(hosts)
+        return []
+
+    def include_keys(self, keys: Iterable[bytes]) -> None:
+        self._excluded_keys -= set(keys)
+
+    async def _refill_loop(self) -> None:
+        window = self.settings.frontier_window
+        while True:
+            await self._refill.wait()
+            self._refill.clear()
+            while True:
+                room = window - len(self.frontier) - len(self.in_flight)
+                if room <= 0:
+                    break
+                batch = await self.ledger.load(min(room, 2000))
+                for t in batch:
+                    if t.key in self._excluded_keys or t.fp in self.in_flight:
+                        continue
+                    self.frontier.push(urls.host_of(t.url), t)
+                if len(batch) < min(room, 2000):
+                    break
+
+    async def _housekeeping_loop(self) -> None:
+        while True:
+            self.stats.sample()
+            self.frontier.prune()
+            if len(self.frontier) < self.settings.frontier_window // 2:
+                self._refill.set()
+            await asyncio.sleep(1.0)
+
+    # -- the worker ----------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        while True:
+            if self.paused or self.exhausted:
+                self._progress.set()
+                await asyncio.sleep(0.2)
+                continue
+            hq = await self.frontier.acquire()
+            if self.paused or self.exhausted:
+                self.frontier.release(hq, response_time=0.0, gap=0.0)
+                continue
+            task = self.frontier.pop_task(hq)
+            if task is None:
+                self.frontier.release(hq, response_time=0.0, gap=0.0)
+                continue
+            self.in_flight[task.fp] = task
+            try:
+                await self._crawl_one(hq, task)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A bug on one page must not kill a worker; the task is recorded as failed.
+                log.exception("crawling %s failed", task.url)
+                self.stats.errors["internal"] += 1
+                if hq.polite.busy:
+                    self.frontier.release(hq, response_time=0.0, gap=0.0)
+                await self._finish([task])
+            finally:
+                self.in_flight.pop(task.fp, None)
+                self._progress.set()
+                if len(self.frontier) < self.settings.frontier_window // 2:
+                    self._refill.set()
+
+    async def _robots_for(self, hq: HostQueue, task: Task) -> RobotsPolicy | None:
+        """The host's robots policy, or None when it had to be fetched first (slot used)."""
+        now = time.monotonic()
+        origin = urls.origin_of(task.url)  # RFC 9309 §2.3: scheme, host and port
+        policy = self.robots.get(origin, now)
+        if policy is not None:
+            return policy
+        url = origin + "/robots.txt"
+        status: int | None = None
+        body: bytes | None = None
+        elapsed = 0.0
+        for _ in range(ROBOTS_MAX_REDIRECTS + 1):
+            res = await self.fetcher.fetch(url, max_body=ROBOTS_MAX_BYTES)
+            elapsed += res.elapsed
+            if res.is_redirect and res.location:
+                nxt = urls.resolve(url, res.location)
+                if nxt is None:
+                    break
+                url = nxt
+                continue
+            if res.status:
+                status, body = res.status, res.body
+            break
+        self.stats.robots_fetched += 1
+        policy = policy_from_response(status, body, time.monotonic(), self.settings.politeness)
+        self.robots.put(origin, policy)
+        hq.polite.robots_delay = policy.crawl_delay(self._ua)
+        gap = politeness.next_gap(self.settings.politeness, hq.polite.robots_delay, elapsed)
+        self.frontier.push(hq.host, task)
+        self.frontier.release(hq, response_time=elapsed, gap=gap)
+        return None
+
+    async def _crawl_one(self, hq: HostQueue, task: Task) -> None:
+        policy = await self._robots_for(hq, task)
+        if policy is None:
+            return  # requeued behind the robots.txt request
+        if policy.kind == "disallow_all":
+            # robots.txt was unreachable (RFC 9309 §2.3.1.4): wait for it, keep the URL.
+            self.frontier.push(hq.host, task)
+            wait = max(1.0, policy.expires_at - time.monotonic())
+            self.frontier.release(hq, response_time=0.0, gap=wait)
+            return
+        if not policy.allowed(task.url, self._ua):
+            self.stats.robots_disallowed += 1
+            self.frontier.release(hq, response_time=0.0, gap=0.0)
+            await self._finish([task])
+            return
+        res = await self.fetcher.fetch(task.url)
+        pset = self.settings.politeness
+        gap = politeness.next_gap(pset, hq.polite.robots_delay, res.elapsed)
+        hq.est.observe(None, res.elapsed)
+        self.stats.fetch_hist.observe(res.elapsed)
+        if res.status == 0:
+            self.stats.errors[res.error or "unknown"] += 1
+            retry = res.error in RETRYABLE_ERRORS and task.tries < pset.max_retries
+            if retry:
+                task.tries += 1
+                self.stats.retries += 1
+                gap = max(gap, politeness.backoff_seconds(task.tries, 1.0, pset.max_delay))
+                self.frontier.push(hq.host, task)
+            self.frontier.release(hq, response_time=res.elapsed, gap=gap)
+            if not retry:
+                await self._finish([task])
+            return
+        if res.status in (429, 503) and task.tries < pset.max_retries:
+            wait = politeness.retry_after_seconds(
+                res.retry_after, time.time(), pset.default_retry_after, pset.max_delay
+            )
+            task.tries += 1
+            self.stats.retries += 1
+            self.stats.status[res.status] += 1
+            self.frontier.push(hq.host, task)
+            self.frontier.release(hq, response_time=res.elapsed, gap=max(gap, wait))
+            return
+        self.frontier.release(hq, response_time=res.elapsed, gap=gap)
+        self.stats.pages_fetched += 1
+        self.stats.bytes_fetched += len(res.body)
+        self.stats.status[res.status] += 1
+        if res.truncated:
+            self.stats.truncated += 1
+        if self.warc is not None:
+            await self.warc.write(_record(res))
+        discovered = self._links_of(task, res)
+        if res.is_html and 200 <= res.status < 300:
+            discovered.extend(await self._parse(task, res))
+        elif 200 <= res.status < 300:
+            self.stats.non_html += 1
+        fresh = self._filter(discovered)
+        if fresh:
+            self.stats.urls_discovered += len(fresh)
+            await self.router.route(fresh)
+        await self._finish([task])
+
+    def _links_of(self, task: Task, res: FetchResult) -> list[Task]:
+        if not res.is_redirect or res.location is None:
+            return []
+        self.stats.redirects += 1
+        target = urls.resolve(task.url, res.location, max_length=self.settings.fetch.max_url_length)
+        if target is None:
+            self.stats.errors["bad_redirect"] += 1
+            return []
+        if task.hops + 1 > self.settings.fetch.max_redirects:
+            self.stats.redirect_limit += 1
+            return []
+        # A redirect target is the same document moved: it keeps the source's depth.
+        return [Task(target, 0, b"", task.depth, task.hops + 1)]
+
+    async def _parse(self, task: Task, res: FetchResult) -> list[Task]:
+        limits = self.settings.fetch
+        if len(res.body) > PARSE_IN_THREAD_BYTES:
+            page = await asyncio.to_thread(
+                extract_links,
+                res.body,
+                task.url,
+                encoding=res.charset,
+                max_links=limits.max_links_per_page,
+                max_url_length=limits.max_url_length,
+            )
+        else:
+            page = extract_links(
+                res.body,
+                task.url,
+                encoding=res.charset,
+                max_links=limits.max_links_per_page,
+                max_url_length=limits.max_url_length,
+            )
+        self.stats.html_parsed += 1
+        self.stats.links_extracted += len(page.links)
+        if page.nofollow:
+            self.stats.nofollow_pages += 1
+        depth = task.depth + 1
+        return [Task(u, 0, b"", depth, 0) for u in page.links]
+
+    def _filter(self, found: list[Task]) -> list[Task]:
+        """Scope, depth and the seen cache; fills in fingerprints and keys of survivors."""
+        out: list[Task] = []
+        max_depth = self.settings.scope.max_depth
+        allows = self.scope.allows_host
+        seen = self.seen.check_and_add
+        fingerprint = urls.fingerprint
+        for t in found:
+            if t.depth > max_depth:
+                self.stats.too_deep += 1
+                continue
+            if not allows(urls.hostname_of(t.url)):
+                self.stats.out_of_scope += 1
+                continue
+            t.fp = fingerprint(t.url)
+            if seen(t.fp):
+                self.stats.seen_cache_hits += 1
+                continue
+            t.key = self.key_of(t.url)
+            out.append(t)
+        return out
+
+    async def _finish(self, tasks: list[Task]) -> None:
+        await self.ledger.finish(tasks)
+        if self.on_finished is not None:
+            await self.on_finished(tasks)
+
+
+def _record(res: FetchResult) -> FetchRecord:
+    return FetchRecord(
+        url=res.url,
+        status=res.status,
+        reason=res.reason,
+        http_version="1.1",
+        request_headers=res.request_headers,
+        response_headers=res.headers,
+        body=res.body,
+        truncated=res.truncated,
+        ip=res.ip,
+        fetched_at=res.fetched_at,
+    )
+
+
+class LocalRouter:
+    """A lone peer owns everything: discovered tasks go straight into its own ledger."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def route(self, tasks: list[Task]) -> None:
+        if await self.engine.ledger.accept(tasks):
+            self.engine.wake()
+
+
+@dataclass(slots=True)
+class CrawlSummary:
+    pages_fetched: int
+    elapsed_s: float
+    cpu_s: float
+    warc_files: list[Path]
+    stats: CrawlStats
+    done: int
+    queued: int
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+async def crawl(
+    seeds: list[str],
+    settings: CrawlSettings,
+    data_dir: Path,
+    *,
+    partition: Partition = "host",
+    node_prefix: str = "local",
+    idle_grace: float = 0.0,
+) -> CrawlSummary:
+    """Crawl from ``seeds`` with one peer until nothing is queued or max-pages is reached."""
+    await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
+    started, cpu0 = time.monotonic(), time.process_time()
+    ledger = await Ledger.open(data_dir / "stores")
+    warc: WarcWriter | None = None
+    engine: Engine | None = None
+    try:
+        if settings.warc:
+            warc = WarcWriter(
+                data_dir / "warc", prefix=node_prefix, max_bytes=settings.warc_max_bytes
+            )
+            await warc.start()
+        engine = Engine(settings, ledger, warc=warc, partition=partition)
+        await engine.start()
+        await engine.add_seeds(seeds)
+        while not (engine.idle or (engine.exhausted and not engine.in_flight)):
+            await engine.wait_progress(0.5)
+        if idle_grace:
+            await asyncio.sleep(idle_grace)
+    finally:
+        if engine is not None:
+            await engine.aclose()
+        if warc is not None:
+            await warc.aclose()
+        await ledger.aclose()
+    assert engine is not None
+    return CrawlSummary(
+        pages_fetched=engine.stats.pages_fetched,
+        elapsed_s=time.monotonic() - started,
+        cpu_s=time.process_time() - cpu0,
+        warc_files=list(warc.files) if warc else [],
+        stats=engine.stats,
+        done=ledger.done_count,
+        queued=ledger.queued,
+        errors=dict(engine.stats.errors),
+    )

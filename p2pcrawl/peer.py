@@ -1,0 +1,599 @@
+"""A peer: the crawl engine wired to the DHT node, the stores and the status server.
+
+Seed 001's flow, per URL: the discoverer routes it to its owner (STORE_TASK); the owner
+dedups it against its done record and queue, stores it, and copies it to its r closest
+neighbours (STORE_BACKUP) before acknowledging; it crawls it, records it done and tells
+the neighbours to drop their copies (DELETE_BACKUP), which also gives them the done
+fingerprint so a neighbour that takes the host over does not fetch it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from p2pcrawl import __version__, urls
+from p2pcrawl.dispatch import Dispatcher, to_batches
+from p2pcrawl.engine import Engine
+from p2pcrawl.frontier import Task
+from p2pcrawl.identity import load_or_create_identity
+from p2pcrawl.ledger import Ledger, to_stored
+from p2pcrawl.settings import CrawlSettings, PeerSettings
+from p2pcrawl.stats import EventLog
+from p2pcrawl.warc import WarcWriter
+from protocol.errors import MessageError, PeerTimeout, RemoteError
+from protocol.messages import KeyBatch, PeerRef, StoreResult
+from protocol.node import CrawlNode, NodeConfig
+from protocol.ownership import distance, key_for
+from storage.backups import BackupStore
+
+__all__ = ["Peer", "PeerConfig", "State"]
+
+log = logging.getLogger(__name__)
+
+State = Literal["joining", "active", "leaving", "stopped"]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerConfig:
+    data_dir: Path
+    listen: tuple[str, int] = ("127.0.0.1", 0)
+    bootstrap: tuple[tuple[str, int], ...] = ()
+    seeds: tuple[str, ...] = ()
+    crawl: CrawlSettings = field(default_factory=CrawlSettings)
+    peer: PeerSettings = field(default_factory=PeerSettings)
+
+
+@dataclass(slots=True)
+class HandoffReport:
+    tasks: int = 0
+    done: int = 0
+    backups: int = 0
+    failed: int = 0
+    queue_at_leave: int = 0
+
+
+class Peer:
+    def __init__(self, config: PeerConfig) -> None:
+        self.config = config
+        self.state: State = "joining"
+        self.events = EventLog()
+        self.node_id = load_or_create_identity(config.data_dir)
+        self.started = time.monotonic()
+        self.ledger: Ledger | None = None
+        self.backups: BackupStore | None = None
+        self.warc: WarcWriter | None = None
+        self.node: CrawlNode | None = None
+        self.engine: Engine | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.handoff = HandoffReport()
+        self.malformed = 0
+        self.refused = 0
+        self._owned: set[asyncio.Task[None]] = set()
+        self._rebalance_kick = asyncio.Event()
+        self._takeover_owners: set[bytes] = set()
+        self._delete_outbox: dict[PeerRef, list[int]] = defaultdict(list)
+        self._stopped = asyncio.Event()
+        self._leave_requested = asyncio.Event()
+        self._handoff_lock = asyncio.Lock()
+
+    # -- start and stop --------------------------------------------------------------------
+
+    @property
+    def me(self) -> PeerRef:
+        assert self.node is not None
+        return self.node.me
+
+    async def start(self) -> None:
+        cfg = self.config
+        try:
+            self.ledger = await Ledger.open(cfg.data_dir / "stores")
+            self.backups = await BackupStore.open(cfg.data_dir / "stores" / "backups.sqlite3")
+            if cfg.crawl.warc:
+                self.warc = WarcWriter(
+                    cfg.data_dir / "warc",
+                    prefix=self.node_id.hex()[:8],
+                    max_bytes=cfg.crawl.warc_max_bytes,
+                )
+                await self.warc.start()
+            ps = cfg.peer
+            self.node = CrawlNode(
+                self.node_id,
+                self,
+                NodeConfig(
+                    ksize=ps.ksize,
+                    alpha=ps.alpha,
+                    rpc_timeout=ps.rpc_timeout,
+                    failures_before_evict=ps.failures_before_evict,
+                    secret=ps.secret,
+                    ping_interval=ps.ping_interval,
+                    refresh_interval=ps.refresh_interval,
+                ),
+            )
+            await self.node.listen_on(*cfg.listen)
+            self.dispatcher = Dispatcher(
+                self.node,
+                replicas=ps.replicas,
+                intake=self.intake,
+                batch=ps.dispatch_batch,
+                flush_s=ps.dispatch_flush_s,
+            )
+            self.engine = Engine(
+                cfg.crawl,
+                self.ledger,
+                warc=self.warc,
+                partition=ps.partition,
+                router=self.dispatcher,
+                on_finished=self._finished,
+            )
+            if cfg.bootstrap:
+                peers = await self.node.join(list(cfg.bootstrap))
+                self.events.add("joined", peers=len(peers))
+            await self.engine.start()
+            self._spawn(self._rebalance_loop(), "rebalance")
+            self._spawn(self._delete_backup_loop(), "delete-backup")
+            self._spawn(self._republish_loop(), "republish")
+            self.state = "active"
+            if cfg.bootstrap:
+                await self._refresh_from_neighbours()
+            # A restart may find tasks whose keys moved while it was down.
+            self._rebalance_kick.set()
+            if cfg.seeds:
+                await self.add_seeds(cfg.seeds)
+        except BaseException:
+            await self.aclose()
+            raise
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        task.set_name(f"peer-{name}")
+        self._owned.add(task)
+        task.add_done_callback(self._owned_done)
+
+    def _owned_done(self, task: asyncio.Task[None]) -> None:
+        self._owned.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("peer task %s died", task.get_name(), exc_info=task.exception())
+
+    async def aclose(self) -> None:
+        """Stop everything, each component in its own guard so one failure leaks nothing."""
+        if self._stopped.is_set():
+            return
+        self.state = "stopped"
+        owned = list(self._owned)
+        for t in owned:
+            t.cancel()
+        await asyncio.gather(*owned, return_exceptions=True)
+        for name, closer in (
+            ("engine", self.engine.aclose if self.engine else None),
+            ("dispatcher", self.dispatcher.aclose if self.dispatcher else None),
+            ("node", self.node.aclose if self.node else None),
+            ("warc", self.warc.aclose if self.warc else None),
+            ("backups", self.backups.aclose if self.backups else None),
+            ("ledger", self.ledger.aclose if self.ledger else None),
+        ):
+            if closer is None:
+                continue
+            try:
+                await closer()
+            except Exception:
+                log.exception("closing %s failed", name)
+        self._stopped.set()
+
+    def request_leave(self) -> None:
+        self._leave_requested.set()
+
+    async def run(self) -> HandoffReport:
+        """Serve until asked to leave, then leave gracefully."""
+        await self._leave_requested.wait()
+        return await self.leave()
+
+    # -- seeds -----------------------------------------------------------------------------
+
+    async def add_seeds(self, seeds: Iterable[str]) -> int:
+        assert self.engine is not None
+        return await self.engine.add_seeds(seeds)
+
+    # -- intake: what this peer owns -------------------------------------------------------
+
+    async def intake(self, tasks: list[Task], done: dict[bytes, list[int]] | None = None) -> int:
+        """Accept tasks this peer owns: dedup, store, back up; returns how many were new."""
+        assert self.ledger is not None and self.engine is not None
+        if done:
+            await self.ledger.done.add([(k, fp) for k, fps in done.items() for fp in fps])
+        new = await self.ledger.accept(tasks)
+        if new:
+            self.engine.include_keys({t.key for t in new})
+            await self._store_backups(new)
+            self.engine.wake()
+        return len(new)
+
+    async def _store_backups(self, tasks: Sequence[Task]) -> None:
+        assert self.dispatcher is not None and self.node is not None
+        by_replica: dict[PeerRef, list[Task]] = defaultdict(list)
+        for key in {t.key for t in tasks}:
+            for rep in await self.dispatcher.replicas_of(key):
+                by_replica[rep].extend(t for t in tasks if t.key == key)
+        if not by_replica:
+            return
+
+        async def one(rep: PeerRef, ts: list[Task]) -> None:
+            assert self.node is not None
+            try:
+                await self.node.store_backup(rep, self.node_id, to_batches(ts))
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                # The copy is missing until the next replication pass; the task is safe here.
+                log.info("STORE_BACKUP to %s failed: %s", rep, exc)
+
+        await asyncio.gather(*(one(r, ts) for r, ts in by_replica.items()))
+
+    async def _finished(self, tasks: list[Task]) -> None:
+        assert self.dispatcher is not None
+        for t in tasks:
+            for rep in await self.dispatcher.replicas_of(t.key):
+                self._delete_outbox[rep].append(t.fp)
+
+    async def _delete_backup_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            await self._flush_deletes()
+
+    async def _flush_deletes(self) -> None:
+        if not self._delete_outbox:
+            return
+        assert self.node is not None
+        outbox, self._delete_outbox = self._delete_outbox, defaultdict(list)
+
+        async def one(rep: PeerRef, fps: list[int]) -> None:
+            assert self.node is not None
+            try:
+                await self.node.delete_backup(rep, self.node_id, fps)
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.info("DELETE_BACKUP to %s failed: %s", rep, exc)
+
+        await asyncio.gather(*(one(r, f) for r, f in outbox.items()))
+
+    # -- the CrawlHandler the node calls ---------------------------------------------------
+
+    def _decode(self, batches: list[KeyBatch]) -> tuple[dict[bytes, list[Task]], list[bytes]]:
+        """Tasks by key, checked: canonical URL, key matching the URL. Bad items counted."""
+        assert self.engine is not None
+        out: dict[bytes, list[Task]] = {}
+        bad_keys: list[bytes] = []
+        for b in batches:
+            tasks = []
+            for item in b.tasks:
+                url = urls.canonicalize(item.url)
+                if url is None or url != item.url or self.engine.key_of(url) != b.key:
+                    self.malformed += 1
+                    continue
+                tasks.append(Task(url, urls.fingerprint(url), b.key, item.depth, item.hops))
+            out[b.key] = tasks
+        return out, bad_keys
+
+    def _owns(self, key: bytes) -> bool:
+        assert self.node is not None
+        found = self.node.closest_local(key, 1)
+        return not found or found[0].id == self.node_id
+
+    async def handle_store_task(self, sender: PeerRef, batches: list[KeyBatch]) -> StoreResult:
+        if self.state != "active":
+            return StoreResult(new=0, duplicate=0, refused_keys=[b.key for b in batches])
+        by_key, _ = self._decode(batches)
+        done = {b.key: b.done for b in batches if b.done}
+        refused = [k for k in by_key if not self._owns(k)]
+        mine = [t for k, ts in by_key.items() if k not in refused for t in ts]
+        self.refused += len(refused)
+        new = await self.intake(mine, {k: v for k, v in done.items() if k not in refused})
+        return StoreResult(new=new, duplicate=len(mine) - new, refused_keys=refused)
+
+    async def handle_store_backup(
+        self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
+    ) -> int:
+        assert self.backups is not None
+        by_key, _ = self._decode(batches)
+        stored = [to_stored(t) for ts in by_key.values() for t in ts]
+        return await self.backups.add(owner, stored) if stored else 0
+
+    async def handle_delete_backup(self, sender: PeerRef, owner: bytes, fps: list[int]) -> int:
+        assert self.backups is not None and self.ledger is not None
+        removed = await self.backups.remove_returning(owner, fps)
+        if removed:
+            # The owner finished these: remember them, so taking its hosts over later
+            # does not fetch them again.
+            await self.ledger.done.add([(t.key, t.fp) for t in removed])
+        return len(removed)
+
+    async def handle_refresh_task(self, sender: PeerRef) -> int:
+        assert self.ledger is not None
+        self._rebalance_kick.set()
+        return self.ledger.queued
+
+    def peer_added(self, peer: PeerRef) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.forget_owners()
+        self.events.add("peer_added", peer=peer.id.hex()[:8], addr=f"{peer.host}:{peer.port}")
+        self._rebalance_kick.set()
+
+    def peer_removed(self, peer: PeerRef, reason: str) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.forget_owners()
+        kind = "peer_left" if reason == "goodbye" else "peer_lost"
+        self.events.add(kind, peer=peer.id.hex()[:8], reason=reason)
+        self._takeover_owners.add(peer.id)
+        self._rebalance_kick.set()
+
+    # -- membership changes: hand off, take over, re-replicate -----------------------------
+
+    async def _refresh_from_neighbours(self) -> None:
+        """Join step 3 of seed 001: ask neighbours to send what is now closer to us."""
+        assert self.node is not None
+        neighbours = self.node.closest_local(self.node_id, self.config.peer.ksize)
+        for p in neighbours:
+            if p.id == self.node_id:
+                continue
+            try:
+                await self.node.refresh_task(p)
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.info("REFRESH_TASK to %s failed: %s", p, exc)
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            await self._rebalance_kick.wait()
+            # Debounce: a join brings several membership events in a burst.
+            await asyncio.sleep(0.2)
+            self._rebalance_kick.clear()
+            if self.state != "active":
+                continue
+            try:
+                await self._takeover()
+                await self._rebalance()
+            except (PeerTimeout, RemoteError, OSError, MessageError) as exc:
+                log.warning("rebalance pass failed: %s; retrying", exc)
+                await asyncio.sleep(1.0)
+                self._rebalance_kick.set()
+
+    async def _takeover(self) -> None:
+        """Crash recovery: re-route the backups held for owners that are gone."""
+        assert self.backups is not None and self.node is not None and self.dispatcher
+        if not self._takeover_owners:
+            return
+        live = {p.id for p in self.node.peers()}
+        gone = [o for o in self._takeover_owners if o not in live]
+        self._takeover_owners.clear()
+        for owner in gone:
+            taken = await self.backups.take_owner(owner)
+            if not taken:
+                continue
+            tasks = [Task(s.url, s.fp, s.key, s.depth, s.hops) for s in taken]
+            self.events.add("takeover", owner=owner.hex()[:8], tasks=len(tasks))
+            await self.dispatcher.route(tasks)
+
+    async def _rebalance(self) -> None:
+        """Hand every key this peer no longer owns to its owner, history included."""
+        assert self.ledger is not None and self.engine is not None and self.node is not None
+        async with self._handoff_lock:
+            counts = await self.ledger.tasks.key_counts()
+            moved: dict[PeerRef, list[bytes]] = defaultdict(list)
+            for key in counts:
+                found = self.node.closest_local(key, 1)
+                if found and found[0].id != self.node_id:
+                    moved[found[0]].append(key)
+            for owner, keys in moved.items():
+                sent = await self._hand_keys(owner, keys)
+                self.events.add("handoff", to=owner.id.hex()[:8], keys=len(keys), tasks=sent)
+
+    async def _hand_keys(self, owner: PeerRef, keys: list[bytes]) -> int:
+        """Stop crawling ``keys``, wait for their fetches, send tasks and done fps to ``owner``."""
+        assert self.ledger is not None and self.engine is not None and self.node is not None
+        keyset = set(keys)
+        self.engine.exclude_keys(keyset)
+        deadline = time.monotonic() + self.config.peer.handoff_timeout
+        while any(t.key in keyset for t in self.engine.in_flight.values()):
+            if time.monotonic() > deadline:
+                break
+            await self.engine.wait_progress(0.2)
+        tasks = await self.ledger.take_keys(keys)
+        done = await self.ledger.done.fps_for_keys(keys)
+        try:
+            result = await self.node.store_task(owner, to_batches(tasks, done))
+        except (PeerTimeout, RemoteError, OSError):
+            # Put them back: they stay ours until the owner answers.
+            self.engine.include_keys(keyset)
+            await self.ledger.accept(tasks)
+            self.engine.wake()
+            raise
+        if result.refused_keys:
+            back = [t for t in tasks if t.key in set(result.refused_keys)]
+            self.engine.include_keys(set(result.refused_keys))
+            await self.ledger.accept(back)
+            self.engine.wake()
+        return len(tasks)
+
+    async def _republish_loop(self) -> None:
+        """Seed 001's periodic republish of backups, limited to the ones that need it.
+
+        A backup whose owner is alive and still the closest node to its key is left alone:
+        re-sending those would flood a healthy network for nothing.
+        """
+        interval = self.config.peer.republish_interval
+        while True:
+            await asyncio.sleep(interval)
+            if self.state == "active":
+                with contextlib.suppress(PeerTimeout, RemoteError, OSError):
+                    await self._republish_pass()
+
+    async def _republish_pass(self) -> int:
+        assert self.backups is not None and self.node is not None and self.dispatcher
+        live = {p.id for p in self.node.peers()}
+        after = 0
+        resent = 0
+        while True:
+            rows = await self.backups.page(after, 1000)
+            if not rows:
+                return resent
+            after = rows[-1][0]
+            stale: dict[bytes, list[Task]] = defaultdict(list)
+            for _, owner, s in rows:
+                closest = self.node.closest_local(s.key, 1 + self.config.peer.replicas)
+                ids = [p.id for p in closest]
+                healthy = owner in live and ids and ids[0] == owner and self.node_id in ids[1:]
+                if not healthy:
+                    stale[owner].append(Task(s.url, s.fp, s.key, s.depth, s.hops))
+            for owner, tasks in stale.items():
+                await self.dispatcher.route(tasks)
+                await self.backups.remove(owner, [t.fp for t in tasks])
+                resent += len(tasks)
+
+    # -- graceful leave --------------------------------------------------------------------
+
+    async def leave(self) -> HandoffReport:
+        """Seed 001's graceful leave: hand every task, done range and backup to its owner."""
+        assert self.engine is not None and self.ledger is not None and self.node is not None
+        assert self.backups is not None and self.dispatcher is not None
+        if self.state != "active":
+            return self.handoff
+        self.state = "leaving"
+        self.events.add("leaving")
+        report = self.handoff
+        await self.engine.stop_fetching(timeout=10.0)
+        await self.engine.aclose()
+        await self.dispatcher.flush()
+        await self._flush_deletes()
+        report.queue_at_leave = self.ledger.queued
+        others = [p for p in self.node.peers() if p.id != self.node_id]
+        if others:
+            async with self._handoff_lock:
+                counts = await self.ledger.tasks.key_counts()
+                by_owner: dict[PeerRef, list[bytes]] = defaultdict(list)
+                for key in counts:
+                    by_owner[_closest_other(key, others)].append(key)
+                for owner, keys in by_owner.items():
+                    tasks = await self.ledger.take_keys(keys)
+                    done = await self.ledger.done.fps_for_keys(keys)
+                    if await self._send_with_fallback(owner, others, tasks, done):
+                        report.tasks += len(tasks)
+                        report.done += sum(len(v) for v in done.values())
+                    else:
+                        report.failed += len(tasks)
+                        await self.ledger.accept(tasks)
+                for owner_id, _ in (await self.backups.owner_counts()).items():
+                    taken = await self.backups.take_owner(owner_id)
+                    groups: dict[PeerRef, list[Task]] = defaultdict(list)
+                    for s in taken:
+                        groups[_closest_other(s.key, others)].append(
+                            Task(s.url, s.fp, s.key, s.depth, s.hops)
+                        )
+                    for owner, tasks in groups.items():
+                        if await self._send_with_fallback(owner, others, tasks, None):
+                            report.backups += len(tasks)
+            for p in others:
+                with contextlib.suppress(PeerTimeout, RemoteError, OSError):
+                    await self.node.goodbye(p)
+        self.events.add("left", **_report_dict(report))
+        log.info(
+            "left the network: handed off %d tasks, %d done fingerprints, %d backups (%d failed)",
+            report.tasks,
+            report.done,
+            report.backups,
+            report.failed,
+        )
+        return report
+
+    async def _send_with_fallback(
+        self,
+        owner: PeerRef,
+        others: list[PeerRef],
+        tasks: list[Task],
+        done: dict[bytes, list[int]] | None,
+    ) -> bool:
+        """STORE_TASK to the new owner; if it is gone, to the next closest that answers."""
+        assert self.node is not None
+        if not tasks and not done:
+            return True
+        candidates = [owner] + [p for p in others if p != owner]
+        key = tasks[0].key if tasks else next(iter(done or {b"": []}))
+        candidates.sort(key=lambda p: distance(p.id, key) if p != owner else -1)
+        for cand in candidates[:4]:
+            try:
+                await self.node.store_task(cand, to_batches(tasks, done))
+                return True
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.warning("handoff to %s failed: %s", cand, exc)
+        return False
+
+    # -- status ----------------------------------------------------------------------------
+
+    def status(self) -> dict[str, object]:
+        eng, node, led = self.engine, self.node, self.ledger
+        stats = eng.stats if eng else None
+        pages_s, disc_s, bytes_s = stats.rate() if stats else (0.0, 0.0, 0.0)
+        peers = node.peers() if node else []
+        return {
+            "node_id": self.node_id.hex(),
+            "version": __version__,
+            "listen": f"{node.me.host}:{node.me.port}" if node and self.state != "joining" else "",
+            "state": self.state,
+            "peers": len(peers),
+            "network_size": len(peers) + 1,
+            "tasks_queued": eng.tasks_queued if eng else 0,
+            "tasks_in_flight": len(eng.in_flight) if eng else 0,
+            "backups_held": self._backup_count,
+            "done": led.done_count if led else 0,
+            "pages_fetched": stats.pages_fetched if stats else 0,
+            "urls_discovered": stats.urls_discovered if stats else 0,
+            "errors": stats.error_total if stats else 0,
+            "errors_by_kind": dict(stats.errors) if stats else {},
+            "bytes_fetched": stats.bytes_fetched if stats else 0,
+            "pages_per_s": round(pages_s, 2),
+            "discovered_per_s": round(disc_s, 2),
+            "bytes_per_s": round(bytes_s, 1),
+            "rpc_in_transit": self.dispatcher.pending if self.dispatcher else 0,
+            "uptime_s": round(time.monotonic() - self.started, 3),
+            "handoff": _report_dict(self.handoff),
+        }
+
+    _backup_count = 0
+
+    def top_hosts(self, limit: int) -> list[dict[str, object]]:
+        """Hosts by queue length in the frontier window, with their politeness state."""
+        if self.engine is None:
+            return []
+        now = time.monotonic()
+        hosts = sorted(self.engine.frontier.hosts.values(), key=len, reverse=True)[:limit]
+        return [
+            {
+                "host": hq.host,
+                "queued": len(hq),
+                "busy": hq.polite.busy,
+                "next_allowed_in_s": round(max(0.0, hq.polite.next_allowed - now), 3),
+                "robots_delay": hq.polite.robots_delay,
+                "last_response_s": round(hq.polite.last_response_time, 4),
+            }
+            for hq in hosts
+        ]
+
+    async def refresh_counts(self) -> None:
+        """Counts that need a store query, refreshed by the status server's sampler."""
+        if self.backups is not None and self.state in ("active", "leaving"):
+            self._backup_count = await self.backups.count()
+
+
+def _report_dict(report: HandoffReport) -> dict[str, object]:
+    return dataclasses.asdict(report)
+
+
+def _closest_other(key: bytes, others: list[PeerRef]) -> PeerRef:
+    return min(others, key=lambda p: distance(p.id, key))
+
+
+def partition_key_of(url: str, partition: str) -> bytes:
+    return key_for(urls.partition_key(url, partition))
