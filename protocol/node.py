@@ -176,6 +176,9 @@ class CrawlNode(Server):
         family = self.transport.get_extra_info("socket").family
         out: list[tuple[str, int]] = []
         for host, port in addrs:
+            if type(port) is not int or not 0 < port < 65536:  # getaddrinfo wraps 70000 to 4464
+                log.warning("bootstrap address %s:%s has no valid port", host, port)
+                continue
             try:
                 infos = await loop.getaddrinfo(host, port, family=family, type=socket.SOCK_DGRAM)
             except (OSError, UnicodeError, OverflowError, TypeError) as exc:

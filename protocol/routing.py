@@ -46,6 +46,14 @@ class ContactTable(RoutingTable):
 
     # --- queries -------------------------------------------------------------------------
 
+    def get_bucket_for(self, node: Node) -> int:
+        """Stock compares ``long_id < upper`` while ``KBucket.split`` files ``long_id <= mid``
+        in the lower half, so an ID equal to a split point was looked up in the wrong bucket."""
+        for index, bucket in enumerate(self.buckets):
+            if node.long_id <= bucket.range[1]:
+                return index
+        raise ValueError("node id beyond the 160-bit space")
+
     def bucket_of(self, node_id: bytes) -> KBucket:
         return self.buckets[self.get_bucket_for(Node(node_id))]
 

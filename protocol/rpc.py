@@ -116,6 +116,7 @@ class CrawlProtocol(KademliaProtocol):
         self._secret_warning = RateLimit(30.0)
         self.stats = RpcStats()
         self.tasks = TaskSet("protocol")
+        self._closed = asyncio.get_running_loop().create_future()  # set by connection_lost
 
     def __getattr__(self, name: str) -> Any:
         # rpcudp turns any missing attribute into a remote call; a typo must fail loudly.
@@ -165,6 +166,10 @@ class CrawlProtocol(KademliaProtocol):
             self._on_reply(frame.msg_id, obj, addr)
         else:
             self._on_request(frame.msg_id, obj, addr)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closed.done():
+            self._closed.set_result(None)
 
     def error_received(self, exc: Exception) -> None:
         log.debug("socket error: %s", exc)
@@ -556,3 +561,4 @@ class CrawlProtocol(KademliaProtocol):
         await self.tasks.aclose()
         if self.transport is not None:
             self.transport.close()
+            await self._closed  # the socket is released only after the next loop iteration
