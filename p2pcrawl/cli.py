@@ -385,6 +385,18 @@ async def run_join(opts: dict[str, Any]) -> int:
             peer.me.port,
             server.url,
         )
+        # One JSON line on stdout with the bound addresses, so scripts can use port 0.
+        print(
+            json.dumps(
+                {
+                    "ready": True,
+                    "node_id": peer.node_id.hex(),
+                    "listen": f"{peer.me.host}:{peer.me.port}",
+                    "status": f"{server.host}:{server.port}",
+                }
+            ),
+            flush=True,
+        )
         progress = asyncio.ensure_future(_progress_loop(peer)) if sys.stderr.isatty() else None
         try:
             report = await peer.run()

@@ -72,7 +72,15 @@ async def run_demo(args: argparse.Namespace) -> int:
         root = Path(tmp.name)
     else:
         root = Path(args.data)
-    web = TestWeb(TestWebConfig(hosts=args.hosts, pages_per_host=args.pages, seed=7))
+    web = TestWeb(
+        TestWebConfig(
+            hosts=args.hosts,
+            pages_per_host=args.pages,
+            seed=7,
+            slow_host_delay=0.05,
+            large_page_bytes=2 * 1024 * 1024,
+        )
+    )
     peers: list[Peer] = []
     servers: list[StatusServer] = []
     stop = asyncio.Event()

@@ -343,7 +343,7 @@ class Engine:
         if res.truncated:
             self.stats.truncated += 1
         if self.warc is not None:
-            await self.warc.write(_record(res))
+            await self.warc.write(_record(res), durable=True)
         discovered = self._links_of(task, res)
         if res.is_html and 200 <= res.status < 300:
             discovered.extend(await self._parse(task, res))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import os
 import queue
@@ -136,8 +137,13 @@ class WarcWriter:
         self._thread = threading.Thread(target=self._run, name="warc-writer", daemon=True)
         self._thread.start()
 
-    async def write(self, record: FetchRecord) -> None:
-        """Queue ``record``; waits while ``queue_size`` records are already pending."""
+    async def write(self, record: FetchRecord, *, durable: bool = False) -> None:
+        """Queue ``record``; waits while ``queue_size`` records are already pending.
+
+        With ``durable`` it returns only once the record is in the file (handed to the OS,
+        so it survives the process being killed): a crawler marks a URL done only after
+        its record is safe, or a crash would lose the page.
+        """
         if self._slots is None:
             raise RuntimeError("WarcWriter.start() was not awaited")
         if self._closing:
@@ -150,7 +156,14 @@ class WarcWriter:
             self._slots.release()
             self._raise_if_failed()
             raise RuntimeError("WarcWriter is closed")
-        self._queue.put(record)
+        if not durable:
+            self._queue.put(record)
+            return
+        assert self._loop is not None
+        written: asyncio.Future[None] = self._loop.create_future()
+        self._queue.put((record, written))
+        await written
+        self._raise_if_failed()
 
     async def aclose(self) -> None:
         """Write everything queued, close the file and join the thread. Idempotent."""
@@ -179,6 +192,9 @@ class WarcWriter:
                 item = self._queue.get()
                 if item is _STOP:
                     break
+                written: asyncio.Future[None] | None = None
+                if isinstance(item, tuple):
+                    item, written = item
                 assert isinstance(item, FetchRecord)
                 try:
                     if self._error is None:
@@ -188,6 +204,8 @@ class WarcWriter:
                     self._error = exc
                 finally:
                     self._notify(self._release_slot)
+                    if written is not None:
+                        self._notify(functools.partial(_resolve, written))
         finally:
             try:
                 self._close_file()
@@ -369,10 +387,20 @@ def read_warc_urls(directory: Path) -> list[str]:
     urls: list[str] = []
     for path in sorted(directory.glob(f"*{_WARC_SUFFIX}")):
         with path.open("rb") as f:
-            for record in ArchiveIterator(f):
-                if record.rec_type == "response":
-                    urls.append(record.rec_headers.get_header("WARC-Target-URI"))
+            try:
+                for record in ArchiveIterator(f):
+                    if record.rec_type == "response":
+                        urls.append(record.rec_headers.get_header("WARC-Target-URI"))
+            except (EOFError, OSError, zlib.error, ValueError):
+                # A peer killed mid-write leaves a partial last record; the URL it held was
+                # not yet marked done, so it is fetched again elsewhere and nothing is lost.
+                continue
     return urls
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _write_fully(f: IO[bytes], data: bytes) -> None:
