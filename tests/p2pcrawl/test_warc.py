@@ -225,6 +225,19 @@ async def test_aclose_drains_the_queue_and_is_idempotent(tmp_path: Path) -> None
         await writer.write(make_record())
 
 
+async def test_a_durable_write_is_in_the_file_when_it_returns(tmp_path: Path) -> None:
+    writer = WarcWriter(tmp_path, prefix="abcd1234")
+    await writer.start()
+    try:
+        await writer.write(make_record("http://a.test/1"))
+        await writer.write(make_record("http://a.test/2"), durable=True)
+        # Not closed yet: the records must already be readable from the open file, in order.
+        assert writer.records_written == 2
+        assert read_warc_urls(tmp_path) == ["http://a.test/1", "http://a.test/2"]
+    finally:
+        await writer.aclose()
+
+
 async def test_write_before_start_is_refused(tmp_path: Path) -> None:
     writer = WarcWriter(tmp_path, prefix="abcd1234")
     with pytest.raises(RuntimeError):
