@@ -149,6 +149,24 @@ def _add_crawl_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--warc-max-bytes", type=_positive_int, metavar="BYTES", help="rotate WARC files (1 GiB)"
     )
+    a = p.add_argument_group("network tuning")
+    a.add_argument("--rpc-timeout", type=_nonneg_float, metavar="S", help="RPC reply timeout (2)")
+    a.add_argument(
+        "--failures-before-evict",
+        type=_positive_int,
+        metavar="N",
+        help="consecutive failed RPCs before a peer is considered gone (3)",
+    )
+    a.add_argument("--ping-interval", type=_nonneg_float, metavar="S", help="liveness pings (5)")
+    a.add_argument(
+        "--refresh-interval", type=_nonneg_float, metavar="S", help="routing-table refresh (60)"
+    )
+    a.add_argument(
+        "--republish-interval",
+        type=_nonneg_float,
+        metavar="S",
+        help="how often backups of vanished owners are re-published (30)",
+    )
 
 
 def _add_join_options(join: argparse.ArgumentParser) -> None:
@@ -286,10 +304,20 @@ def settings_from(opts: dict[str, Any]) -> tuple[CrawlSettings, PeerSettings]:
         warc_max_bytes=int(opts.get("warc_max_bytes") or cs.warc_max_bytes),
     )
     ps = PeerSettings()
+
+    def pick(name: str, default: Any) -> Any:
+        value = opts.get(name)
+        return default if value is None else type(default)(value)
+
     peer = PeerSettings(
         partition=opts.get("partition") or ps.partition,
-        replicas=int(opts["replicas"] if opts.get("replicas") is not None else ps.replicas),
+        replicas=pick("replicas", ps.replicas),
         secret=opts.get("secret") or "",
+        rpc_timeout=pick("rpc_timeout", ps.rpc_timeout),
+        failures_before_evict=pick("failures_before_evict", ps.failures_before_evict),
+        ping_interval=pick("ping_interval", ps.ping_interval),
+        refresh_interval=pick("refresh_interval", ps.refresh_interval),
+        republish_interval=pick("republish_interval", ps.republish_interval),
     )
     return crawl, peer
 

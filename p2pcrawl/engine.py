@@ -295,6 +295,14 @@ class Engine:
         return None
 
     async def _crawl_one(self, hq: HostQueue, task: Task) -> None:
+        if self.ledger.done.maybe_contains(task.fp) and (await self.ledger.is_done([task]))[0]:
+            # Finished elsewhere meanwhile (history handed over after a restart or a move).
+            self.stats.skipped_done += 1
+            self.frontier.release(hq, response_time=0.0, gap=0.0)
+            await self.ledger.drop_done([task.fp])
+            if self.on_finished is not None:
+                await self.on_finished([task])
+            return
         policy = await self._robots_for(hq, task)
         if policy is None:
             return  # requeued behind the robots.txt request

@@ -107,6 +107,12 @@ class Ledger:
         removed = await self.tasks.remove([t.fp for t in tasks])
         self.queued -= removed
 
+    async def drop_done(self, fps: Sequence[int]) -> int:
+        """Remove queued tasks that turned out to be finished elsewhere."""
+        removed = await self.tasks.remove(fps)
+        self.queued -= removed
+        return removed
+
     async def is_done(self, tasks: Sequence[Task]) -> list[bool]:
         return await self.done.contains([(t.key, t.fp) for t in tasks])
 

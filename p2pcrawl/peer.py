@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from p2pcrawl import __version__, urls
+from p2pcrawl.batching import Coalescer
 from p2pcrawl.dispatch import Dispatcher, to_batches
 from p2pcrawl.engine import Engine
 from p2pcrawl.frontier import Task
@@ -80,7 +81,7 @@ class Peer:
         self._owned: set[asyncio.Task[None]] = set()
         self._rebalance_kick = asyncio.Event()
         self._takeover_owners: set[bytes] = set()
-        self._delete_outbox: dict[PeerRef, list[int]] = defaultdict(list)
+        self._deletes: Coalescer[PeerRef, int] = Coalescer(self._send_deletes)
         self._stopped = asyncio.Event()
         self._leave_requested = asyncio.Event()
         self._handoff_lock = asyncio.Lock()
@@ -139,7 +140,6 @@ class Peer:
                 self.events.add("joined", peers=len(peers))
             await self.engine.start()
             self._spawn(self._rebalance_loop(), "rebalance")
-            self._spawn(self._delete_backup_loop(), "delete-backup")
             self._spawn(self._republish_loop(), "republish")
             self.state = "active"
             if cfg.bootstrap:
@@ -174,6 +174,7 @@ class Peer:
         await asyncio.gather(*owned, return_exceptions=True)
         for name, closer in (
             ("engine", self.engine.aclose if self.engine else None),
+            ("deletes", self._deletes.aclose),
             ("dispatcher", self.dispatcher.aclose if self.dispatcher else None),
             ("node", self.node.aclose if self.node else None),
             ("warc", self.warc.aclose if self.warc else None),
@@ -208,7 +209,11 @@ class Peer:
         """Accept tasks this peer owns: dedup, store, back up; returns how many were new."""
         assert self.ledger is not None and self.engine is not None
         if done:
-            await self.ledger.done.add([(k, fp) for k, fps in done.items() for fp in fps])
+            pairs = [(k, fp) for k, fps in done.items() for fp in fps]
+            await self.ledger.done.add(pairs)
+            # Tasks queued here before the history arrived (a restart) are finished already.
+            if await self.ledger.drop_done([fp for _, fp in pairs]):
+                await self._finished([Task("", fp, k, 0) for k, fp in pairs])
         new = await self.ledger.accept(tasks)
         if new:
             self.engine.include_keys({t.key for t in new})
@@ -236,30 +241,27 @@ class Peer:
         await asyncio.gather(*(one(r, ts) for r, ts in by_replica.items()))
 
     async def _finished(self, tasks: list[Task]) -> None:
+        """Tell the replicas before the page counts as done (seed 001: DELETE_BACKUP).
+
+        Waiting for their answer keeps a crash from leaving a replica with a copy of a
+        finished page and no record that it is finished: it would fetch it again.
+        """
         assert self.dispatcher is not None
+        by_rep: dict[PeerRef, list[int]] = defaultdict(list)
         for t in tasks:
             for rep in await self.dispatcher.replicas_of(t.key):
-                self._delete_outbox[rep].append(t.fp)
+                by_rep[rep].append(t.fp)
+        if by_rep:
+            await asyncio.gather(*(self._deletes.submit(r, f) for r, f in by_rep.items()))
 
-    async def _delete_backup_loop(self) -> None:
-        while True:
-            await asyncio.sleep(0.2)
-            await self._flush_deletes()
-
-    async def _flush_deletes(self) -> None:
-        if not self._delete_outbox:
-            return
+    async def _send_deletes(self, rep: PeerRef, fps: list[int]) -> None:
         assert self.node is not None
-        outbox, self._delete_outbox = self._delete_outbox, defaultdict(list)
-
-        async def one(rep: PeerRef, fps: list[int]) -> None:
-            assert self.node is not None
-            try:
-                await self.node.delete_backup(rep, self.node_id, fps)
-            except (PeerTimeout, RemoteError, OSError) as exc:
-                log.info("DELETE_BACKUP to %s failed: %s", rep, exc)
-
-        await asyncio.gather(*(one(r, f) for r, f in outbox.items()))
+        try:
+            await self.node.delete_backup(rep, self.node_id, fps)
+        except (PeerTimeout, RemoteError, OSError) as exc:
+            # The copies stay; the republish pass finds the owner healthy and they are
+            # dropped when the owner's next DELETE_BACKUP or a takeover dedups them.
+            log.info("DELETE_BACKUP to %s failed: %s", rep, exc)
 
     # -- the CrawlHandler the node calls ---------------------------------------------------
 
@@ -467,9 +469,13 @@ class Peer:
         await self.engine.stop_fetching(timeout=10.0)
         await self.engine.aclose()
         await self.dispatcher.flush()
-        await self._flush_deletes()
         report.queue_at_leave = self.ledger.queued
         others = [p for p in self.node.peers() if p.id != self.node_id]
+        # Goodbye first: once the others have dropped this peer from their tables they
+        # route its keys to their new owners, and those accept the handoff below as theirs.
+        for p in others:
+            with contextlib.suppress(PeerTimeout, RemoteError, OSError):
+                await self.node.goodbye(p)
         if others:
             async with self._handoff_lock:
                 counts = await self.ledger.tasks.key_counts()
@@ -495,9 +501,6 @@ class Peer:
                     for owner, tasks in groups.items():
                         if await self._send_with_fallback(owner, others, tasks, None):
                             report.backups += len(tasks)
-            for p in others:
-                with contextlib.suppress(PeerTimeout, RemoteError, OSError):
-                    await self.node.goodbye(p)
         self.events.add("left", **_report_dict(report))
         log.info(
             "left the network: handed off %d tasks, %d done fingerprints, %d backups (%d failed)",
@@ -556,7 +559,8 @@ class Peer:
             "pages_per_s": round(pages_s, 2),
             "discovered_per_s": round(disc_s, 2),
             "bytes_per_s": round(bytes_s, 1),
-            "rpc_in_transit": self.dispatcher.pending if self.dispatcher else 0,
+            "rpc_in_transit": (self.dispatcher.pending if self.dispatcher else 0)
+            + self._deletes.pending,
             "uptime_s": round(time.monotonic() - self.started, 3),
             "handoff": _report_dict(self.handoff),
         }

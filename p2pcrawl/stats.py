@@ -53,6 +53,7 @@ class CrawlStats:
     non_html: int = 0
     retries: int = 0
     nofollow_pages: int = 0
+    skipped_done: int = 0  # queued URLs found already done before fetching
     status: Counter[int] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)

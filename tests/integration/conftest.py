@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from p2pcrawl.testweb import TestWeb, TestWebConfig
+from tests.integration.cluster import Cluster
+
+
+@pytest.fixture
+async def web() -> AsyncIterator[TestWeb]:
+    async with TestWeb(
+        TestWebConfig(hosts=8, pages_per_host=40, slow_host_delay=0.02, large_page_bytes=300_000)
+    ) as w:
+        yield w
+
+
+def crawl_args(web: TestWeb, *extra: str) -> list[str]:
+    args = ["--allow-private", "--politeness-factor", "0", "--concurrency", "8"]
+    for d in web.allow_domains:
+        args += ["--allow-domain", d]
+    return [*args, *extra]
+
+
+@pytest.fixture
+async def make_cluster(tmp_path: Path) -> AsyncIterator[object]:
+    clusters: list[Cluster] = []
+
+    async def factory(common: list[str]) -> Cluster:
+        c = Cluster(tmp_path, common)
+        await c.__aenter__()
+        clusters.append(c)
+        return c
+
+    yield factory
+    for c in clusters:
+        await c.__aexit__(None, None, None)
