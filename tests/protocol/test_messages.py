@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import struct
 import zlib
 from collections import defaultdict
 from typing import Any
@@ -12,11 +13,10 @@ import umsgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.codec import MAX_DECOMPRESSED, MAX_ITEMS, MAX_KEYS
 from protocol.errors import MessageError
 from protocol.messages import (
     FPS_PER_CHUNK,
-    MAX_DECOMPRESSED,
-    MAX_KEYS,
     MAX_URL_LENGTH,
     RPC_REQUEST_LIMIT,
     KeyBatch,
@@ -152,8 +152,39 @@ def z(obj: Any) -> bytes:
     return zlib.compress(umsgpack.packb(obj))
 
 
-def entry(key: bytes = ID, urls: str = "https://a/", n: int = 1, done: bytes = b"") -> list[Any]:
-    return [key, urls, b"\0\1" * n, b"\0\0" * n, done]
+def cols(
+    keys: list[bytes] | None = None,
+    tasks: list[int] | None = None,
+    fps: list[int] | None = None,
+    urls: str = "https://a/",
+    **override: Any,
+) -> bytes:
+    """A columnar payload, consistent unless told otherwise."""
+    keys = [ID] if keys is None else keys
+    n = len(urls.split("\n")) if urls else 0
+    tasks = ([n] + [0] * (len(keys) - 1) if keys else []) if tasks is None else tasks
+    fps = [0] * len(keys) if fps is None else fps
+    body: dict[str, Any] = {
+        "version": 1,
+        "keys": b"".join(keys),
+        "tasks": struct.pack(f">{len(tasks)}I", *tasks),
+        "fps": struct.pack(f">{len(fps)}I", *fps),
+        "urls": urls,
+        "depths": b"\0\1" * n,
+        "hops": b"\0\0" * n,
+        "done": b"\0" * 8 * sum(fps),
+    }
+    if "key_column" in override:
+        body["keys"] = override.pop("key_column")
+    body.update(override)
+    return z(list(body.values()))
+
+
+def test_decoder_accepts_the_empty_payload() -> None:
+    assert decode_batches(cols(keys=[], urls="")) == []
+    assert decode_batches(cols(urls="https://a/\nhttp://b/x")) == [
+        KeyBatch(ID, [TaskItem("https://a/", 1), TaskItem("http://b/x", 1)])
+    ]
 
 
 @pytest.mark.parametrize(
@@ -162,26 +193,33 @@ def entry(key: bytes = ID, urls: str = "https://a/", n: int = 1, done: bytes = b
         "not bytes",
         b"",
         b"not zlib",
-        z([1, [entry()]])[:-3],  # truncated
-        z([1, [entry()]]) + b"junk",  # trailing data
+        cols()[:-3],  # truncated
+        cols() + b"junk",  # trailing data
         zlib.compress(b"\0" * 6_000_000, 9),  # decompression bomb
         zlib.compress(b"\xc1"),  # reserved msgpack code
         z({"a": 1}),
-        z([2, [entry()]]),  # unknown version
-        z([True, [entry()]]),
         z([1, "x"]),
-        z([1, [entry(key=b"\0" * 19)]]),
-        z([1, [entry(key="k" * 20)]]),  # type: ignore[arg-type]
-        z([1, [entry(urls="ftp://a/")]]),
-        z([1, [entry(urls="https://a/\nhttps://b/")]]),  # two URLs, one depth
-        z([1, [entry(urls="https://a/ b")]]),
-        z([1, [entry(urls="https://" + "a" * MAX_URL_LENGTH)]]),
-        z([1, [entry(done=b"\0" * 7)]]),
-        z([1, [[ID, "https://a/", b"\0", b"\0\0", b""]]]),  # depth column too short
-        z([1, [[ID, "https://a/", [1], b"\0\0", b""]]]),
-        z([1, [[ID, "https://a/", b"\0\0", b"\0\0"]]]),  # missing column
-        z([1, [entry(key=secrets.token_bytes(20), urls="", n=0) for _ in range(MAX_KEYS + 1)]]),
-        z([1, [entry(urls="\n".join(["https://a/"] * 9000), n=9000)] * 2]),  # too many items
+        cols(version=2),
+        cols(version=True),
+        cols(keys=[b"\0" * 19]),  # key of 19 bytes
+        cols(key_column="k" * 20),
+        cols(tasks=[1, 0]),  # counts for two keys, one key
+        cols(tasks=[2]),  # counts do not add up to the URLs
+        cols(fps=[1], done=b""),
+        cols(done=b"\0" * 7),
+        cols(urls="ftp://a/"),
+        cols(urls="https://a/ b"),
+        cols(urls="https://"),
+        cols(urls="https://" + "a" * MAX_URL_LENGTH),
+        cols(urls="HTTPS://a/\nhttp://b/\u00e4"),
+        cols(depths=b"\0"),  # depth column too short
+        cols(depths=[1]),
+        cols(
+            keys=[secrets.token_bytes(20) for _ in range(MAX_KEYS + 1)],
+            urls="",
+            tasks=[0] * (MAX_KEYS + 1),
+        ),
+        cols(urls="\n".join(["https://a/"] * (MAX_ITEMS + 1))),
         b"\x00" * (RPC_REQUEST_LIMIT + 1),
     ],
 )
@@ -217,7 +255,7 @@ msgpack_values = st.recursive(
 @given(msgpack_values)
 def test_arbitrary_msgpack_raises_only_message_error(obj: Any) -> None:
     # Past the inflate step, so the structural checks get exercised.
-    for payload in (z(obj), z([1, obj]), z([1, [obj]])):
+    for payload in (z(obj), z([1, obj]), z([1, b"", b"", b"", "", b"", b"", obj])):
         try:
             decode_batches(payload)
         except MessageError:
