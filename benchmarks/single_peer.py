@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             verdict = ""
             if target is not None:
                 verdict = f"  (target >= {target}x: {'met' if ratio >= target else 'NOT met'})"
-            print(f"engine/{name}: {ratio:.2f}x pages/s{verdict}")
+            print(f"engine/{name}: {ratio:.3f}x pages/s{verdict}")
     else:
         print("\nengine: not available; targets: engine >= 0.7x bare, >= 5x scrapy")
 
