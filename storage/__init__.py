@@ -1,6 +1,27 @@
 """Per-peer persistent stores: task store, backup store, done record, Bloom filters.
 
-Nothing here knows about HTTP or the network; SQLite (WAL) files under the data directory.
+Nothing here knows about HTTP or the network. Each store is one SQLite file (WAL) owned by
+one background thread that group-commits; every ``add`` returns once its rows are durable
+against the process being killed. Fingerprints are unsigned 64-bit ints in this API.
 """
 
 from __future__ import annotations
+
+from storage.backups import BackupStore
+from storage.bloom import SplittableBloom, false_positive_rate, optimal_k
+from storage.db import StoreClosed, StoreCorrupt
+from storage.done import DoneRecord
+from storage.records import StoredTask
+from storage.tasks import TaskStore
+
+__all__ = [
+    "BackupStore",
+    "DoneRecord",
+    "SplittableBloom",
+    "StoreClosed",
+    "StoreCorrupt",
+    "StoredTask",
+    "TaskStore",
+    "false_positive_rate",
+    "optimal_k",
+]
