@@ -2,12 +2,9 @@
 
 The node joins like any Kademlia node (ping a bootstrap contact, then FIND_NODE on its own ID,
 §2.3), answers the stock RPCs so plain kademlia peers interoperate, and adds STORE_TASK,
-STORE_BACKUP, DELETE_BACKUP, REFRESH_TASK and GOODBYE with typed async methods.
-
-It owns two loops instead of kademlia's ``call_later`` chain (which forgets its interval after
-the first run): a liveness loop that pings the closest neighbours and silent contacts every
-``ping_interval``, feeding the failure counts that decide eviction, and a refresh loop that
-looks up lonely buckets and our own ID every ``refresh_interval`` (§2.3).
+STORE_BACKUP, DELETE_BACKUP, REFRESH_TASK (``calls`` / ``service``) and GOODBYE. It owns every
+task it starts: the liveness and refresh loops (``upkeep``) and, through the protocol, every
+handler and check; ``aclose()`` cancels and awaits them all, then closes the socket.
 """
 
 from __future__ import annotations
@@ -15,42 +12,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
 import socket
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kademlia.crawling import NodeSpiderCrawl
 from kademlia.network import Server
 from kademlia.node import Node
 
-from protocol.errors import BootstrapError, PeerTimeout, RemoteError
-from protocol.messages import (
-    KeyBatch,
-    PeerRef,
-    StoreResult,
-    check_id,
-    count_from_wire,
-    encode_chunks,
-    encode_fps,
-    store_result_from_wire,
-)
+from protocol.calls import CrawlCalls
+from protocol.errors import BootstrapError
+from protocol.membership import peer_of
+from protocol.model import PeerRef, check_id
 from protocol.ownership import closest as closest_ids
-from protocol.rpc import CrawlProtocol, peer_of
+from protocol.rpc import CrawlProtocol
 from protocol.service import CrawlHandler, crawl_servers
 from protocol.state import SavedState, read_state, write_state
 from protocol.tasks import TaskSet
+from protocol.upkeep import every, ping_round, refresh_once
 
 __all__ = ["CrawlHandler", "CrawlNode", "NodeConfig"]
 
 log = logging.getLogger(__name__)
 
-CHUNK_WINDOW = 8  # chunks of one call in flight: a burst must fit the receiver's socket buffer
-NEIGHBOUR_PINGS = 8  # closest contacts checked every ping_interval (the likely replicas)
-STALE_PINGS = 16  # at most this many long-silent contacts checked per round
-SOCKET_BUFFER = 2 * 1024 * 1024
+SOCKET_BUFFER = 2 * 1024 * 1024  # bursts of 8 KiB chunks overflow the 208 KiB Linux default
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +50,7 @@ class NodeConfig:
     refresh_interval: float = 60.0
 
 
-class CrawlNode(Server):
+class CrawlNode(CrawlCalls, Server):
     protocol: CrawlProtocol | None
     transport: asyncio.DatagramTransport | None
 
@@ -72,13 +58,12 @@ class CrawlNode(Server):
         self, node_id: bytes, handler: CrawlHandler, config: NodeConfig | None = None
     ) -> None:
         self.config = config or NodeConfig()
-        super().__init__(
-            ksize=self.config.ksize, alpha=self.config.alpha, node_id=check_id(node_id)
-        )
+        cfg = self.config
+        super().__init__(ksize=cfg.ksize, alpha=cfg.alpha, node_id=check_id(node_id))
         self.handler = handler
         self._loops = TaskSet("node")
         self._me: PeerRef | None = None
-        self._peers_cache: tuple[int, dict[bytes, Node]] = (-1, {})
+        self._members_cache: tuple[int, dict[bytes, Node]] = (-1, {})
         self._refresh_runs = 0
         self._ping_rounds = 0
 
@@ -110,7 +95,7 @@ class CrawlNode(Server):
         self.transport = transport
         sock = transport.get_extra_info("socket")
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-            try:  # best effort: bursts of 8 KiB chunks overflow the 208 KiB Linux default
+            try:  # best effort: capped by net.core.rmem_max / wmem_max
                 sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
             except OSError:
                 pass
@@ -118,10 +103,11 @@ class CrawlNode(Server):
         self.node.ip, self.node.port = host, real_port
         self._me = PeerRef(self.node.id, host, real_port)
         log.info("node %s listening on %s:%s", self._me.short, host, real_port)
-        self._loops.spawn(self._every(self.config.ping_interval, self._ping_round), "ping")
-        self._loops.spawn(self._every(self.config.refresh_interval, self._refresh_once), "refresh")
+        self._loops.spawn(every(self.config.ping_interval, self._ping_round), "ping")
+        self._loops.spawn(every(self.config.refresh_interval, self._refresh_once), "refresh")
 
     async def listen_on(self, host: str, port: int) -> PeerRef:
+        """Listen on ``host:port`` (port 0 picks a free one); returns ``me``."""
         await self.listen(port, host)
         return self.me
 
@@ -143,6 +129,7 @@ class CrawlNode(Server):
         super().stop()
 
     async def aclose(self) -> None:
+        """Cancel and await every task the node owns, then close the socket."""
         await self._loops.aclose()
         if self.protocol is not None:
             await self.protocol.aclose()
@@ -151,7 +138,8 @@ class CrawlNode(Server):
     # --- joining -------------------------------------------------------------------------
 
     async def join(self, addrs: Sequence[tuple[str, int]]) -> list[PeerRef]:
-        """Ping every bootstrap address, then FIND_NODE(self) through those that answered."""
+        """Ping every bootstrap address, then FIND_NODE(self) through those that answered
+        (§2.3: this fills our table and announces us to the nodes near our ID)."""
         proto = self._proto()
         resolved = await self._resolve(addrs)
         answers = await asyncio.gather(*(proto.ping_address(a) for a in resolved))
@@ -181,118 +169,51 @@ class CrawlNode(Server):
                 continue
             try:
                 infos = await loop.getaddrinfo(host, port, family=family, type=socket.SOCK_DGRAM)
-            except (OSError, UnicodeError, OverflowError, TypeError) as exc:
+            except (OSError, UnicodeError) as exc:
                 log.warning("bootstrap address %s:%s unusable: %s", host, port, exc)
                 continue
-            if infos:
-                found = (str(infos[0][4][0]), int(infos[0][4][1]))
-                if found not in out:
-                    out.append(found)
+            found = (str(infos[0][4][0]), int(infos[0][4][1]))
+            if found not in out:
+                out.append(found)
         return out
 
     async def bootstrap(self, addrs: Sequence[tuple[str, int]]) -> list[Node]:
-        """Stock API, routed through ``join``; returns no error when nobody answers."""
+        """Stock API, routed through ``join``; returns [] when nobody answers."""
         try:
             await self.join(addrs)
         except BootstrapError:
             return []
         return list(self._members().values())
 
-    # --- crawl RPCs ----------------------------------------------------------------------
-
-    async def store_task(self, peer: PeerRef, batches: Sequence[KeyBatch]) -> StoreResult:
-        """STORE_TASK in as many chunks as needed; the results summed.
-
-        Re-sending after a PeerTimeout is safe: the owner deduplicates (reported as
-        ``duplicate``), so the caller need not know which chunks arrived.
-        """
-        chunks = encode_chunks(batches)
-        replies = await self._chunked(peer, "store_task", [[p] for p, _ in chunks])
-        new = dup = 0
-        refused: list[bytes] = []
-        for reply, (_, keys) in zip(replies, chunks, strict=True):
-            result = _parse(peer, "store_task", store_result_from_wire, reply, keys)
-            new += result.new
-            dup += result.duplicate
-            refused.extend(k for k in result.refused_keys if k not in refused)
-        return StoreResult(new, dup, refused)
-
-    async def store_backup(self, peer: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> int:
-        check_id(owner, "owner")
-        chunks = encode_chunks(batches)
-        replies = await self._chunked(peer, "store_backup", [[owner, p] for p, _ in chunks])
-        return sum(_parse(peer, "store_backup", count_from_wire, r) for r in replies)
-
-    async def delete_backup(self, peer: PeerRef, owner: bytes, fps: Sequence[int]) -> int:
-        check_id(owner, "owner")
-        chunks = encode_fps(fps)
-        replies = await self._chunked(peer, "delete_backup", [[owner, c] for c in chunks])
-        return sum(_parse(peer, "delete_backup", count_from_wire, r) for r in replies)
-
-    async def refresh_task(self, peer: PeerRef) -> int:
-        reply = await self._proto().request(peer, "refresh_task", [])
-        return _parse(peer, "refresh_task", count_from_wire, reply)
-
-    async def goodbye(self, peer: PeerRef) -> None:
-        """Graceful leave: ``peer`` drops us from its routing table at once."""
-        await self._proto().request(peer, "goodbye", [])
-
-    async def ping_peer(self, peer: PeerRef) -> bytes:
-        """The ID that answers at ``peer.addr``; if it differs from ``peer.id``, the table
-        already replaced the old contact."""
-        ok, node_id = await self._proto().call_ping(Node(peer.id, peer.host, peer.port))
-        if not ok:
-            raise PeerTimeout(peer, peer.addr, "ping")
-        answered: bytes = node_id
-        return answered
-
-    async def _chunked(self, peer: PeerRef, rpc: str, arglists: list[list[Any]]) -> list[Any]:
-        """Send one request per chunk, ``CHUNK_WINDOW`` at a time, and wait for all of them.
-
-        Liveness is counted once per operation: a burst that loses some datagrams to a full
-        socket buffer is not three strikes against a live peer.
-        """
-        proto = self._proto()
-        window = asyncio.Semaphore(CHUNK_WINDOW)
-
-        async def one(args: list[Any]) -> dict[str, Any]:
-            async with window:
-                return await proto.request(peer, rpc, args, record=False)
-
-        results = await asyncio.gather(*(one(a) for a in arglists), return_exceptions=True)
-        node = Node(peer.id, peer.host, peer.port)
-        if results and all(isinstance(r, PeerTimeout) for r in results):
-            proto.contact_failed(node)
-        elif results:
-            proto.welcome_if_new(node)
-        for kind in (PeerTimeout, RemoteError, BaseException):
-            for r in results:
-                if isinstance(r, kind):
-                    raise r
-        return results
-
     # --- membership ----------------------------------------------------------------------
+
+    def _proto(self) -> CrawlProtocol:
+        if self.protocol is None:
+            raise RuntimeError("not listening yet")
+        return self.protocol
 
     def _members(self) -> dict[bytes, Node]:
         router = self._proto().router
-        version, members = self._peers_cache
+        version, members = self._members_cache
         if version != router.version:
             members = {n.id: n for n in router.members()}
-            self._peers_cache = (router.version, members)
+            self._members_cache = (router.version, members)
         return members
 
     def peers(self) -> list[PeerRef]:
+        """Everyone in the routing table (never this node)."""
         return [peer_of(n) for n in self._members().values()]
 
     def closest_local(self, key: bytes, n: int) -> list[PeerRef]:
-        """The ``n`` nodes closest to ``key`` that we know, this node included."""
+        """The ``n`` known nodes XOR-closest to ``key``, this node included (kademlia's own
+        lookups never return the local node)."""
         members = self._members()
         ids = closest_ids(key, [*members, self.node.id], n)
         return [self.me if i == self.node.id else peer_of(members[i]) for i in ids]
 
     async def closest(self, key: bytes, n: int) -> list[PeerRef]:
-        """Like ``closest_local``, but with an iterative FIND_NODE lookup (§2.3) once the table
-        is too big to know everyone (``ksize`` contacts or more)."""
+        """Like ``closest_local``; once the table may not know everyone (``ksize`` contacts or
+        more) an iterative FIND_NODE lookup (§2.3) is merged in first."""
         members = self._members()
         if len(members) < self.ksize:
             return self.closest_local(key, n)
@@ -308,9 +229,9 @@ class CrawlNode(Server):
     # --- stock DHT API, fixed ------------------------------------------------------------
 
     async def set_digest(self, dkey: bytes, value: Any) -> bool:
-        """kademlia's set_digest, except that no live neighbour means False (stock raises
+        """kademlia's set_digest, except that no live neighbour means False (stock raised
         ValueError from ``max([])``) and only successful stores count (stock's
-        ``any([(False, None)])`` is always true)."""
+        ``any([(False, None)])`` was always true)."""
         proto = self._proto()
         node = Node(dkey)
         nearest = proto.router.find_neighbors(node)
@@ -325,10 +246,9 @@ class CrawlNode(Server):
         return any(ok and stored for ok, stored in results)
 
     def save_state(self, fname: str | os.PathLike[str]) -> None:
-        write_state(
-            fname,
-            SavedState(self.node.id, self.ksize, self.alpha, self.bootstrappable_neighbors()),
-        )
+        """ID and neighbours as JSON (stock: pickle, which runs code when loaded)."""
+        neighbors = self.bootstrappable_neighbors()
+        write_state(fname, SavedState(self.node.id, self.ksize, self.alpha, neighbors))
 
     @classmethod
     async def load_state(
@@ -342,16 +262,7 @@ class CrawlNode(Server):
     ) -> CrawlNode:
         """Restore ID and neighbours from JSON, listen, and rejoin through the neighbours."""
         state = read_state(fname)
-        base = config or NodeConfig()
-        cfg = NodeConfig(
-            ksize=state.ksize,
-            alpha=state.alpha,
-            rpc_timeout=base.rpc_timeout,
-            failures_before_evict=base.failures_before_evict,
-            secret=base.secret,
-            ping_interval=base.ping_interval,
-            refresh_interval=base.refresh_interval,
-        )
+        cfg = replace(config or NodeConfig(), ksize=state.ksize, alpha=state.alpha)
         node = cls(state.node_id, handler, cfg)
         await node.listen(port, interface)
         if state.neighbors:
@@ -361,65 +272,20 @@ class CrawlNode(Server):
                 log.warning("saved neighbours did not answer: %s", exc)
         return node
 
-    # --- background loops ----------------------------------------------------------------
-
-    async def _every(self, interval: float, job: Callable[[], Awaitable[None]]) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await job()
-            except Exception:  # a dead loop would silently stop liveness checks
-                log.exception("background job %s failed", job.__name__)
+    # --- background loops and introspection ----------------------------------------------
 
     async def _ping_round(self) -> None:
-        proto = self._proto()
-        router = proto.router
-        now = time.monotonic()
-
-        def silent_for(node: Node) -> float:
-            return now - (router.last_seen(node.id) or 0.0)
-
-        members = list(self._members().values())
-        near = closest_ids(self.node.id, [n.id for n in members], NEIGHBOUR_PINGS)
-        by_id = {n.id: n for n in members}
-        targets = [by_id[i] for i in near if silent_for(by_id[i]) >= self.config.ping_interval]
-        stale = sorted(
-            (n for n in members if silent_for(n) > self.config.refresh_interval),
-            key=silent_for,
-            reverse=True,
-        )
-        targets += [n for n in stale[:STALE_PINGS] if n not in targets]
-        await asyncio.gather(*(proto.call_ping(n) for n in targets))
+        await ping_round(self._proto(), self.config.ping_interval, self.config.refresh_interval)
         self._ping_rounds += 1
 
     async def _refresh_once(self) -> None:
-        """§2.3: look up a random ID in each bucket idle for ``refresh_interval``, plus our own
-        ID (finds new close neighbours); then republish stored values older than an hour."""
-        proto = self._proto()
-        targets = [self.node.id]
-        for bucket in proto.router.lonely_buckets(self.config.refresh_interval):
-            low, high = bucket.range
-            rid = min(low + secrets.randbelow(high - low + 1), 2**160 - 1)
-            targets.append(rid.to_bytes(20, "big"))
-        crawls = []
-        for target in targets:
-            node = Node(target)
-            nearest = proto.router.find_neighbors(node, self.alpha)
-            if nearest:
-                crawls.append(NodeSpiderCrawl(proto, node, nearest, self.ksize, self.alpha).find())
-        await asyncio.gather(*crawls)
-        for dkey, value in self.storage.iter_older_than(3600):
-            await self.set_digest(dkey, value)
+        proto, cfg = self._proto(), self.config
+        await refresh_once(proto, self.ksize, self.alpha, cfg.refresh_interval, self.set_digest)
         self._refresh_runs += 1
 
-    # --- introspection -------------------------------------------------------------------
-
-    def _proto(self) -> CrawlProtocol:
-        if self.protocol is None:
-            raise RuntimeError("not listening yet")
-        return self.protocol
-
     def stats(self) -> dict[str, object]:
+        """RPC counts by name (sent, received, failed, errors), mean latency, datagrams
+        dropped by reason, and a few gauges."""
         proto = self._proto()
         out = proto.stats.snapshot()
         out.update(
@@ -432,35 +298,5 @@ class CrawlNode(Server):
         return out
 
     def buckets(self) -> list[dict[str, object]]:
-        router = self._proto().router
-        now = time.monotonic()
-        out: list[dict[str, object]] = []
-        for bucket in router.buckets:
-            low, high = bucket.range
-            peers = []
-            for n in bucket.nodes.values():
-                seen = router.last_seen(n.id)
-                peers.append(
-                    {
-                        "id": n.id.hex()[:8],
-                        "addr": f"{n.ip}:{n.port}",
-                        "last_seen_s": None if seen is None else round(now - seen, 1),
-                        "failures": router.failures(n.id),
-                    }
-                )
-            out.append(
-                {
-                    "range": [f"{low:040x}", f"{min(high, 2**160 - 1):040x}"],
-                    "peers": peers,
-                    "replacements": len(bucket.replacement_nodes),
-                }
-            )
-        return out
-
-
-def _parse(peer: PeerRef, rpc: str, parser: Callable[..., Any], reply: Any, *extra: Any) -> Any:
-    """Turn a reply that breaks the wire rules into RemoteError (the peer is alive but odd)."""
-    try:
-        return parser(reply, *extra)
-    except ValueError as exc:
-        raise RemoteError(peer, rpc, f"malformed reply: {exc}") from None
+        """The routing table for the status page (see ``ContactTable.describe``)."""
+        return self._proto().router.describe()

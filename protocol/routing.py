@@ -41,6 +41,7 @@ class ContactTable(RoutingTable):
         self._on_full = on_full
         self._failures: dict[bytes, int] = {}
         self._last_seen: dict[bytes, float] = {}
+        self._departed: dict[bytes, float] = {}  # node id -> monotonic time the mark expires
         self.version = 0  # bumped on every membership or address change, for caches
         super().__init__(None, ksize, me)  # no protocol: the table never does I/O
 
@@ -145,6 +146,55 @@ class ContactTable(RoutingTable):
             return False
         self.remove_contact(node, "unresponsive")
         return True
+
+    # --- graceful leave --------------------------------------------------------------------
+
+    def mark_departed(self, node_id: bytes, ttl: float) -> None:
+        """After GOODBYE: keep ``node_id`` out for ``ttl`` seconds, so hand-off traffic the
+        leaver sends after its goodbye does not re-add it."""
+        now = time.monotonic()
+        for expired in [k for k, until in self._departed.items() if until < now]:
+            del self._departed[expired]
+        self._departed[node_id] = now + ttl
+
+    def is_departed(self, node_id: bytes) -> bool:
+        until = self._departed.get(node_id)
+        if until is not None and until < time.monotonic():
+            del self._departed[node_id]
+            return False
+        return until is not None
+
+    def clear_departed(self, node_id: bytes) -> None:
+        self._departed.pop(node_id, None)
+
+    # --- reporting -----------------------------------------------------------------------
+
+    def describe(self) -> list[dict[str, object]]:
+        """Buckets for the status page: range, members (ID prefix, address, seconds since
+        last heard, consecutive failures) and the size of the replacement cache."""
+        now = time.monotonic()
+        out: list[dict[str, object]] = []
+        for bucket in self.buckets:
+            low, high = bucket.range
+            peers = []
+            for n in bucket.nodes.values():
+                seen = self._last_seen.get(n.id)
+                peers.append(
+                    {
+                        "id": n.id.hex()[:8],
+                        "addr": f"{n.ip}:{n.port}",
+                        "last_seen_s": None if seen is None else round(now - seen, 1),
+                        "failures": self._failures.get(n.id, 0),
+                    }
+                )
+            out.append(
+                {
+                    "range": [f"{low:040x}", f"{min(high, 2**160 - 1):040x}"],
+                    "peers": peers,
+                    "replacements": len(bucket.replacement_nodes),
+                }
+            )
+        return out
 
     def _notify_added(self, node: Node) -> None:
         self._last_seen.setdefault(node.id, time.monotonic())

@@ -1,0 +1,122 @@
+"""The sending side of the crawl RPCs (``service`` is the receiving side).
+
+A mixin of ``CrawlNode``. Each method encodes its arguments into chunks that fit one rpcudp
+request, sends them ``CHUNK_WINDOW`` at a time, waits for every reply, and sums the results.
+All raise ``PeerTimeout`` when the peer stays silent and ``RemoteError`` when it answers with an
+error; none returns rpcudp's ``(False, None)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kademlia.node import Node
+
+from protocol.errors import PeerTimeout, RemoteError
+from protocol.messages import (
+    KeyBatch,
+    PeerRef,
+    StoreResult,
+    check_id,
+    count_from_wire,
+    encode_chunks,
+    encode_fps,
+    store_result_from_wire,
+)
+from protocol.rpc import CrawlProtocol
+
+__all__ = ["CHUNK_WINDOW", "CrawlCalls"]
+
+# Chunks of one call in flight: a burst must fit the receiver's socket buffer (UDP drops the
+# overflow), yet keep the pipe full while the receiver decodes.
+CHUNK_WINDOW = 8
+
+
+class CrawlCalls:
+    def _proto(self) -> CrawlProtocol:
+        raise NotImplementedError
+
+    async def store_task(self, peer: PeerRef, batches: Sequence[KeyBatch]) -> StoreResult:
+        """STORE_TASK: hand tasks (and done fingerprints) to their owner; results summed.
+
+        Re-sending after a PeerTimeout is safe: the owner deduplicates (reported as
+        ``duplicate``), so the caller need not know which chunks arrived.
+        """
+        chunks = encode_chunks(batches)
+        replies = await self._chunked(peer, "store_task", [[p] for p, _ in chunks])
+        new = dup = 0
+        refused: dict[bytes, None] = {}
+        for reply, (_, keys) in zip(replies, chunks, strict=True):
+            result = _parse(peer, "store_task", store_result_from_wire, reply, keys)
+            new += result.new
+            dup += result.duplicate
+            refused.update(dict.fromkeys(result.refused_keys))
+        return StoreResult(new, dup, list(refused))
+
+    async def store_backup(self, peer: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> int:
+        """STORE_BACKUP: ``peer`` holds copies of ``owner``'s tasks; returns how many it stored."""
+        check_id(owner, "owner")
+        chunks = encode_chunks(batches)
+        replies = await self._chunked(peer, "store_backup", [[owner, p] for p, _ in chunks])
+        return sum(_parse(peer, "store_backup", count_from_wire, r) for r in replies)
+
+    async def delete_backup(self, peer: PeerRef, owner: bytes, fps: Sequence[int]) -> int:
+        """DELETE_BACKUP: ``owner`` finished these URLs; returns how many copies were dropped."""
+        check_id(owner, "owner")
+        chunks = encode_fps(fps)
+        replies = await self._chunked(peer, "delete_backup", [[owner, c] for c in chunks])
+        return sum(_parse(peer, "delete_backup", count_from_wire, r) for r in replies)
+
+    async def refresh_task(self, peer: PeerRef) -> int:
+        """REFRESH_TASK: ask ``peer`` to re-send what is now closer to us (after a join)."""
+        reply = await self._proto().request(peer, "refresh_task", [])
+        n: int = _parse(peer, "refresh_task", count_from_wire, reply)
+        return n
+
+    async def goodbye(self, peer: PeerRef) -> None:
+        """GOODBYE (graceful leave): ``peer`` drops us from its routing table at once."""
+        await self._proto().request(peer, "goodbye", [])
+
+    async def ping_peer(self, peer: PeerRef) -> bytes:
+        """The ID that answers at ``peer.addr``. If it differs from ``peer.id``, the routing
+        table has already replaced the old contact (a restart with a new ID)."""
+        ok, node_id = await self._proto().call_ping(Node(peer.id, peer.host, peer.port))
+        if not ok:
+            raise PeerTimeout(peer, peer.addr, "ping")
+        answered: bytes = node_id
+        return answered
+
+    async def _chunked(self, peer: PeerRef, rpc: str, arglists: list[list[Any]]) -> list[Any]:
+        """One request per chunk, ``CHUNK_WINDOW`` in flight; waits for all of them.
+
+        Liveness counts once per operation: a burst that loses some datagrams to a full socket
+        buffer is not several strikes against a live peer.
+        """
+        proto = self._proto()
+        window = asyncio.Semaphore(CHUNK_WINDOW)
+
+        async def one(args: list[Any]) -> dict[str, Any]:
+            async with window:
+                return await proto.request(peer, rpc, args, record=False)
+
+        results = await asyncio.gather(*(one(a) for a in arglists), return_exceptions=True)
+        node = Node(peer.id, peer.host, peer.port)
+        if results and all(isinstance(r, PeerTimeout) for r in results):
+            proto.contact_failed(node)
+        elif results:
+            proto.welcome_if_new(node)
+        for kind in (PeerTimeout, RemoteError, BaseException):
+            for r in results:
+                if isinstance(r, kind):
+                    raise r
+        return results
+
+
+def _parse(peer: PeerRef, rpc: str, parser: Callable[..., Any], reply: Any, *extra: Any) -> Any:
+    """A reply that breaks the wire rules is a RemoteError: the peer is alive but odd."""
+    try:
+        return parser(reply, *extra)
+    except ValueError as exc:
+        raise RemoteError(peer, rpc, f"malformed reply: {exc}") from None

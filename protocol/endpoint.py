@@ -1,0 +1,273 @@
+"""rpcudp's job, redone: request/reply over UDP datagrams, where every request gets an answer.
+
+``Endpoint`` is mixed in front of rpcudp's ``RPCProtocol`` (``rpc.CrawlProtocol``) and replaces
+all of its wire handling:
+
+* Datagrams are authenticated first (``auth.Framer``) and parsed defensively; rpcudp's
+  ``_solve_datagram`` raised inside an unowned task on bad msgpack. Every drop is counted by
+  reason (``stats``) and nothing a peer sends can raise out of ``datagram_received``.
+* A handler exception, an unknown name or a wrong arity gets ``{"error": ...}`` back at once;
+  rpcudp sent no reply, so the caller waited out its timeout and then evicted a live peer.
+* Each call has its own timer, and a cancelled caller removes its entry immediately
+  (``asyncio.wait_for`` around an rpcudp future left it in ``_outstanding``).
+* ``__getattr__`` raises: rpcudp turned any missing attribute, typos included, into a remote
+  call. Calls go through ``_call`` with an explicit name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ipaddress
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import umsgpack
+
+from protocol.auth import ID_LEN, REPLY, REQUEST, Framer, Rejected
+from protocol.codec import RPC_REQUEST_LIMIT
+from protocol.errors import MessageError
+from protocol.stats import RateLimit, RpcStats
+from protocol.tasks import TaskSet
+
+__all__ = ["MAX_CONCURRENT_REQUESTS", "Endpoint", "sendable"]
+
+log = logging.getLogger(__name__)
+
+MAX_CONCURRENT_REQUESTS = 256  # deferred handlers in progress; beyond this we answer "busy"
+
+
+def sendable(host: object, port: object) -> tuple[str, int] | None:
+    """A sendable (ip, port), or None. Hostnames are refused: sendto would resolve them with
+    a blocking DNS call, and a bad port makes asyncio close the whole transport."""
+    if type(host) is not str or type(port) is not int or not 0 < port < 65536:
+        return None
+    try:
+        return (str(ipaddress.ip_address(host)), port)
+    except ValueError:
+        return None
+
+
+@dataclass(slots=True)
+class _Pending:
+    future: asyncio.Future[tuple[bool, Any]]
+    timer: asyncio.TimerHandle
+    addr: tuple[str, int]
+    rpc: str
+    started: float
+
+
+class Endpoint(asyncio.DatagramProtocol):
+    transport: Any  # asyncio.DatagramTransport once connected (rpcudp starts it as None)
+
+    def _init_endpoint(self, rpc_timeout: float, secret: str) -> None:
+        self._wait_timeout = rpc_timeout
+        self._framer = Framer(secret)
+        self._pending: dict[bytes, _Pending] = {}
+        self._busy = 0
+        self._secret_warning = RateLimit(30.0)
+        self._closed = asyncio.get_running_loop().create_future()  # set by connection_lost
+        self.stats = RpcStats()
+        self.tasks = TaskSet("protocol")
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    # --- what the subclass serves ----------------------------------------------------------
+
+    def _inline(self, name: str) -> tuple[int, Callable[..., Any]] | None:
+        """(arity, handler) of an RPC answered synchronously: ``handler(addr, *args)``."""
+        return None
+
+    def _deferred(self, name: str) -> bool:
+        """True if ``name`` is served by ``_serve_deferred`` in its own task."""
+        return False
+
+    async def _serve_deferred(
+        self, name: str, args: list[Any], addr: tuple[str, int]
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    # --- incoming --------------------------------------------------------------------------
+
+    def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
+        addr = (addr[0], addr[1])
+        self.stats.datagrams_in += 1
+        self.stats.bytes_in += len(data)
+        try:
+            frame = self._framer.open(data)
+        except Rejected as rej:
+            self._drop(rej.reason)
+            if rej.reason == "bad_hmac" and self._secret_warning.ready():
+                log.warning(
+                    "dropped a datagram from %s:%s with a bad HMAC: that peer most likely "
+                    "runs with a different --secret (%d more suppressed)",
+                    addr[0],
+                    addr[1],
+                    self._secret_warning.suppressed,
+                )
+                self._secret_warning.suppressed = 0
+            return
+        if frame.kind == REQUEST and len(frame.body) > RPC_REQUEST_LIMIT:
+            self._drop("oversize")  # rpcudp's limit, kept so stock peers see the same rules
+            return
+        try:
+            obj = umsgpack.unpackb(frame.body)
+        except Exception:  # umsgpack raises a dozen types, and RecursionError on deep nesting
+            self._drop("malformed")
+            return
+        if frame.kind == REPLY:
+            self._on_reply(frame.msg_id, obj, addr)
+        else:
+            self._on_request(frame.msg_id, obj, addr)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def error_received(self, exc: Exception) -> None:
+        log.debug("socket error: %s", exc)
+
+    def _drop(self, reason: str) -> None:
+        self.stats.dropped[reason] += 1
+
+    def _on_reply(self, msg_id: bytes, obj: Any, addr: tuple[str, int]) -> None:
+        pending = self._pending.get(msg_id)
+        if pending is None or pending.addr != addr:
+            self._drop("unexpected_reply")
+            return
+        del self._pending[msg_id]
+        pending.timer.cancel()
+        self.stats.latency(pending.rpc, time.monotonic() - pending.started)
+        if not pending.future.done():
+            pending.future.set_result((True, obj))
+
+    def _on_request(self, msg_id: bytes, obj: Any, addr: tuple[str, int]) -> None:
+        if (
+            not isinstance(obj, list)
+            or len(obj) != 2
+            or type(obj[0]) is not str
+            or not isinstance(obj[1], list)
+        ):
+            self._drop("malformed")
+            self._reply(msg_id, addr, {"error": "malformed request: expected [name, args]"})
+            return
+        name, args = obj
+        if self._deferred(name):
+            self.stats.received[name] += 1
+            if self._busy >= MAX_CONCURRENT_REQUESTS:
+                self._drop("busy")
+                self._reply(msg_id, addr, {"error": "busy"})
+                return
+            self._busy += 1
+            self.tasks.spawn(self._run_deferred(name, msg_id, args, addr), name)
+            return
+        inline = self._inline(name)
+        if inline is None:  # not counted by name: arbitrary names must not grow our stats
+            self._drop("unknown_rpc")
+            self._reply(msg_id, addr, {"error": f"unknown rpc {name[:64]!r}"})
+            return
+        self.stats.received[name] += 1
+        arity, handler = inline
+        if len(args) != arity:
+            self._drop("bad_args")
+            self._reply(msg_id, addr, {"error": f"{name} takes {arity} arguments"})
+            return
+        try:
+            result = handler(addr, *args)
+        except MessageError as exc:
+            self._drop("bad_args")
+            result = {"error": f"bad arguments: {exc}"}
+        except Exception as exc:
+            log.exception("rpc %s failed", name)
+            self._drop("handler_error")
+            result = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+        self._reply(msg_id, addr, result)
+
+    async def _run_deferred(
+        self, name: str, msg_id: bytes, args: list[Any], addr: tuple[str, int]
+    ) -> None:
+        try:
+            reply = await self._serve_deferred(name, args, addr)
+        except MessageError as exc:
+            self._drop("bad_args")
+            reply = {"error": f"bad arguments: {exc}"}
+        except Exception as exc:
+            log.exception("rpc %s from %s:%s failed", name, *addr)
+            self._drop("handler_error")
+            reply = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+        finally:
+            self._busy -= 1
+        self._reply(msg_id, addr, reply)
+
+    def _reply(self, msg_id: bytes, addr: tuple[str, int], obj: Any) -> None:
+        try:
+            body = umsgpack.packb(obj)
+        except Exception:
+            body = umsgpack.packb({"error": "reply not encodable"})
+        self._send(REPLY, msg_id, body, addr)
+
+    def _send(self, kind: int, msg_id: bytes, body: bytes, addr: tuple[str, int]) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        datagram = self._framer.seal(kind, msg_id, body)
+        self.stats.datagrams_out += 1
+        self.stats.bytes_out += len(datagram)
+        self.transport.sendto(datagram, addr)
+
+    # --- outgoing --------------------------------------------------------------------------
+
+    def _call(self, addr: tuple[Any, Any], rpc: str, args: list[Any]) -> asyncio.Future[Any]:
+        """Send one request; the future resolves to (True, reply) or, on timeout, (False, None)
+        (rpcudp's convention, which kademlia's lookup code relies on)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[bool, Any]] = loop.create_future()
+        dest = sendable(addr[0], addr[1])
+        if dest is None or self.transport is None or self.transport.is_closing():
+            self.stats.failed[rpc] += 1
+            future.set_result((False, None))
+            return future
+        body = umsgpack.packb([rpc, args])
+        if len(body) > RPC_REQUEST_LIMIT:  # a bug in the caller: the codec chunks below this
+            raise MessageError(f"{rpc} request of {len(body)} bytes exceeds {RPC_REQUEST_LIMIT}")
+        msg_id = secrets.token_bytes(ID_LEN)
+        timer = loop.call_later(self._wait_timeout, self._expire, msg_id)
+        self._pending[msg_id] = _Pending(future, timer, dest, rpc, time.monotonic())
+        future.add_done_callback(functools.partial(self._settled, msg_id))
+        self.stats.sent[rpc] += 1
+        self._send(REQUEST, msg_id, body, dest)
+        return future
+
+    def _settled(self, msg_id: bytes, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():  # the caller gave up: forget the call now, not at the timeout
+            pending = self._pending.pop(msg_id, None)
+            if pending is not None:
+                pending.timer.cancel()
+
+    def _expire(self, msg_id: bytes) -> None:
+        pending = self._pending.pop(msg_id, None)
+        if pending is None:
+            return
+        self.stats.failed[pending.rpc] += 1
+        if not pending.future.done():
+            pending.future.set_result((False, None))
+
+    def outstanding(self) -> int:
+        return len(self._pending)
+
+    async def aclose(self) -> None:
+        """Cancel and await our tasks, fail calls still waiting, close the socket."""
+        self.tasks.cancel()
+        for pending in self._pending.values():
+            pending.timer.cancel()
+            if not pending.future.done():
+                pending.future.set_result((False, None))
+        self._pending.clear()
+        await self.tasks.aclose()
+        if self.transport is not None:
+            self.transport.close()
+            await self._closed  # the socket is released only on the next loop iteration

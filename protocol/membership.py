@@ -1,0 +1,140 @@
+"""Who is in the routing table: welcoming contacts, replacing ghosts, honouring goodbyes.
+
+A mixin of ``rpc.CrawlProtocol`` (it needs its ``call_ping`` and ``call_store``), kept apart
+because it is one idea: the rules for trusting a contact.
+
+* ``welcome_if_new`` decides which stored values a new node should receive (Kademlia §2.5).
+  kademlia measured distances to ``digest(key)`` -- a hash of the stored digest -- so it
+  handed values to the wrong nodes; and it fired the stores with ``ensure_future`` and no
+  owner. Known contacts are moved to the tail of their bucket (§2.2), which stock skipped.
+* A reply proves who lives at an address. A request claiming a new ID from an address we know
+  under another ID is checked by pinging the old contact: the answer tells whether it restarted
+  with a new ID (the ghost is replaced) or the claim was false.
+* One missed reply is one strike, not an eviction (``routing.ContactTable``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from kademlia.node import Node
+
+from protocol.model import PeerRef
+from protocol.routing import ContactTable
+from protocol.tasks import TaskSet
+
+__all__ = ["Membership", "peer_of"]
+
+log = logging.getLogger(__name__)
+
+
+def peer_of(node: Node) -> PeerRef:
+    return PeerRef(node.id, node.ip, node.port)
+
+
+class Membership:
+    # Provided by the protocol this is mixed into.
+    source_node: Node
+    storage: Any
+    tasks: TaskSet
+    call_ping: Callable[[Node], Coroutine[Any, Any, tuple[bool, Any]]]
+    call_store: Callable[[Node, bytes, Any], Coroutine[Any, Any, tuple[bool, Any]]]
+
+    def _init_membership(
+        self,
+        ksize: int,
+        failures_before_evict: int,
+        on_added: Callable[[PeerRef], None],
+        on_removed: Callable[[PeerRef, str], None],
+    ) -> None:
+        self.router = ContactTable(
+            self.source_node,
+            ksize,
+            failures_before_evict,
+            on_added=lambda n: _notify(on_added, peer_of(n)),
+            on_removed=lambda n, why: _notify(on_removed, peer_of(n), why),
+            on_full=self.check_alive,
+        )
+        self._checking: set[bytes] = set()
+
+    @property
+    def my_id(self) -> bytes:
+        node_id: bytes = self.source_node.id
+        return node_id
+
+    def contact_failed(self, node: Node) -> None:
+        if self.router.record_failure(node):
+            log.info("evicted %s after %d failed calls", peer_of(node), self.router.evict_after)
+
+    def welcome_if_new(self, node: Node) -> None:
+        """Record a contact that answered us; hand a new one the values it should hold."""
+        if node.id == self.my_id or self.router.is_departed(node.id):
+            return
+        if not self.router.is_new_node(node):
+            self.router.add_contact(node)  # §2.2: move to the tail as most recently seen
+            return
+        for key, value in self.storage:
+            keynode = Node(key)  # stock: Node(digest(key)), a digest of the stored digest
+            neighbors = self.router.find_neighbors(keynode)
+            if neighbors:
+                last = neighbors[-1].distance_to(keynode)
+                new_node_close = node.distance_to(keynode) < last
+                first = neighbors[0].distance_to(keynode)
+                this_closest = self.source_node.distance_to(keynode) < first
+            if not neighbors or (new_node_close and this_closest):
+                self.tasks.spawn(self.call_store(node, key, value), "welcome-store")
+        self.router.add_contact(node)
+
+    def welcome_sender(self, node: Node) -> None:
+        """A request arrived from ``node``; an ID conflict at its address is checked first."""
+        if node.id == self.my_id or self.router.is_departed(node.id):
+            return
+        if self.router.is_new_node(node):
+            ghost = self.router.by_address(node.ip, node.port)
+            if ghost is not None and ghost.id != node.id:
+                self.check_alive(ghost)  # call_ping replaces it if someone else answers
+                return
+        self.welcome_if_new(node)
+
+    def replace(self, old: Node | None, new: Node) -> None:
+        """A reply from ``new``'s address proved that ``new`` lives there: drop anyone else
+        recorded at that address (``old``, or whoever the table has)."""
+        ghost = old if old is not None else self.router.by_address(new.ip, new.port)
+        if ghost is not None and ghost.id != new.id and self.router.knows(ghost.id):
+            log.info("%s now answers at %s:%s; dropping %s", new.id.hex()[:8], new.ip,
+                     new.port, ghost.id.hex()[:8])  # fmt: skip
+            self.router.remove_contact(ghost, "replaced")
+        self.router.clear_departed(new.id)
+        self.welcome_if_new(new)
+
+    def said_goodbye(self, node_id: bytes, addr: tuple[str, int], ttl: float) -> None:
+        """GOODBYE from ``addr``: drop the node at once (stock waits for failed pings)."""
+        known = self.router.get(node_id)
+        if known is not None and (known.ip, known.port) != addr:
+            return  # only believe a goodbye from the address we know the node at
+        if known is not None:
+            self.router.remove_contact(known, "goodbye")
+        self.router.mark_departed(node_id, ttl)
+
+    def check_alive(self, node: Node) -> None:
+        """Ping ``node`` in an owned task, at most one check per contact at a time."""
+        if node.id in self._checking:
+            return
+        self._checking.add(node.id)
+
+        async def check() -> None:
+            try:
+                await self.call_ping(node)
+            finally:
+                self._checking.discard(node.id)
+
+        self.tasks.spawn(check(), "check-alive")
+
+
+def _notify(callback: Callable[..., None], *args: Any) -> None:
+    try:
+        callback(*args)
+    except Exception:  # the crawler's bug must not break the routing table
+        log.exception("membership callback %r failed", callback)
