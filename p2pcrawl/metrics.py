@@ -1,12 +1,13 @@
 """Prometheus exposition of a peer's counters, read at scrape time.
 
 A custom collector on a private registry reads the live counters when scraped, so the hot
-path only bumps plain integers and never touches prometheus-client objects.
+path only bumps plain integers and never touches prometheus-client objects, and two peers
+in one process (tests, ``p2pcrawl demo``) never share the global registry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -14,7 +15,9 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    InfoMetricFamily,
     Metric,
+    StateSetMetricFamily,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -23,6 +26,46 @@ if TYPE_CHECKING:
 
 __all__ = ["PeerMetrics"]
 
+STATES = ("joining", "active", "leaving", "stopped")
+
+# (metric name, help, key in Peer.status())
+_STATUS_GAUGES = (
+    ("p2pcrawl_tasks_queued", "URLs queued on this peer, not yet fetched", "tasks_queued"),
+    ("p2pcrawl_tasks_in_flight", "URLs being fetched now", "tasks_in_flight"),
+    ("p2pcrawl_backups_held", "Backup copies held for other owners", "backups_held"),
+    ("p2pcrawl_done", "URLs recorded as done", "done"),
+    ("p2pcrawl_peers", "Peers in the routing table", "peers"),
+    ("p2pcrawl_network_size", "Peers in the network, as this peer estimates it", "network_size"),
+    ("p2pcrawl_rpc_in_transit", "Task batches sent and not yet acknowledged", "rpc_in_transit"),
+    ("p2pcrawl_uptime_seconds", "Seconds since the peer started", "uptime_s"),
+)
+
+# (metric name, help, CrawlStats attribute); counters get the _total suffix on the wire
+_CRAWL_COUNTERS = (
+    ("p2pcrawl_pages_fetched", "HTTP responses received, robots.txt excluded", "pages_fetched"),
+    ("p2pcrawl_bytes_fetched", "Payload bytes received", "bytes_fetched"),
+    ("p2pcrawl_urls_discovered", "New URLs routed to their owners", "urls_discovered"),
+    ("p2pcrawl_links_extracted", "Links extracted from pages", "links_extracted"),
+    ("p2pcrawl_html_parsed", "HTML pages parsed", "html_parsed"),
+    ("p2pcrawl_robots_fetched", "robots.txt fetches", "robots_fetched"),
+    ("p2pcrawl_robots_disallowed", "URLs refused by robots.txt", "robots_disallowed"),
+    ("p2pcrawl_out_of_scope", "Links outside the crawl scope", "out_of_scope"),
+    ("p2pcrawl_too_deep", "Links beyond the maximum depth", "too_deep"),
+    ("p2pcrawl_seen_cache_hits", "Links dropped by the seen cache", "seen_cache_hits"),
+    ("p2pcrawl_redirects", "Redirects followed", "redirects"),
+    ("p2pcrawl_retries", "Fetches retried", "retries"),
+    ("p2pcrawl_truncated", "Bodies cut at the size limit", "truncated"),
+    ("p2pcrawl_non_html", "Responses that were not HTML", "non_html"),
+)
+
+# (metric name, help, key in CrawlNode.stats()) for {method: count} maps
+_RPC_COUNTERS = (
+    ("p2pcrawl_rpc_sent", "RPC requests sent", "rpc_sent"),
+    ("p2pcrawl_rpc_received", "RPC requests received", "rpc_received"),
+    ("p2pcrawl_rpc_failed", "RPC requests that got no reply in time", "rpc_failed"),
+    ("p2pcrawl_rpc_errors", "RPC error replies received", "rpc_errors"),
+)
+
 
 class _Collector:
     def __init__(self, peer: Peer) -> None:
@@ -30,62 +73,101 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         peer = self.peer
-        eng = peer.engine
         st = peer.status()
-        for name, help_, key in (
-            ("p2pcrawl_tasks_queued", "URLs queued on this peer", "tasks_queued"),
-            ("p2pcrawl_tasks_in_flight", "URLs being fetched", "tasks_in_flight"),
-            ("p2pcrawl_backups_held", "Backup copies held for neighbours", "backups_held"),
-            ("p2pcrawl_done", "URLs recorded as done", "done"),
-            ("p2pcrawl_peers", "Peers in the routing table", "peers"),
-            ("p2pcrawl_uptime_seconds", "Seconds since start", "uptime_s"),
-        ):
-            g = GaugeMetricFamily(name, help_)
-            g.add_metric([], float(st[key]))  # type: ignore[arg-type]
-            yield g
+        info = InfoMetricFamily("p2pcrawl_peer", "This peer's identity")
+        info.add_metric([], {"node_id": peer.node_id.hex(), "version": str(st["version"])})
+        yield info
+        state = StateSetMetricFamily("p2pcrawl_state", "Lifecycle state")
+        state.add_metric([], {s: s == st["state"] for s in STATES})
+        yield state
+        for name, help_, key in _STATUS_GAUGES:
+            yield _gauge(name, help_, _number(st.get(key)))
+        yield from self._crawl()
+        yield from self._rpc()
+
+    def _crawl(self) -> Iterator[Metric]:
+        peer = self.peer
+        eng = peer.engine
         if eng is None:
             return
         s = eng.stats
+        yield _gauge("p2pcrawl_frontier_urls", "URLs in the in-memory frontier", len(eng.frontier))
+        yield _gauge(
+            "p2pcrawl_frontier_hosts", "Hosts in the in-memory frontier", len(eng.frontier.hosts)
+        )
+        for name, help_, attr in _CRAWL_COUNTERS:
+            c = CounterMetricFamily(name, help_)
+            c.add_metric([], float(getattr(s, attr)))
+            yield c
+        yield _labelled_counter("p2pcrawl_fetch_errors", "Fetch errors", "kind", s.errors)
+        yield _labelled_counter(
+            "p2pcrawl_http_responses",
+            "HTTP responses by status code",
+            "code",
+            {str(code): n for code, n in s.status.items()},
+        )
+        h = HistogramMetricFamily("p2pcrawl_fetch_seconds", "Fetch duration in seconds")
+        h.add_metric([], s.fetch_hist.buckets_cumulative(), sum_value=s.fetch_hist.total)
+        yield h
         for name, help_, value in (
-            ("p2pcrawl_pages_fetched", "HTTP responses received", s.pages_fetched),
-            ("p2pcrawl_bytes_fetched", "Payload bytes received", s.bytes_fetched),
-            ("p2pcrawl_urls_discovered", "New URLs routed to owners", s.urls_discovered),
-            ("p2pcrawl_links_extracted", "Links extracted from pages", s.links_extracted),
-            ("p2pcrawl_robots_disallowed", "URLs refused by robots.txt", s.robots_disallowed),
-            ("p2pcrawl_out_of_scope", "Links outside the crawl scope", s.out_of_scope),
-            ("p2pcrawl_seen_cache_hits", "Links dropped by the seen cache", s.seen_cache_hits),
+            ("p2pcrawl_malformed_tasks", "Tasks from peers that failed checks", peer.malformed),
+            ("p2pcrawl_refused_keys", "Keys refused because another peer owns them", peer.refused),
+            ("p2pcrawl_handoff_tasks", "Tasks handed to other owners", peer.handoff.tasks),
+            ("p2pcrawl_handoff_failed", "Tasks a handoff could not place", peer.handoff.failed),
         ):
             c = CounterMetricFamily(name, help_)
             c.add_metric([], float(value))
             yield c
-        errors = CounterMetricFamily("p2pcrawl_fetch_errors", "Fetch errors", labels=["kind"])
-        for kind, n in sorted(s.errors.items()):
-            errors.add_metric([kind], float(n))
-        yield errors
-        status = CounterMetricFamily("p2pcrawl_http_responses", "Responses", labels=["code"])
-        for code, n in sorted(s.status.items()):
-            status.add_metric([str(code)], float(n))
-        yield status
-        h = HistogramMetricFamily("p2pcrawl_fetch_seconds", "Fetch duration")
-        h.add_metric([], s.fetch_hist.buckets_cumulative(), sum_value=s.fetch_hist.total)
-        yield h
-        node = peer.node
-        if node is not None:
-            rpc = node.stats()
-            sent = CounterMetricFamily("p2pcrawl_rpc_sent", "RPCs sent", labels=["method"])
-            for method, v in sorted(_as_counts(rpc.get("rpc_sent")).items()):
-                sent.add_metric([method], v)
-            yield sent
-            recv = CounterMetricFamily("p2pcrawl_rpc_received", "RPCs received", labels=["method"])
-            for method, v in sorted(_as_counts(rpc.get("rpc_received")).items()):
-                recv.add_metric([method], v)
-            yield recv
-            dropped = CounterMetricFamily(
-                "p2pcrawl_datagrams_dropped", "Datagrams dropped", labels=["reason"]
-            )
-            for reason, v in sorted(_as_counts(rpc.get("dropped")).items()):
-                dropped.add_metric([reason], v)
-            yield dropped
+
+    def _rpc(self) -> Iterator[Metric]:
+        node = self.peer.node
+        if node is None or node.protocol is None:
+            return
+        rpc = node.stats()
+        for name, help_, key in _RPC_COUNTERS:
+            yield _labelled_counter(name, help_, "method", _as_counts(rpc.get(key)))
+        yield _labelled_counter(
+            "p2pcrawl_datagrams_dropped",
+            "Datagrams dropped, by reason",
+            "reason",
+            _as_counts(rpc.get("dropped")),
+        )
+        latency = GaugeMetricFamily(
+            "p2pcrawl_rpc_latency_mean_seconds",
+            "Mean RPC round trip since start",
+            labels=["method"],
+        )
+        for method, ms in sorted(_as_counts(rpc.get("latency_ms")).items()):
+            latency.add_metric([method], ms / 1000.0)
+        yield latency
+        for name, help_, key in (
+            ("p2pcrawl_udp_datagrams_in", "UDP datagrams received", "datagrams_in"),
+            ("p2pcrawl_udp_datagrams_out", "UDP datagrams sent", "datagrams_out"),
+            ("p2pcrawl_udp_bytes_in", "UDP bytes received", "bytes_in"),
+            ("p2pcrawl_udp_bytes_out", "UDP bytes sent", "bytes_out"),
+        ):
+            c = CounterMetricFamily(name, help_)
+            c.add_metric([], _number(rpc.get(key)))
+            yield c
+
+
+def _gauge(name: str, help_: str, value: float) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, help_)
+    g.add_metric([], float(value))
+    return g
+
+
+def _labelled_counter(
+    name: str, help_: str, label: str, counts: Mapping[str, float]
+) -> CounterMetricFamily:
+    c = CounterMetricFamily(name, help_, labels=[label])
+    for key, n in sorted(counts.items()):
+        c.add_metric([key], float(n))
+    return c
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
 
 
 def _as_counts(value: object) -> dict[str, float]:

@@ -2,20 +2,31 @@
 
 It listens on 127.0.0.1 unless told otherwise; on any other interface a bearer token is
 required, because ``POST /api/leave`` stops the peer and ``POST /api/seed`` starts crawls.
+Without a token the server still refuses two browser attacks on a loopback service: a page
+on another site posting to it (cross-origin ``Origin``) and DNS rebinding (a ``Host`` that
+is not a loopback name).
+
+Every answer outside the page is JSON, errors included: ``{"error": "..."}`` with a 4xx.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import hmac
 import ipaddress
 import json
 import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
+from yarl import URL
 
 from p2pcrawl import urls
 from p2pcrawl.metrics import PeerMetrics
@@ -23,25 +34,102 @@ from p2pcrawl.metrics import PeerMetrics
 if TYPE_CHECKING:
     from p2pcrawl.peer import Peer
 
-__all__ = ["StatusServer", "is_loopback_host"]
+__all__ = ["BadRequest", "StatusServer", "is_loopback_host", "parse_seed_body", "token_matches"]
 
 log = logging.getLogger(__name__)
 
 MAX_SEEDS_PER_REQUEST = 1000
 MAX_BODY = 256 * 1024
+MAX_HOSTS = 500
+MAX_HISTORY_S = 3600
+MAX_EVENTS = 1000
+OWNER_COUNTS_EVERY_S = 5.0  # a GROUP BY over the backup store: not every second
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
+    if host.lower() == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def token_matches(given: str, token: str) -> bool:
+    """Constant time in both the content and the length of the secret.
+
+    ``hmac.compare_digest`` on the raw strings returns early when the lengths differ, which
+    tells an attacker the token's length; comparing fixed-size digests does not.
+    """
+    a = hashlib.sha256(given.encode("utf-8", "surrogatepass")).digest()
+    b = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+    return hmac.compare_digest(a, b)
+
+
+def parse_seed_body(doc: object, max_url_length: int) -> list[str]:
+    """The URLs of a ``POST /api/seed`` body, or BadRequest saying what is wrong with it."""
+    if not isinstance(doc, dict):
+        raise BadRequest(400, 'body must be a JSON object: {"urls": ["http://..."]}')
+    extra = sorted(set(doc) - {"urls"})
+    if extra:
+        raise BadRequest(400, f"unknown fields: {extra[:5]}")
+    seeds = doc.get("urls")
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(u, str) for u in seeds):
+        raise BadRequest(400, '"urls" must be a non-empty list of strings')
+    if len(seeds) > MAX_SEEDS_PER_REQUEST:
+        raise BadRequest(413, f"at most {MAX_SEEDS_PER_REQUEST} URLs per request")
+    bad = [u for u in seeds if urls.canonicalize(u, max_length=max_url_length) is None]
+    if bad:
+        shown = [u[:200] for u in bad[:5]]
+        raise BadRequest(400, f"not crawlable http(s) URLs ({len(bad)}): {shown}")
+    return seeds
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers)
+
+
+def _int_param(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(400, f"{name} must be an integer") from None
+    if not low <= value <= high:
+        raise BadRequest(400, f"{name} must be between {low} and {high}")
+    return value
+
+
+def _host_port(value: str) -> tuple[str, int | None]:
+    """(host, port) of a Host header or an Origin; ("", None) when it does not parse."""
+    try:
+        url = URL(value) if "://" in value else URL(f"http://{value}")
+        return url.host or "", url.port
+    except ValueError:
+        return "", None
+
+
+def _csp_hash(html: str, tag: str) -> str:
+    """CSP source for the page's one inline <script> or <style>: the page runs, nothing else.
+
+    The hash covers the exact text between the tags, so it is computed from the file served.
+    """
+    found = re.search(rf"<{tag}>(.*?)</{tag}>", html, re.DOTALL)
+    if found is None:
+        return "'none'"
+    digest = hashlib.sha256(found.group(1).encode("utf-8")).digest()
+    return f"'sha256-{base64.b64encode(digest).decode()}'"
 
 
 class StatusServer:
@@ -55,20 +143,37 @@ class StatusServer:
         self.port = port
         self.token = token
         self.metrics = PeerMetrics(peer)
+        self._page = resources.files("p2pcrawl").joinpath("static/status.html").read_text("utf-8")
+        self._page_headers = {
+            "Content-Security-Policy": (
+                "default-src 'none'; "
+                f"script-src {_csp_hash(self._page, 'script')}; "
+                f"style-src {_csp_hash(self._page, 'style')}; "
+                "connect-src 'self'; img-src 'self' data:; "
+                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+            ),
+            # The token may be in the page's URL: never send it anywhere as a referrer.
+            "Referrer-Policy": "no-referrer",
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "no-store",
+        }
+        self._backup_owners: dict[str, int] = {}
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._auth])
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors, self._guard])
         app.router.add_get("/", self.page)
         app.router.add_get("/api/status", self.api_status)
         app.router.add_get("/api/peers", self.api_peers)
         app.router.add_get("/api/hosts", self.api_hosts)
         app.router.add_get("/api/events", self.api_events)
+        app.router.add_get("/api/history", self.api_history)
         app.router.add_get("/metrics", self.metrics_text)
         app.router.add_post("/api/seed", self.api_seed)
         app.router.add_post("/api/leave", self.api_leave)
@@ -79,10 +184,8 @@ class StatusServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        if self.port == 0:
-            sockets = getattr(site._server, "sockets", None) or []
-            if sockets:
-                self.port = int(sockets[0].getsockname()[1])
+        if self.port == 0 and self._runner.addresses:
+            self.port = int(self._runner.addresses[0][1])
         self._sampler = asyncio.ensure_future(self._sample_loop())
 
     async def aclose(self) -> None:
@@ -96,57 +199,128 @@ class StatusServer:
             self._runner = None
 
     async def _sample_loop(self) -> None:
+        last_owners = 0.0
         while True:
-            with contextlib.suppress(Exception):
+            try:
                 await self.peer.refresh_counts()
+                backups = self.peer.backups
+                now = time.monotonic()
+                due = now - last_owners >= OWNER_COUNTS_EVERY_S
+                if due and backups is not None and self.peer.state in ("active", "leaving"):
+                    last_owners = now
+                    counts = await backups.owner_counts()
+                    self._backup_owners = {o.hex(): n for o, n in counts.items()}
+            except Exception:
+                # The stores close under us while the peer stops; the next round retries.
+                log.debug("status sampler round failed", exc_info=True)
             await asyncio.sleep(1.0)
 
-    @web.middleware
-    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if self.token:
-            given = request.headers.get("Authorization", "")
-            expected = f"Bearer {self.token}"
-            if not hmac.compare_digest(given.encode(), expected.encode()) and not (
-                request.method == "GET"
-                and hmac.compare_digest(
-                    request.query.get("token", "").encode(), self.token.encode()
-                )
-            ):
-                return _error(401, "missing or wrong status token")
-        resp: web.StreamResponse = await handler(request)
-        return resp
+    # -- middlewares -------------------------------------------------------------------------
 
-    # -- pages -----------------------------------------------------------------------------
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """aiohttp's own 404/405/413 (and a crash) come as text; API callers expect JSON."""
+        try:
+            return await handler(request)
+        except BadRequest as exc:
+            return _error(exc.status, exc.message)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+            message = {
+                404: f"no such path: {request.path}",
+                405: f"{request.method} is not allowed on {request.path}",
+                413: f"body larger than {MAX_BODY} bytes",
+            }.get(exc.status, exc.reason)
+            return _error(exc.status, message, headers)
+        except Exception:
+            log.exception("status server: %s %s failed", request.method, request.path)
+            return _error(500, "internal error; see the peer's log")
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self.token:
+            if not self._authorized(request):
+                return _error(401, "missing or wrong status token", {"WWW-Authenticate": "Bearer"})
+        elif not is_loopback_host(_host_port(request.host)[0]):
+            # DNS rebinding: a hostile name resolving to 127.0.0.1 is same-origin to the page
+            # that fetched it, but its Host header gives it away.
+            return _error(403, "Host must be a loopback name; set --status-token otherwise")
+        origin = request.headers.get("Origin")
+        # Browsers send Origin with every POST; "null" (sandboxed frames, file:) never matches.
+        unsafe = request.method not in ("GET", "HEAD")
+        if unsafe and origin is not None and _host_port(origin) != _host_port(request.host):
+            return _error(403, "cross-origin requests are refused")
+        return await handler(request)
+
+    def _authorized(self, request: web.Request) -> bool:
+        scheme, _, cred = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and token_matches(cred.strip(), self.token):
+            return True
+        # Only GET takes the token from the URL, so the page can be opened as a link; a
+        # state-changing request must carry it in a header.
+        given = request.query.get("token")
+        if given is None or request.method not in ("GET", "HEAD"):
+            return False
+        return token_matches(given, self.token)
+
+    # -- pages -------------------------------------------------------------------------------
 
     async def page(self, request: web.Request) -> web.Response:
-        html = resources.files("p2pcrawl").joinpath("static/status.html").read_text("utf-8")
-        return web.Response(text=html, content_type="text/html", charset="utf-8")
+        return web.Response(
+            text=self._page,
+            content_type="text/html",
+            charset="utf-8",
+            headers=self._page_headers,
+        )
 
     async def api_status(self, request: web.Request) -> web.Response:
-        return web.json_response(self.peer.status())
+        doc = dict(self.peer.status())
+        doc["backups_by_owner"] = dict(self._backup_owners)
+        return _json(doc)
 
     async def api_peers(self, request: web.Request) -> web.Response:
         node = self.peer.node
-        if node is None:
-            return web.json_response({"peers": [], "buckets": [], "rpc": {}})
-        return web.json_response(
+        if node is None or node.protocol is None:
+            return _json({"peers": [], "buckets": [], "rpc": {}})
+        return _json(
             {
-                "peers": [_peer_json(p) for p in node.peers()],
+                "peers": [{"id": p.id.hex(), "host": p.host, "port": p.port} for p in node.peers()],
                 "buckets": node.buckets(),
                 "rpc": node.stats(),
-            },
-            dumps=_dumps,
+            }
         )
 
     async def api_hosts(self, request: web.Request) -> web.Response:
-        try:
-            limit = min(max(int(request.query.get("limit", "20")), 1), 500)
-        except ValueError:
-            return _error(400, "limit must be an integer")
-        return web.json_response({"hosts": self.peer.top_hosts(limit)})
+        limit = _int_param(request, "limit", 20, 1, MAX_HOSTS)
+        return _json({"hosts": self.peer.top_hosts(limit)})
 
     async def api_events(self, request: web.Request) -> web.Response:
-        return web.json_response({"events": list(self.peer.events.events)}, dumps=_dumps)
+        limit = _int_param(request, "limit", MAX_EVENTS, 0, MAX_EVENTS)
+        events = list(self.peer.events.events)
+        # "now" lets a reader on another machine age the events by the peer's clock.
+        return _json({"now": time.time(), "events": events[max(0, len(events) - limit) :]})
+
+    async def api_history(self, request: web.Request) -> web.Response:
+        """Once-a-second samples of the crawl counters, ``t`` in seconds of uptime."""
+        seconds = _int_param(request, "seconds", 300, 1, MAX_HISTORY_S)
+        eng = self.peer.engine
+        rows = list(eng.stats.history) if eng is not None else []
+        now = time.monotonic()
+        start = self.peer.started
+        samples = [
+            [round(t - start, 3), pages, found, size]
+            for t, pages, found, size in rows
+            if now - t <= seconds
+        ]
+        return _json(
+            {
+                "uptime_s": round(now - start, 3),
+                "columns": ["t", "pages_fetched", "urls_discovered", "bytes_fetched"],
+                "samples": samples,
+            }
+        )
 
     async def metrics_text(self, request: web.Request) -> web.Response:
         body, ctype = self.metrics.render()
@@ -155,31 +329,31 @@ class StatusServer:
     async def api_seed(self, request: web.Request) -> web.Response:
         try:
             doc = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
-            return _error(400, 'body must be JSON: {"urls": ["http://..."]}')
-        seeds = doc.get("urls") if isinstance(doc, dict) else None
-        if not isinstance(seeds, list) or not seeds or not all(isinstance(u, str) for u in seeds):
-            return _error(400, '"urls" must be a non-empty list of strings')
-        if len(seeds) > MAX_SEEDS_PER_REQUEST:
-            return _error(413, f"at most {MAX_SEEDS_PER_REQUEST} URLs per request")
-        bad = [u for u in seeds if urls.canonicalize(u) is None]
-        if bad:
-            return _error(400, f"not crawlable URLs: {bad[:5]}")
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            raise BadRequest(400, 'body must be JSON: {"urls": ["http://..."]}') from None
+        max_len = self.peer.config.crawl.fetch.max_url_length
+        seeds = parse_seed_body(doc, max_len)
         if self.peer.state != "active":
-            return _error(409, f"peer is {self.peer.state}")
-        added = await self.peer.add_seeds(seeds)
-        return web.json_response({"accepted": added})
+            raise BadRequest(409, f"peer is {self.peer.state}")
+        try:
+            added = await self.peer.add_seeds(seeds)
+        except ValueError as exc:
+            raise BadRequest(400, str(exc)) from None
+        return _json({"accepted": added})
 
     async def api_leave(self, request: web.Request) -> web.Response:
         if self.peer.state not in ("active", "joining"):
-            return _error(409, f"peer is {self.peer.state}")
+            raise BadRequest(409, f"peer is {self.peer.state}")
         self.peer.request_leave()
-        return web.json_response({"state": "leaving"}, status=202)
+        return _json({"state": "leaving"}, status=202)
 
 
-def _peer_json(p: Any) -> dict[str, object]:
-    return {"id": p.id.hex(), "host": p.host, "port": p.port}
+def _json(doc: object, status: int = 200) -> web.Response:
+    return web.json_response(
+        doc, status=status, dumps=_dumps, headers={"Cache-Control": "no-store"}
+    )
 
 
 def _dumps(obj: object) -> str:
+    # Event details come from many modules; a stray bytes or enum must not break the API.
     return json.dumps(obj, default=lambda o: o.hex() if isinstance(o, bytes) else str(o))

@@ -1,0 +1,148 @@
+"""Fixtures shared by every test package: real test webs, real peers, real status servers.
+
+Everything binds port 0 on loopback and is closed at teardown in reverse order of creation
+(status servers, then peers, then webs), so a failing test leaks no socket or task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from p2pcrawl.settings import CrawlSettings, PeerSettings, PolitenessSettings, ScopeSettings
+
+if TYPE_CHECKING:
+    # Imported where used, so that a half-edited peer module cannot stop the storage and
+    # protocol suites from collecting: every test package loads this file.
+    import aiohttp
+
+    from p2pcrawl.peer import Peer
+    from p2pcrawl.status import StatusServer
+    from p2pcrawl.testweb import TestWeb
+
+WebFactory = Callable[..., Awaitable["TestWeb"]]
+PeerFactory = Callable[..., Awaitable["Peer"]]
+StatusFactory = Callable[..., Awaitable["StatusServer"]]
+
+# A small web that still has every feature (robots, redirects, errors, a large page).
+SMALL_WEB = {"hosts": 3, "pages_per_host": 20, "slow_host_delay": 0.01, "large_page_bytes": 200_000}
+
+
+def crawl_settings_for(web: TestWeb, *, delay: float = 0.0, **overrides: Any) -> CrawlSettings:
+    """Settings that crawl ``web`` and nothing else, with no politeness wait unless asked."""
+    return CrawlSettings(
+        politeness=PolitenessSettings(delay=delay, politeness_factor=0.0),
+        scope=ScopeSettings(allow_domains=tuple(web.allow_domains), allow_private=True),
+        **overrides,
+    )
+
+
+@pytest.fixture
+async def make_web() -> AsyncIterator[WebFactory]:
+    """``await make_web(**TestWebConfig fields)``; defaults to :data:`SMALL_WEB`."""
+    webs: list[TestWeb] = []
+
+    async def factory(**config: Any) -> TestWeb:
+        from p2pcrawl.testweb import TestWeb, TestWebConfig
+
+        web = TestWeb(TestWebConfig(**{**SMALL_WEB, **config}))
+        await web.start()
+        webs.append(web)
+        return web
+
+    yield factory
+    for web in reversed(webs):
+        await web.aclose()
+
+
+@pytest.fixture
+async def make_peer(tmp_path: Path) -> AsyncIterator[PeerFactory]:
+    """``await make_peer(crawl=..., peer=..., bootstrap=...)``: a started peer on loopback."""
+    peers: list[Peer] = []
+
+    async def factory(
+        *,
+        crawl: CrawlSettings | None = None,
+        peer: PeerSettings | None = None,
+        bootstrap: tuple[tuple[str, int], ...] = (),
+    ) -> Peer:
+        from p2pcrawl.peer import Peer, PeerConfig
+
+        p = Peer(
+            PeerConfig(
+                data_dir=tmp_path / f"peer{len(peers)}",
+                listen=("127.0.0.1", 0),
+                bootstrap=bootstrap,
+                crawl=crawl or CrawlSettings(),
+                peer=peer or PeerSettings(),
+            )
+        )
+        await p.start()
+        peers.append(p)
+        return p
+
+    yield factory
+    for p in reversed(peers):
+        await p.aclose()
+
+
+@pytest.fixture
+async def make_status(make_peer: PeerFactory) -> AsyncIterator[StatusFactory]:
+    """``await make_status(peer, token=...)``: a started status server on 127.0.0.1:0.
+
+    It depends on ``make_peer`` so that its servers close before the peers they report on.
+    """
+    servers: list[StatusServer] = []
+
+    async def factory(peer: Peer, *, token: str = "") -> StatusServer:
+        from p2pcrawl.status import StatusServer
+
+        server = StatusServer(peer, "127.0.0.1", 0, token=token)
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield factory
+    for server in reversed(servers):
+        await server.aclose()
+
+
+async def wait_idle(
+    session: aiohttp.ClientSession,
+    status_url: str,
+    *,
+    quiet: float = 1.0,
+    timeout: float = 20.0,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Poll ``/api/status`` until DESIGN.md's "finished" holds for ``quiet`` seconds.
+
+    Nothing queued, nothing in flight, no batch in transit, and at least one page fetched
+    (so a crawl that has not started yet does not count as finished). Returns the last status.
+    """
+    deadline = time.monotonic() + timeout
+    quiet_since: float | None = None
+    while True:
+        async with session.get(status_url + "api/status", headers=headers) as resp:
+            st: dict[str, Any] = await resp.json()
+        idle = (
+            st["pages_fetched"] > 0
+            and st["tasks_queued"] == 0
+            and st["tasks_in_flight"] == 0
+            and st["rpc_in_transit"] == 0
+        )
+        now = time.monotonic()
+        if not idle:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= quiet:
+            return st
+        if now > deadline:
+            raise AssertionError(f"crawl not idle after {timeout} s: {st}")
+        await asyncio.sleep(0.1)
