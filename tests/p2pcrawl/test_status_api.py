@@ -356,3 +356,24 @@ async def test_api_answers_before_the_peer_has_started(tmp_path: Path) -> None:
     finally:
         await server.aclose()
         await peer.aclose()
+
+
+async def test_peers_api_lists_the_routing_table_of_a_joined_peer(
+    make_peer: PeerFactory, make_status: StatusFactory
+) -> None:
+    founder = await make_peer()
+    joiner = await make_peer(bootstrap=((founder.me.host, founder.me.port),))
+    server = await make_status(joiner)
+    async with aiohttp.ClientSession() as s:
+        doc = await get_json(s, server.url + "api/peers")
+        st = await get_json(s, server.url + "api/status")
+    assert doc["peers"] == [
+        {"id": founder.node_id.hex(), "host": founder.me.host, "port": founder.me.port}
+    ]
+    listed = [p for b in doc["buckets"] for p in b["peers"]]
+    assert [p["id"] for p in listed] == [founder.node_id.hex()[:8]]
+    entry = listed[0]
+    assert entry["addr"] == f"{founder.me.host}:{founder.me.port}"
+    assert isinstance(entry["last_seen_s"], int | float) and entry["failures"] == 0
+    assert doc["rpc"]["rpc_sent"].get("find_node", 0) >= 1  # the join lookup (§2.3)
+    assert st["peers"] == 1 and st["network_size"] == 2
