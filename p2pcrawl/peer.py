@@ -85,6 +85,8 @@ class Peer:
         self._stopped = asyncio.Event()
         self._leave_requested = asyncio.Event()
         self._handoff_lock = asyncio.Lock()
+        self._handoffs_received: dict[bytes, set[bytes]] = {}
+        self._handoff_progress = asyncio.Event()
 
     # -- start and stop --------------------------------------------------------------------
 
@@ -135,15 +137,19 @@ class Peer:
                 router=self.dispatcher,
                 on_finished=self._finished,
             )
+            # Until the neighbours have handed over the hosts this peer now owns, with their
+            # history, it accepts tasks but crawls nothing: it could not tell what is done.
+            self.engine.paused = bool(cfg.bootstrap)
+            await self.engine.start()
             if cfg.bootstrap:
                 peers = await self.node.join(list(cfg.bootstrap))
                 self.events.add("joined", peers=len(peers))
-            await self.engine.start()
             self._spawn(self._rebalance_loop(), "rebalance")
             self._spawn(self._republish_loop(), "republish")
-            self.state = "active"
             if cfg.bootstrap:
                 await self._refresh_from_neighbours()
+            self.state = "active"
+            self.engine.paused = False
             # A restart may find tasks whose keys moved while it was down.
             self._rebalance_kick.set()
             if cfg.seeds:
@@ -287,11 +293,15 @@ class Peer:
         return not found or found[0].id == self.node_id
 
     async def handle_store_task(self, sender: PeerRef, batches: list[KeyBatch]) -> StoreResult:
-        if self.state != "active":
+        if self.state not in ("active", "joining") or self.engine is None:
             return StoreResult(new=0, duplicate=0, refused_keys=[b.key for b in batches])
         by_key, _ = self._decode(batches)
         done = {b.key: b.done for b in batches if b.done}
         refused = [k for k in by_key if not self._owns(k)]
+        got = self._handoffs_received.get(sender.id)
+        if got is not None:
+            got.update(k for k in by_key if k not in refused)
+            self._handoff_progress.set()
         mine = [t for k, ts in by_key.items() if k not in refused for t in ts]
         self.refused += len(refused)
         new = await self.intake(mine, {k: v for k, v in done.items() if k not in refused})
@@ -315,9 +325,33 @@ class Peer:
         return len(removed)
 
     async def handle_refresh_task(self, sender: PeerRef) -> int:
-        assert self.ledger is not None
-        self._rebalance_kick.set()
-        return self.ledger.queued
+        """Seed 001's REFRESH_TASK: send the requester every key now closer to it.
+
+        Beyond the paper, a key's done fingerprints go with it, and keys with no queued
+        tasks left move too (their history is what keeps the new owner from re-fetching).
+        The answer is how many keys will follow, so the requester knows when it has all.
+        """
+        assert self.ledger is not None and self.node is not None
+        if self.state != "active":
+            return 0
+        keys = set(await self.ledger.tasks.key_counts()) | set(await self.ledger.done.keys())
+        moving = []
+        for key in keys:
+            found = self.node.closest_local(key, 1)
+            if found and found[0].id == sender.id:
+                moving.append(key)
+        if moving:
+            self._spawn(self._refresh_handoff(sender, moving), "refresh-handoff")
+        return len(moving)
+
+    async def _refresh_handoff(self, requester: PeerRef, keys: list[bytes]) -> None:
+        async with self._handoff_lock:
+            try:
+                sent = await self._hand_keys(requester, keys)
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.warning("handoff to joining %s failed: %s", requester, exc)
+                return
+        self.events.add("handoff", to=requester.id.hex()[:8], keys=len(keys), tasks=sent)
 
     def peer_added(self, peer: PeerRef) -> None:
         if self.dispatcher is not None:
@@ -336,16 +370,34 @@ class Peer:
     # -- membership changes: hand off, take over, re-replicate -----------------------------
 
     async def _refresh_from_neighbours(self) -> None:
-        """Join step 3 of seed 001: ask neighbours to send what is now closer to us."""
+        """Join step 3 of seed 001: ask neighbours to send what is now closer to us, and
+        wait (bounded) until every promised key has arrived."""
         assert self.node is not None
         neighbours = self.node.closest_local(self.node_id, self.config.peer.ksize)
+        promised: dict[bytes, int] = {}
         for p in neighbours:
             if p.id == self.node_id:
                 continue
+            self._handoffs_received.setdefault(p.id, set())
             try:
-                await self.node.refresh_task(p)
+                promised[p.id] = await self.node.refresh_task(p)
             except (PeerTimeout, RemoteError, OSError) as exc:
                 log.info("REFRESH_TASK to %s failed: %s", p, exc)
+        deadline = time.monotonic() + self.config.peer.handoff_timeout
+        try:
+            while any(len(self._handoffs_received[i]) < n for i, n in promised.items()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("join: not every neighbour handed over its keys in time")
+                    break
+                self._handoff_progress.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await self._handoff_progress.wait()
+        finally:
+            received = sum(len(v) for v in self._handoffs_received.values())
+            self._handoffs_received.clear()
+        self.events.add("refreshed", neighbours=len(promised), keys=received)
 
     async def _rebalance_loop(self) -> None:
         while True:

@@ -79,9 +79,20 @@ class Cluster:
         data = data or self.root / name
         data.mkdir(parents=True, exist_ok=True)
         args = [
-            sys.executable, "-m", "p2pcrawl.cli", "--log-level", "info",
-            "join", "--listen", "127.0.0.1:0", "--status", "127.0.0.1:0", "--data", str(data),
-            *self.common, *(extra or []),
+            sys.executable,
+            "-m",
+            "p2pcrawl.cli",
+            "--log-level",
+            "info",
+            "join",
+            "--listen",
+            "127.0.0.1:0",
+            "--status",
+            "127.0.0.1:0",
+            "--data",
+            str(data),
+            *self.common,
+            *(extra or []),
         ]
         if bootstrap is not None:
             args += ["--bootstrap", bootstrap.listen]
@@ -118,7 +129,9 @@ class Cluster:
                 doc = json.loads(text)
                 if isinstance(doc, dict) and doc.get("ready"):
                     peer.node_id, peer.listen, peer.status = (
-                        doc["node_id"], doc["listen"], doc["status"],
+                        doc["node_id"],
+                        doc["listen"],
+                        doc["status"],
                     )
                     if not ready.done():
                         ready.set_result(None)
@@ -160,9 +173,7 @@ class Cluster:
 
     async def api(self, peer: PeerProc, path: str, method: str = "GET", body: Any = None) -> Any:
         assert self._session is not None
-        async with self._session.request(
-            method, f"http://{peer.status}{path}", json=body
-        ) as resp:
+        async with self._session.request(method, f"http://{peer.status}{path}", json=body) as resp:
             return await resp.json(content_type=None)
 
     async def statuses(self) -> list[dict[str, Any]]:
@@ -209,6 +220,7 @@ class Cluster:
 
     def warc_counts(self) -> Counter[str]:
         c: Counter[str] = Counter()
-        for p in self.peers:
-            c.update(read_warc_urls(p.data / "warc"))
+        # A restarted peer shares its data directory with its earlier incarnation.
+        for data in dict.fromkeys(p.data for p in self.peers):
+            c.update(read_warc_urls(data / "warc"))
         return c

@@ -1,0 +1,172 @@
+"""Membership changes during a crawl: joins, a graceful leave, crashes, a restart, secrets.
+
+Every test ends in the test web's ground truth: no URL is ever lost, and duplicates are
+bounded by what was in flight when a peer vanished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from p2pcrawl.testweb import TestWeb, TestWebConfig
+from tests.integration.cluster import Cluster, PeerProc
+from tests.integration.conftest import crawl_args
+
+pytestmark = pytest.mark.slow
+
+CONCURRENCY = 8
+# Fast failure detection so the tests stay short: three missed pings at 0.5 s.
+FAST = ["--rpc-timeout", "0.5", "--ping-interval", "0.5", "--republish-interval", "2"]
+
+
+@pytest.fixture
+async def slow_web() -> AsyncIterator[TestWeb]:
+    # 16 hosts so that any 5 random node IDs each own some; a per-host delay makes the
+    # crawl last long enough for membership to change under it.
+    async with TestWeb(
+        TestWebConfig(hosts=16, pages_per_host=40, slow_host_delay=0.02, large_page_bytes=200_000)
+    ) as w:
+        yield w
+
+
+def args(web: TestWeb) -> list[str]:
+    return crawl_args(web, "--delay", "0.15", *FAST)
+
+
+async def fetched(cluster: Cluster) -> int:
+    return sum(s["pages_fetched"] for s in await cluster.statuses())
+
+
+async def wait_fetched(cluster: Cluster, n: int) -> None:
+    await cluster.wait_until(lambda ss: sum(s["pages_fetched"] for s in ss) >= n, 60, f"{n} pages")
+
+
+async def start(cluster: Cluster, n: int) -> list[PeerProc]:
+    founder = await cluster.start_peer("p0")
+    peers = [founder]
+    for i in range(1, n):
+        peers.append(await cluster.start_peer(f"p{i}", bootstrap=founder))
+    await cluster.wait_until(
+        lambda ss: len(ss) == n and all(s["peers"] == n - 1 for s in ss), 20, "a full mesh"
+    )
+    return peers
+
+
+def check_truth(cluster: Cluster, web: TestWeb) -> int:
+    """Union of WARC URLs equals the ground truth; returns how many were fetched twice."""
+    counts = cluster.warc_counts()
+    truth = web.ground_truth()
+    missing = truth - set(counts)
+    assert not missing, f"lost {len(missing)}: {sorted(missing)[:5]}"
+    assert set(counts) == truth
+    return sum(n - 1 for n in counts.values())
+
+
+async def stop_gracefully(cluster: Cluster) -> None:
+    for p in cluster.peers:
+        cluster.terminate(p)
+    for p in cluster.peers:
+        if p.exit_code is None and p.proc.returncode is None:
+            await cluster.wait_exit(p, 30)
+
+
+async def test_two_join_mid_crawl(slow_web: TestWeb, make_cluster: Any) -> None:
+    cluster = await make_cluster(args(slow_web))
+    peers = await start(cluster, 3)
+    await cluster.api(peers[0], "/api/seed", "POST", {"urls": [slow_web.hub_url]})
+    truth = len(slow_web.ground_truth())
+    await wait_fetched(cluster, truth // 5)
+    joiners = [
+        await cluster.start_peer("j1", bootstrap=peers[1]),
+        await cluster.start_peer("j2", bootstrap=peers[2]),
+    ]
+    await cluster.wait_finished(timeout=120)
+    shares = {p.name: (await cluster.api(p, "/api/status"))["pages_fetched"] for p in joiners}
+    await stop_gracefully(cluster)
+    dups = check_truth(cluster, slow_web)
+    share = 100 * dups / truth
+    print(f"join: {dups} duplicate fetches of {truth} ({share:.2f}%); joiners {shares}")
+    assert dups <= truth * 0.005
+    assert sum(shares.values()) > 0, "the joiners never crawled a host they own"
+
+
+async def test_graceful_leave_hands_off_everything(slow_web: TestWeb, make_cluster: Any) -> None:
+    cluster = await make_cluster(args(slow_web))
+    peers = await start(cluster, 5)
+    await cluster.api(peers[0], "/api/seed", "POST", {"urls": [slow_web.hub_url]})
+    truth = len(slow_web.ground_truth())
+    await wait_fetched(cluster, truth // 4)
+    # The peer with the most work left is the most interesting one to lose.
+    statuses = {p.name: await cluster.api(p, "/api/status") for p in peers[1:]}
+    leaver = max(peers[1:], key=lambda p: statuses[p.name]["tasks_queued"])
+    resp = await cluster.api(leaver, "/api/leave", "POST")
+    assert resp == {"state": "leaving"}
+    assert await cluster.wait_exit(leaver, 60) == 0, cluster.log(leaver)
+    report = next(json.loads(line) for line in leaver.stdout_lines if line.startswith('{"left"'))
+    assert report["failed"] == 0
+    assert report["handed_off_tasks"] == report["queue_at_leave"]
+    await cluster.wait_finished(timeout=120)
+    await stop_gracefully(cluster)
+    dups = check_truth(cluster, slow_web)
+    print(f"leave: handed off {report}, {dups} duplicates")
+    assert dups == 0
+
+
+async def test_sigkill_two_peers(slow_web: TestWeb, make_cluster: Any) -> None:
+    cluster = await make_cluster(args(slow_web))
+    peers = await start(cluster, 5)
+    await cluster.api(peers[0], "/api/seed", "POST", {"urls": [slow_web.hub_url]})
+    truth = len(slow_web.ground_truth())
+    await wait_fetched(cluster, truth // 4)
+    cluster.kill(peers[3])
+    await peers[3].proc.wait()
+    await wait_fetched(cluster, truth // 2)
+    cluster.kill(peers[4])
+    await peers[4].proc.wait()
+    await cluster.wait_finished(timeout=150)
+    await stop_gracefully(cluster)
+    dups = check_truth(cluster, slow_web)
+    print(f"crash: {dups} duplicate fetches of {truth} after two SIGKILLs")
+    # At most what the two killed peers had in flight (and their unacknowledged tail).
+    assert dups <= 2 * CONCURRENCY
+
+
+async def test_restart_with_same_data_dir(slow_web: TestWeb, make_cluster: Any) -> None:
+    cluster = await make_cluster(args(slow_web))
+    peers = await start(cluster, 3)
+    await cluster.api(peers[0], "/api/seed", "POST", {"urls": [slow_web.hub_url]})
+    truth = len(slow_web.ground_truth())
+    await wait_fetched(cluster, truth // 4)
+    victim = peers[2]
+    old_id = victim.node_id
+    cluster.kill(victim)
+    await victim.proc.wait()
+    await asyncio.sleep(1.0)
+    again = await cluster.start_peer("p2-again", bootstrap=peers[0], data=victim.data)
+    assert again.node_id == old_id
+    await cluster.wait_finished(timeout=120)
+    await stop_gracefully(cluster)
+    dups = check_truth(cluster, slow_web)
+    print(f"restart: {dups} duplicate fetches of {truth}")
+    assert dups <= CONCURRENCY
+
+
+async def test_different_secret_cannot_join(make_cluster: Any) -> None:
+    cluster = await make_cluster(["--secret", "alpha", *FAST])
+    founder = await cluster.start_peer("a")
+    other = await cluster.start_peer(
+        "b", bootstrap=founder, extra=["--secret", "beta"], expect_ready=False
+    )
+    code = await cluster.wait_exit(other, 30)
+    assert code != 0
+    assert "secret" in cluster.log(other).lower()
+    assert founder.alive
+    status = await cluster.api(founder, "/api/status")
+    assert status["peers"] == 0
+    peers = await cluster.api(founder, "/api/peers")
+    assert peers["rpc"]["dropped"].get("bad_hmac", 0) >= 1
