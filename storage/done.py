@@ -56,7 +56,7 @@ class DoneRecord:
         self._bloom = bloom
         self._count = 0  # rows committed; kept by the worker thread
         self._host_ids: dict[bytes, int] = {}  # committed hosts only; worker thread only
-        self._rehashing = False  # worker thread only
+        self._rehashing = False  # written by the worker thread only
 
     @classmethod
     async def open(
