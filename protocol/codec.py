@@ -71,6 +71,10 @@ _HEADER_COST = 64
 
 FPS_PER_CHUNK = PAYLOAD_LIMIT // 8
 
+# zlib level 3: on crawled URLs about 3x faster than the default 6 for ~15% larger chunks.
+# Compression is the biggest CPU cost of sending (benchmarks/dispatch.py).
+ZLIB_LEVEL = 3
+
 
 def _ints(values: list[int], low: int, high: int, what: str) -> None:
     # set(map(type, ...)) runs in C; bool is refused because type(True) is not int.
@@ -178,7 +182,7 @@ def _pack(f: _Flat, u0: int, u1: int) -> tuple[bytes, frozenset[bytes]]:
         struct.pack(f">{n}H", *f.hops[t_first:t_end]),
         struct.pack(f">{m}Q", *f.done[d_first:d_end]),
     ]
-    return zlib.compress(umsgpack.packb(body), 6), frozenset(keys)
+    return zlib.compress(umsgpack.packb(body), ZLIB_LEVEL), frozenset(keys)
 
 
 def encode_chunks(
