@@ -103,8 +103,8 @@ class Membership:
         recorded at that address (``old``, or whoever the table has)."""
         ghost = old if old is not None else self.router.by_address(new.ip, new.port)
         if ghost is not None and ghost.id != new.id and self.router.knows(ghost.id):
-            log.info("%s now answers at %s:%s; dropping %s", new.id.hex()[:8], new.ip,
-                     new.port, ghost.id.hex()[:8])  # fmt: skip
+            who, gone = new.id.hex()[:8], ghost.id.hex()[:8]
+            log.info("%s now answers at %s:%s; dropping %s", who, new.ip, new.port, gone)
             self.router.remove_contact(ghost, "replaced")
         self.router.clear_departed(new.id)
         self.welcome_if_new(new)

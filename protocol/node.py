@@ -99,6 +99,12 @@ class CrawlNode(CrawlCalls, Server):
                 sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
             except OSError:
                 pass
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < SOCKET_BUFFER:
+            log.warning(
+                "UDP receive buffer capped at %d KiB (sysctl net.core.rmem_max): bursts of "
+                "task chunks may be dropped and retried",
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 1024,
+            )
         host, real_port = transport.get_extra_info("sockname")[:2]
         self.node.ip, self.node.port = host, real_port
         self._me = PeerRef(self.node.id, host, real_port)
