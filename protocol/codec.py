@@ -22,6 +22,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
+from operator import sub
 
 import umsgpack
 
@@ -155,22 +156,29 @@ def _span(f: _Flat, u0: int, budget: float) -> tuple[int, int, bool]:
     return u1, f.cum[u1] - f.cum[u0] + extra, capped
 
 
+def _clamp(x: int, high: int) -> int:
+    return 0 if x < 0 else high if x > high else x
+
+
 def _pack(f: _Flat, u0: int, u1: int) -> tuple[bytes, frozenset[bytes]]:
+    """Compress units ``[u0, u1)``. Keys between the first and the last are whole; only the
+    first and last can be cut, so counts are slices of the prefix sums, then trimmed."""
     b0 = bisect_right(f.ustart, u0) - 1
     b1 = bisect_right(f.ustart, u1 - 1) - 1
-    keys, tcounts, dcounts = [], [], []
-    t_first = d_first = 0
-    for b in range(b0, b1 + 1):
-        first_task = f.ustart[b] + 1
-        tc, dc = f.tstart[b + 1] - f.tstart[b], f.dstart[b + 1] - f.dstart[b]
-        t_lo, t_hi = (min(max(x - first_task, 0), tc) for x in (u0, u1))
-        d_lo, d_hi = (min(max(x - first_task - tc, 0), dc) for x in (u0, u1))
-        if b == b0:
-            t_first, d_first = f.tstart[b] + t_lo, f.dstart[b] + d_lo
-        keys.append(f.keys[b])
-        tcounts.append(t_hi - t_lo)
-        dcounts.append(d_hi - d_lo)
-    t_end, d_end = t_first + sum(tcounts), d_first + sum(dcounts)
+    keys = f.keys[b0 : b1 + 1]
+    tcounts = list(map(sub, f.tstart[b0 + 1 : b1 + 2], f.tstart[b0 : b1 + 1]))
+    dcounts = list(map(sub, f.dstart[b0 + 1 : b1 + 2], f.dstart[b0 : b1 + 1]))
+    # Units past the first key's own unit, and up to the last key's end.
+    off0, off1 = u0 - f.ustart[b0] - 1, u1 - f.ustart[b1] - 1
+    tc0, dc0, tc1, dc1 = tcounts[0], dcounts[0], tcounts[-1], dcounts[-1]
+    t_cut0, d_cut0 = _clamp(off0, tc0), _clamp(off0 - tc0, dc0)
+    t_keep1, d_keep1 = _clamp(off1, tc1), _clamp(off1 - tc1, dc1)
+    tcounts[0] -= t_cut0
+    dcounts[0] -= d_cut0
+    tcounts[-1] -= tc1 - t_keep1
+    dcounts[-1] -= dc1 - d_keep1
+    t_first, d_first = f.tstart[b0] + t_cut0, f.dstart[b0] + d_cut0
+    t_end, d_end = f.tstart[b1] + t_keep1, f.dstart[b1] + d_keep1
     n, m, k = t_end - t_first, d_end - d_first, len(keys)
     body = [
         WIRE_VERSION,
