@@ -84,7 +84,8 @@ async def insert(record: DoneRecord, n: int, hosts: int, batch: int, writers: in
 async def measure(args: argparse.Namespace, path: Path) -> None:
     n, hosts = args.n, max(1, args.n // URLS_PER_HOST)
     keys = host_keys(hosts)
-    record = await DoneRecord.open(path, expected=n, fp_rate=args.fp_rate)
+    # --expected below --n makes the filter grow by DSBF splits while the record fills.
+    record = await DoneRecord.open(path, expected=args.expected or n, fp_rate=args.fp_rate)
     try:
         calls_before = record.commits
         seconds = await insert(record, n, hosts, args.batch, args.writers)
@@ -199,6 +200,9 @@ def rss_child(path: Path, n: int, fp_rate: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=10_000_000, help="URLs to record")
+    parser.add_argument(
+        "--expected", type=int, help="DoneRecord.open(expected=...) (default: --n, no splits)"
+    )
     parser.add_argument("--fp-rate", type=float, default=0.001, help="f_max of the filter")
     parser.add_argument("--batch", type=int, default=2_000, help="URLs per add() call")
     parser.add_argument("--writers", type=int, default=4, help="concurrent add() callers")
