@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from p2pcrawl.cluster import Cluster
 from p2pcrawl.testweb import TestWeb, TestWebConfig
-from tests.integration.cluster import Cluster
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from p2pcrawl.cluster import Cluster, PeerProc
 from p2pcrawl.testweb import TestWeb, TestWebConfig
-from tests.integration.cluster import Cluster, PeerProc
 from tests.integration.conftest import crawl_args
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Real peer processes on loopback for integration tests and the churn benchmark.
+"""Local multi-process p2pcrawl networks on loopback: integration tests, benchmarks, examples.
 
 Each peer is ``python -m p2pcrawl.cli join`` in its own process with its own data
 directory; the harness reads the peer's ready line for its bound addresses, talks to it only
