@@ -536,7 +536,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             opts = _merge_config(args)
             setup_logging(opts["log_level"], bool(opts["log_json"]))
             return asyncio.run(run_join(opts))
-        setup_logging(args.log_level or "info", bool(args.log_json))
+        # The demo prints its own progress; library chatter would drown it.
+        default_level = "warning" if args.command == "demo" else "info"
+        setup_logging(args.log_level or default_level, bool(args.log_json))
         if args.command == "demo":
             from p2pcrawl.demo import run_demo
 
