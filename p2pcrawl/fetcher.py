@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -32,7 +33,7 @@ class ForbiddenAddress(OSError):
 class GuardedResolver(AbstractResolver):
     """Drops loopback/private/link-local answers unless private addresses are allowed.
 
-    aiohttp never calls the resolver for IP literals, so the scope check covers those.
+    aiohttp never calls the resolver for IP literals, so :meth:`Fetcher.fetch` checks those.
     """
 
     def __init__(self, allow_private: bool) -> None:
@@ -122,6 +123,10 @@ class Fetcher:
         assert self._session is not None, "Fetcher.start() not called"
         limit = self._settings.fetch.max_body_bytes if max_body is None else max_body
         result = FetchResult(url=url, fetched_at=time.time())
+        if not self._settings.scope.allow_private and _forbidden_literal(url):
+            # Seeds and robots.txt redirects reach here without a scope check.
+            result.error = "forbidden"
+            return result
         started = time.monotonic()
         try:
             async with self._session.get(url, allow_redirects=False) as resp:
@@ -169,3 +174,12 @@ class Fetcher:
             result.error = "protocol"
         result.elapsed = time.monotonic() - started
         return result
+
+
+def _forbidden_literal(url: str) -> bool:
+    """The URL's host is an IP address the SSRF guard refuses (names go to the resolver)."""
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return False
+    return host is not None and is_forbidden_address(host)
