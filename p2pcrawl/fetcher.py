@@ -164,10 +164,15 @@ class Fetcher:
             result.error = "timeout"
         except ForbiddenAddress:
             result.error = "forbidden"
-        except aiohttp.ClientConnectorDNSError:
-            result.error = "dns"
         except aiohttp.ClientConnectorError as exc:
-            result.error = "forbidden" if isinstance(exc.os_error, ForbiddenAddress) else "connect"
+            # aiohttp wraps whatever the resolver raises, ForbiddenAddress included, in
+            # ClientConnectorDNSError, so the guard's refusal is told apart by its cause.
+            if isinstance(exc.os_error, ForbiddenAddress):
+                result.error = "forbidden"
+            elif isinstance(exc, aiohttp.ClientConnectorDNSError):
+                result.error = "dns"
+            else:
+                result.error = "connect"
         except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError):
             result.error = "protocol"
         except (aiohttp.ClientError, OSError, ValueError, UnicodeError):
