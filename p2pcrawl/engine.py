@@ -286,7 +286,14 @@ class Engine:
                 status, body = res.status, res.body
             break
         self.stats.robots_fetched += 1
-        policy = policy_from_response(status, body, time.monotonic(), self.settings.politeness)
+        if res.error == "forbidden" and url == origin + "/robots.txt":
+            # The SSRF guard refuses the host itself, so robots.txt can never be fetched:
+            # holding its URLs until it is (RFC 9309 §2.3.1.4) would stall the crawl forever.
+            # Let each page fetch be refused and counted instead.
+            ttl = self.settings.politeness.robots_error_ttl
+            policy = RobotsPolicy("allow_all", time.monotonic() + ttl)
+        else:
+            policy = policy_from_response(status, body, time.monotonic(), self.settings.politeness)
         self.robots.put(origin, policy)
         hq.polite.robots_delay = policy.crawl_delay(self._ua)
         gap = politeness.next_gap(self.settings.politeness, hq.polite.robots_delay, elapsed)
