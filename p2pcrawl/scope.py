@@ -86,8 +86,10 @@ class Scope:
         hit = self._cache.get(hostname)
         if hit is not None:
             return hit
-        ok = hostname in self._exact or any(hostname.endswith(s) for s in self._suffixes)
-        if ok and not self.allow_private and _is_ip(hostname) and is_forbidden_address(hostname):
+        # "example.com." is the fully qualified spelling of "example.com" (RFC 1034 §3.1).
+        name = hostname[:-1] if hostname.endswith(".") else hostname
+        ok = name in self._exact or any(name.endswith(s) for s in self._suffixes)
+        if ok and not self.allow_private and _is_ip(name) and is_forbidden_address(name):
             ok = False
         if len(self._cache) > 65536:
             self._cache.clear()
