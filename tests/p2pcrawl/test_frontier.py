@@ -1,0 +1,225 @@
+"""The two-level frontier without sockets or sleeping: a fake clock drives every gap."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from p2pcrawl.frontier import Frontier, HostQueue, Task
+from p2pcrawl.scheduling import ServerEstimate
+from p2pcrawl.settings import CrawlSettings, Policy
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def task(url: str, depth: int = 0) -> Task:
+    return Task(url=url, fp=hash(url) & (2**64 - 1), key=b"k" * 20, depth=depth)
+
+
+def make(policy: Policy = "breadth-first") -> tuple[Frontier, Clock]:
+    clock = Clock()
+    return Frontier(CrawlSettings(policy=policy), clock=clock), clock
+
+
+def take(f: Frontier) -> tuple[HostQueue, Task]:
+    hq = f.acquire_nowait()
+    assert hq is not None
+    t = f.pop_task(hq)
+    assert t is not None
+    return hq, t
+
+
+def test_one_host_is_never_handed_out_twice_at_once() -> None:
+    f, _ = make()
+    for i in range(3):
+        f.push("a", task(f"http://a/{i}"))
+    hq, _ = take(f)
+    assert hq.host == "a" and hq.polite.busy
+    assert f.acquire_nowait() is None  # "a" still has two URLs, but one request is out
+    f.push("a", task("http://a/late"))  # more work for a busy host does not free it
+    assert f.acquire_nowait() is None
+    f.release(hq, response_time=0.01, gap=0.0)
+    again = f.acquire_nowait()
+    assert again is hq
+    assert f.acquire_nowait() is None
+    with pytest.raises(RuntimeError):
+        hq.polite.start(0.0)  # the politeness state itself refuses a second request
+
+
+def test_politeness_gap_is_honoured() -> None:
+    f, clock = make()
+    f.push("a", task("http://a/1"))
+    f.push("a", task("http://a/2"))
+    hq, _ = take(f)
+    f.release(hq, response_time=0.2, gap=2.0)
+    assert hq.polite.next_allowed == clock.now + 2.0
+    assert f.next_delay() == pytest.approx(2.0)
+    assert f.acquire_nowait() is None
+    clock.now += 1.999
+    assert f.acquire_nowait() is None
+    assert f.next_delay() == pytest.approx(0.001)
+    clock.now += 0.001
+    assert f.acquire_nowait() is hq
+    assert f.next_delay() is None
+
+
+def test_a_waiting_host_does_not_block_others() -> None:
+    f, clock = make()
+    f.push("slow", task("http://slow/1"))
+    f.push("slow", task("http://slow/2"))
+    hq, _ = take(f)
+    f.release(hq, response_time=0.0, gap=10.0)
+    f.push("b", task("http://b/1"))
+    other, _ = take(f)
+    assert other.host == "b"
+    clock.now += 10
+    assert take(f)[0].host == "slow"
+
+
+def test_breadth_first_round_robin_over_hosts() -> None:
+    f, _ = make("breadth-first")
+    for host in ("a", "b", "c"):
+        for i in range(3):
+            f.push(host, task(f"http://{host}/{i}"))
+    order = []
+    for _ in range(9):
+        hq, t = take(f)
+        order.append(t.url)
+        f.release(hq, response_time=0.0, gap=0.0)
+    assert order == [f"http://{h}/{i}" for i in range(3) for h in ("a", "b", "c")]
+    assert f.acquire_nowait() is None
+    assert len(f) == 0
+
+
+def test_urls_of_a_host_come_out_fifo_breadth_first() -> None:
+    f, _ = make("breadth-first")
+    for i, depth in enumerate([3, 1, 2]):
+        f.push("a", task(f"http://a/{i}", depth))
+    got = []
+    for _ in range(3):
+        hq, t = take(f)
+        got.append(t.url)
+        f.release(hq, response_time=0.0, gap=0.0)
+    assert got == ["http://a/0", "http://a/1", "http://a/2"]
+
+
+def test_crawl_capability_takes_shallow_urls_first() -> None:
+    f, _ = make("crawl-capability")
+    for i, depth in enumerate([3, 1, 2]):
+        f.push("a", task(f"http://a/{i}", depth))
+    got = []
+    for _ in range(3):
+        hq, t = take(f)
+        got.append(t.depth)
+        f.release(hq, response_time=0.0, gap=0.0)
+    assert got == [1, 2, 3]
+
+
+def test_performance_first_serves_the_faster_host_first() -> None:
+    f, _ = make("performance-first")
+    f.host("slow").est = ServerEstimate(connect_time=0.5, response_time=1.0)
+    f.host("fast").est = ServerEstimate(connect_time=0.01, response_time=0.01)
+    # The slow host arrives first: breadth-first would serve it first, this policy must not.
+    for i in range(5):
+        f.push("slow", task(f"http://slow/{i}"))
+        f.push("fast", task(f"http://fast/{i}"))
+    hq, _ = take(f)
+    assert hq.host == "fast"
+    assert take(f)[0].host == "slow"  # the only other ready host
+
+    bf, _ = make("breadth-first")
+    for host in ("slow", "fast"):
+        bf.push(host, task(f"http://{host}/0"))
+    assert take(bf)[0].host == "slow"
+
+
+def test_remove_hosts_returns_tasks_and_busy_host_is_not_rescheduled() -> None:
+    f, _ = make()
+    for i in range(3):
+        f.push("a", task(f"http://a/{i}"))
+        f.push("b", task(f"http://b/{i}"))
+    busy, inflight = take(f)
+    assert busy.host == "a"
+    removed = f.remove_hosts(["a", "nonexistent"])
+    assert sorted(t.url for t in removed) == ["http://a/1", "http://a/2"]
+    assert inflight.url == "http://a/0"  # the in-flight task is the caller's, not returned
+    assert "a" not in f.hosts
+    assert len(f) == 3
+    f.release(busy, response_time=0.0, gap=0.0)  # the fetch in flight ends after the move
+    served = []
+    while (hq := f.acquire_nowait()) is not None:
+        t = f.pop_task(hq)
+        assert t is not None
+        served.append(t.url)
+        f.release(hq, response_time=0.0, gap=0.0)
+    assert served == ["http://b/0", "http://b/1", "http://b/2"]
+    assert len(f) == 0
+
+
+def test_prune_keeps_hosts_whose_gap_still_runs() -> None:
+    f, clock = make()
+    f.push("a", task("http://a/1"))
+    f.push("b", task("http://b/1"))
+    f.push("c", task("http://c/1"))
+    a, _ = take(f)
+    f.release(a, response_time=0.0, gap=5.0)  # idle, gap running
+    b, _ = take(f)  # busy
+    c, _ = take(f)
+    f.release(c, response_time=0.0, gap=0.0)  # idle, gap over
+    f.push("d", task("http://d/1"))  # has work
+    assert f.prune() == 1
+    assert set(f.hosts) == {"a", "b", "d"}
+    clock.now += 5.0
+    assert f.prune() == 1
+    assert set(f.hosts) == {"b", "d"}
+    f.release(b, response_time=0.0, gap=0.0)
+    assert f.prune() == 1
+    assert set(f.hosts) == {"d"}
+    # A pruned host comes back with fresh state when new work arrives.
+    f.push("a", task("http://a/2"))
+    assert f.host("a") is not a
+    assert f.acquire_nowait() is not None
+
+
+async def test_acquire_waits_for_push_and_for_the_gap() -> None:
+    f, clock = make()
+    waiter = asyncio.ensure_future(f.acquire())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    f.push("a", task("http://a/1"))
+    hq = await asyncio.wait_for(waiter, 5)
+    assert hq.host == "a"
+    t = f.pop_task(hq)
+    assert t is not None
+    # With a gap pending, acquire() sleeps on the real loop until next_delay(); a release
+    # after the fake clock moved past the gap wakes it at once.
+    f.push("a", task("http://a/2"))
+    f.release(hq, response_time=0.0, gap=3600.0)
+    waiter = asyncio.ensure_future(f.acquire())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    clock.now += 3600.0
+    f.push("b", task("http://b/1"))  # any push wakes a waiter, which re-checks the heaps
+    got = await asyncio.wait_for(waiter, 5)
+    assert got.host in ("a", "b")
+    assert f.acquire_nowait() is not None  # and the other one is ready too
+
+
+async def test_wake_all_releases_waiters() -> None:
+    f, _ = make()
+    waiters = [asyncio.ensure_future(f.acquire()) for _ in range(3)]
+    await asyncio.sleep(0)
+    f.wake_all()
+    f.push("a", task("http://a/1"))
+    done, pending = await asyncio.wait(waiters, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+    assert len(done) == 1
+    for w in pending:
+        w.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
