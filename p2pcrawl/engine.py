@@ -88,6 +88,7 @@ class Engine:
         self._key_cache: dict[str, bytes] = {}
         self._excluded_keys: set[bytes] = set()
         self._started = False
+        self._fetching = 0  # page fetches under way, reserved against max_pages
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -144,7 +145,8 @@ class Engine:
     @property
     def exhausted(self) -> bool:
         mp = self.settings.scope.max_pages
-        return bool(mp) and self.stats.pages_fetched >= mp
+        # Fetches under way count too, or workers passing this check together overshoot.
+        return bool(mp) and self.stats.pages_fetched + self._fetching >= mp
 
     def key_of(self, url: str) -> bytes:
         if self.partition == "url":
@@ -324,7 +326,16 @@ class Engine:
             self.frontier.release(hq, response_time=0.0, gap=0.0)
             await self._finish([task])
             return
-        res = await self.fetcher.fetch(task.url)
+        if self.exhausted:
+            # max-pages was reached while this URL waited: keep it queued for a later run.
+            self.frontier.push(hq.host, task)
+            self.frontier.release(hq, response_time=0.0, gap=0.0)
+            return
+        self._fetching += 1
+        try:
+            res = await self.fetcher.fetch(task.url)
+        finally:
+            self._fetching -= 1
         pset = self.settings.politeness
         gap = politeness.next_gap(pset, hq.polite.robots_delay, res.elapsed)
         hq.est.observe(None, res.elapsed)
