@@ -7,7 +7,6 @@ politeness from the server's side of the wire.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import time
 from collections import Counter
@@ -38,7 +37,6 @@ class Served:
     headers: list[dict[str, str]] = field(default_factory=list)
     spans: list[tuple[float, float]] = field(default_factory=list)  # monotonic (start, end)
     max_concurrent: int = 0
-    release: asyncio.Event = field(default_factory=asyncio.Event)  # for handlers that wait
     _now: int = 0
 
     @property
@@ -73,7 +71,6 @@ async def serve(handler: Handler, host: str = "127.0.0.1") -> AsyncIterator[Serv
     try:
         yield served
     finally:
-        served.release.set()
         await runner.cleanup()
 
 
