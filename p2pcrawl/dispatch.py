@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,12 @@ __all__ = ["Dispatcher", "to_batches"]
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 4
+# How long to keep re-routing a URL whose owner does not answer before crawling it here.
+# It must outlast failure detection (failures x (ping interval + RPC timeout)): until the
+# dead owner is evicted every lookup names it again, and crawling its hosts here meanwhile
+# would fetch pages that its successor fetches too.
+GIVE_UP_AFTER_S = 120.0
+MAX_RETRY_DELAY_S = 2.0
 
 
 def to_batches(tasks: Sequence[Task], done: dict[bytes, list[int]] | None = None) -> list[KeyBatch]:
@@ -48,6 +54,7 @@ class _Pending:
     tasks: list[Task]
     future: asyncio.Future[None]
     attempt: int = 0
+    first_try: float = 0.0
 
 
 @dataclass(slots=True)
@@ -114,7 +121,9 @@ class Dispatcher:
     def pending(self) -> int:
         return sum(o.size for o in self._outboxes.values()) + self.in_transit
 
-    async def route(self, tasks: list[Task], *, attempt: int = 0) -> None:
+    async def route(
+        self, tasks: list[Task], *, attempt: int = 0, first_try: float | None = None
+    ) -> None:
         if not tasks:
             return
         groups: dict[PeerRef, list[Task]] = defaultdict(list)
@@ -129,7 +138,8 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         for owner, ts in groups.items():
             fut: asyncio.Future[None] = loop.create_future()
-            self._enqueue(owner, _Pending(ts, fut, attempt))
+            started = time.monotonic() if first_try is None else first_try
+            self._enqueue(owner, _Pending(ts, fut, attempt, started))
             waits.append(fut)
         await asyncio.gather(*waits)
 
@@ -192,12 +202,12 @@ class Dispatcher:
     def _retry(self, it: _Pending, tasks: list[Task]) -> None:
         async def run() -> None:
             try:
-                if it.attempt + 1 >= MAX_ATTEMPTS:
+                if time.monotonic() - it.first_try > GIVE_UP_AFTER_S:
                     self.fallback_local += len(tasks)
                     await self.intake(tasks)
                 else:
-                    await asyncio.sleep(0.1 * (2**it.attempt))
-                    await self.route(tasks, attempt=it.attempt + 1)
+                    await asyncio.sleep(min(0.1 * (2 ** min(it.attempt, 8)), MAX_RETRY_DELAY_S))
+                    await self.route(tasks, attempt=it.attempt + 1, first_try=it.first_try)
             except BaseException as exc:
                 if not it.future.done():
                     it.future.set_exception(exc)
