@@ -170,3 +170,21 @@ async def test_different_secret_cannot_join(make_cluster: Any) -> None:
     assert status["peers"] == 0
     peers = await cluster.api(founder, "/api/peers")
     assert peers["rpc"]["dropped"].get("bad_hmac", 0) >= 1
+
+
+@pytest.mark.parametrize(
+    ("bootstrap", "code", "message"),
+    [
+        ("127.0.0.1:9", 1, "cannot join"),  # nobody answers (discard port, UDP)
+        ("no-such-host.invalid:9000", 2, "does not resolve"),
+        ("127.0.0.1", 2, "HOST:PORT"),
+        ("127.0.0.1:99999", 2, "out of range"),
+    ],
+)
+async def test_bootstrap_failure_is_a_clear_error(
+    make_cluster: Any, bootstrap: str, code: int, message: str
+) -> None:
+    cluster = await make_cluster(FAST)
+    peer = await cluster.start_peer("lonely", extra=["--bootstrap", bootstrap], expect_ready=False)
+    assert await cluster.wait_exit(peer, 30) == code
+    assert message in cluster.log(peer)
