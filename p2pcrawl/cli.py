@@ -188,6 +188,9 @@ def _join_option_names() -> set[str]:
     return {a.dest for a in p._actions} - {"config"} | {"log_level", "log_json"}
 
 
+_PEER_HELP = "the running peer's status server (its join --status)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="p2pcrawl",
@@ -209,16 +212,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_join_options(join)
 
     seed = sub.add_parser("seed", help="add seed URLs through a running peer")
-    seed.add_argument("--peer", required=True, metavar="STATUS_HOST:PORT")
+    seed.add_argument(
+        "--peer",
+        required=True,
+        metavar="STATUS_HOST:PORT",
+        help=_PEER_HELP,
+    )
     seed.add_argument("--token", metavar="T", help="the peer's --status-token")
-    seed.add_argument("urls", nargs="+", metavar="URL")
+    seed.add_argument("urls", nargs="+", metavar="URL", help="seed URLs to crawl")
 
     leave = sub.add_parser("leave", help="ask a running peer to hand off its work and exit")
-    leave.add_argument("--peer", required=True, metavar="STATUS_HOST:PORT")
+    leave.add_argument(
+        "--peer",
+        required=True,
+        metavar="STATUS_HOST:PORT",
+        help=_PEER_HELP,
+    )
     leave.add_argument("--token", metavar="T", help="the peer's --status-token")
 
     status = sub.add_parser("status", help="show a running peer's state")
-    status.add_argument("--peer", required=True, metavar="STATUS_HOST:PORT")
+    status.add_argument(
+        "--peer",
+        required=True,
+        metavar="STATUS_HOST:PORT",
+        help=_PEER_HELP,
+    )
     status.add_argument("--token", metavar="T", help="the peer's --status-token")
     status.add_argument("--json", action="store_true", help="print the raw JSON")
 
