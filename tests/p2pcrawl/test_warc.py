@@ -410,3 +410,20 @@ async def test_unset_fetch_time_is_stamped_now(tmp_path: Path) -> None:
     response = next(r for r, _ in read_records(writer.files[0]) if r.rec_type == "response")
     year = int(response.rec_headers.get_header("WARC-Date")[:4])
     assert year >= datetime.now(UTC).year - 1
+
+
+@pytest.mark.parametrize("backend", ["isal", "zlib"])
+@pytest.mark.parametrize("level", [1, 4, 9])
+def test_gzip_member_is_plain_gzip_with_either_deflate(
+    monkeypatch: pytest.MonkeyPatch, backend: str, level: int
+) -> None:
+    import p2pcrawl.warc as warc
+
+    if backend == "zlib":
+        monkeypatch.setattr(warc, "_isal", None)
+    elif warc._isal is None:
+        pytest.skip("isal is not installed")
+    data = b"WARC/1.0\r\n" + bytes(random.Random(level).randrange(64) for _ in range(50_000))
+    member = warc.gzip_member(data, level)
+    assert gzip.decompress(member) == data
+    assert len(member) < len(data)
