@@ -16,7 +16,7 @@ import sys
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from p2pcrawl import __version__
 from p2pcrawl.settings import (
@@ -181,11 +181,38 @@ def _add_join_options(join: argparse.ArgumentParser) -> None:
     _add_crawl_options(join)
 
 
-def _join_option_names() -> set[str]:
-    """What a config file may set: every join option, plus logging."""
-    p = argparse.ArgumentParser(add_help=False)
-    _add_join_options(p)
-    return {a.dest for a in p._actions} - {"config"} | {"log_level", "log_json"}
+class _ConfigParser(argparse.ArgumentParser):
+    """Reads a config file's options as flags, raising instead of exiting on a bad one."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _config_options(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A config file's options, checked and converted exactly as the same flags would be.
+
+    A config file may set every join option (not --config), plus logging. A list is the flag
+    repeated; ``true`` is a switch given, ``false`` one left out.
+    """
+    parser = _ConfigParser(prog=str(path), add_help=False)
+    _add_join_options(parser)
+    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    out: dict[str, Any] = {}
+    argv: list[str] = []
+    for key, value in doc.items():
+        dest = key.replace("-", "_")
+        if dest in ("log_level", "log_json"):
+            out[dest] = value
+            continue
+        if dest not in flags or dest == "config":
+            raise UsageError(f"{path}: unknown option {key!r}")
+        for item in value if isinstance(value, list) else [value]:
+            if item is True:
+                argv.append(flags[dest])
+            elif item is not False:
+                argv.append(f"{flags[dest]}={item}")
+    out.update({k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None})
+    return out
 
 
 _PEER_HELP = "the running peer's status server (its join --status)"
@@ -273,12 +300,7 @@ def _merge_config(args: argparse.Namespace) -> dict[str, Any]:
             doc = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read config {path}: {exc}") from exc
-        known = _join_option_names()
-        for k, v in doc.items():
-            dest = k.replace("-", "_")
-            if dest not in known:
-                raise UsageError(f"{path}: unknown option {k!r}")
-            merged[dest] = Path(v) if dest == "data" else v
+        merged.update(_config_options(doc, path))
     for k, v in vars(args).items():
         if v is not None:
             merged[k] = v
