@@ -66,34 +66,24 @@ def parse_hostport(value: str, *, default_host: str | None = None) -> tuple[str,
     return host, port
 
 
-def _positive_int(v: str) -> int:
-    try:
-        n = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {v!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {v!r}")
-    return n
+def _number(kind: type[int] | type[float], minimum: float, what: str, bound: str) -> Any:
+    """An argparse type: a finite number of ``kind`` that is at least ``minimum``."""
+
+    def convert(v: str) -> int | float:
+        try:
+            n = kind(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {v!r}") from None
+        if not minimum <= n < float("inf"):  # also false for NaN
+            raise argparse.ArgumentTypeError(f"{bound}: {v!r}")
+        return n
+
+    return convert
 
 
-def _nonneg_int(v: str) -> int:
-    try:
-        n = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {v!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {v!r}")
-    return n
-
-
-def _nonneg_float(v: str) -> float:
-    try:
-        f = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
-    if not f >= 0 or f == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite non-negative number: {v!r}")
-    return f
+_positive_int = _number(int, 1, "an integer", "must be at least 1")
+_nonneg_int = _number(int, 0, "an integer", "must not be negative")
+_nonneg_float = _number(float, 0.0, "a number", "must be a finite non-negative number")
 
 
 def _add_crawl_options(p: argparse.ArgumentParser) -> None:

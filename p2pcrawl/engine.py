@@ -11,10 +11,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from p2pcrawl import politeness, urls
 from p2pcrawl.fetcher import Fetcher, FetchResult
@@ -28,6 +28,7 @@ from p2pcrawl.settings import CrawlSettings, Partition
 from p2pcrawl.stats import CrawlStats
 from p2pcrawl.warc import FetchRecord, WarcWriter
 from protocol.ownership import key_for
+from protocol.tasks import TaskSet
 
 __all__ = ["CrawlSummary", "Engine", "LocalRouter", "Router", "crawl", "make_task"]
 
@@ -82,7 +83,7 @@ class Engine:
         self.in_flight: dict[int, Task] = {}
         self.paused = False  # no new fetches (leaving)
         self._ua = self.fetcher.user_agent
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("engine")
         self._refill = asyncio.Event()
         self._progress = asyncio.Event()
         self._key_cache: dict[str, bytes] = {}
@@ -101,16 +102,8 @@ class Engine:
         self._started = True
         self._refill.set()
 
-    def _spawn(self, coro: Awaitable[None], name: str) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
-        task.set_name(f"engine-{name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("engine task %s died", task.get_name(), exc_info=task.exception())
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks.spawn(coro, name)
 
     async def stop_fetching(self, timeout: float) -> list[Task]:
         """Stop taking work, wait up to ``timeout`` for in-flight fetches; returns the rest."""
@@ -125,11 +118,7 @@ class Engine:
         return list(self.in_flight.values())
 
     async def aclose(self) -> None:
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks.clear()
+        await self._tasks.aclose()
         await self.fetcher.aclose()
 
     # -- state -------------------------------------------------------------------------

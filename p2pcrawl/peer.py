@@ -15,10 +15,10 @@ import dataclasses
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from p2pcrawl import __version__, urls
 from p2pcrawl.batching import Coalescer
@@ -34,6 +34,7 @@ from protocol.errors import MessageError, PeerTimeout, RemoteError
 from protocol.messages import KeyBatch, PeerRef, StoreResult
 from protocol.node import CrawlNode, NodeConfig
 from protocol.ownership import distance, key_for
+from protocol.tasks import TaskSet
 from storage.backups import BackupStore
 
 __all__ = ["Peer", "PeerConfig", "State"]
@@ -78,7 +79,7 @@ class Peer:
         self.handoff = HandoffReport()
         self.malformed = 0
         self.refused = 0
-        self._owned: set[asyncio.Task[None]] = set()
+        self._owned = TaskSet("peer")
         self._rebalance_kick = asyncio.Event()
         self._takeover_owners: set[bytes] = set()
         self._deletes: Coalescer[PeerRef, int] = Coalescer(self._send_deletes)
@@ -158,26 +159,15 @@ class Peer:
             await self.aclose()
             raise
 
-    def _spawn(self, coro: Awaitable[None], name: str) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
-        task.set_name(f"peer-{name}")
-        self._owned.add(task)
-        task.add_done_callback(self._owned_done)
-
-    def _owned_done(self, task: asyncio.Task[None]) -> None:
-        self._owned.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("peer task %s died", task.get_name(), exc_info=task.exception())
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._owned.spawn(coro, name)
 
     async def aclose(self) -> None:
         """Stop everything, each component in its own guard so one failure leaks nothing."""
         if self._stopped.is_set():
             return
         self.state = "stopped"
-        owned = list(self._owned)
-        for t in owned:
-            t.cancel()
-        await asyncio.gather(*owned, return_exceptions=True)
+        await self._owned.aclose()
         for name, closer in (
             ("engine", self.engine.aclose if self.engine else None),
             ("deletes", self._deletes.aclose),
