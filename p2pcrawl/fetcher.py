@@ -8,6 +8,7 @@ deduplicated and routed to its owner like any link.
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import time
 from dataclasses import dataclass, field
@@ -39,17 +40,22 @@ class GuardedResolver(AbstractResolver):
     def __init__(self, allow_private: bool) -> None:
         self._inner = DefaultResolver()
         self._allow_private = allow_private
+        # host -> the address aiohttp will try first, for WARC-IP-Address: the connection
+        # object is often released before the caller could ask it for its peer.
+        self.addresses: dict[str, str] = {}
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         results = await self._inner.resolve(host, port, family)
-        if self._allow_private:
-            return results
-        safe = [r for r in results if not is_forbidden_address(r["host"])]
-        if not safe:
-            raise ForbiddenAddress(f"{host} resolves only to private addresses")
-        return safe
+        if not self._allow_private:
+            results = [r for r in results if not is_forbidden_address(r["host"])]
+            if not results:
+                raise ForbiddenAddress(f"{host} resolves only to private addresses")
+        if len(self.addresses) > 10_000:
+            self.addresses.clear()
+        self.addresses[host] = results[0]["host"]
+        return results
 
     async def close(self) -> None:
         await self._inner.close()
@@ -88,6 +94,7 @@ class Fetcher:
     def __init__(self, settings: CrawlSettings) -> None:
         self._settings = settings
         self._session: aiohttp.ClientSession | None = None
+        self._resolver = GuardedResolver(settings.scope.allow_private)
         self.user_agent = settings.effective_user_agent()
 
     async def start(self) -> None:
@@ -96,7 +103,7 @@ class Fetcher:
             limit=max(self._settings.concurrency * 2, 8),
             limit_per_host=1,
             ttl_dns_cache=300,
-            resolver=GuardedResolver(self._settings.scope.allow_private),
+            resolver=self._resolver,
             keepalive_timeout=30,
         )
         timeout = aiohttp.ClientTimeout(
@@ -119,6 +126,18 @@ class Fetcher:
             session, self._session = self._session, None
             await session.close()
 
+    def _peer_ip(self, resp: aiohttp.ClientResponse) -> str | None:
+        conn = resp.connection
+        if conn is not None and conn.transport is not None:
+            peer = conn.transport.get_extra_info("peername")
+            if peer:
+                return str(peer[0])
+        host = resp.url.raw_host or ""
+        try:
+            return str(ipaddress.ip_address(host))
+        except ValueError:
+            return self._resolver.addresses.get(host)
+
     async def fetch(self, url: str, *, max_body: int | None = None) -> FetchResult:
         assert self._session is not None, "Fetcher.start() not called"
         limit = self._settings.fetch.max_body_bytes if max_body is None else max_body
@@ -140,11 +159,7 @@ class Fetcher:
                 result.charset = resp.charset
                 result.location = resp.headers.get("Location")
                 result.retry_after = resp.headers.get("Retry-After")
-                conn = resp.connection
-                if conn is not None and conn.transport is not None:
-                    peer = conn.transport.get_extra_info("peername")
-                    if peer:
-                        result.ip = str(peer[0])
+                result.ip = self._peer_ip(resp)
                 chunks: list[bytes] = []
                 size = 0
                 while True:

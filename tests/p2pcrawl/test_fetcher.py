@@ -83,12 +83,17 @@ async def server() -> AsyncIterator[Served]:
 
 
 def settings(
-    *, allow_private: bool = True, fetch: FetchLimits | None = None, **kw: str
+    *,
+    allow_private: bool = True,
+    fetch: FetchLimits | None = None,
+    user_agent: str = "",
+    contact_url: str = "",
 ) -> CrawlSettings:
     return CrawlSettings(
         fetch=fetch or FetchLimits(),
         scope=ScopeSettings(allow_private=allow_private),
-        **kw,  # type: ignore[arg-type]
+        user_agent=user_agent,
+        contact_url=contact_url,
     )
 
 
@@ -112,11 +117,6 @@ async def test_plain_html(fetcher: Fetcher, server: Served) -> None:
     assert dict(res.request_headers)["User-Agent"] == f"p2pcrawl/{__version__}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FetchResult.ip is read from resp.connection, which aiohttp has already released "
-    "when the body arrived with the headers (most small pages), so WARC-IP-Address is missing",
-)
 async def test_peer_ip_recorded(fetcher: Fetcher, server: Served) -> None:
     res = await fetcher.fetch(server.base + "/page")
     assert res.status == 200
@@ -230,7 +230,9 @@ async def test_private_address_forbidden_without_allow_private(server: Served, h
     ],
 )
 async def test_user_agent_sent(server: Served, kw: dict[str, str], expected: str) -> None:
-    f = Fetcher(settings(**kw))
+    f = Fetcher(
+        settings(user_agent=kw.get("user_agent", ""), contact_url=kw.get("contact_url", ""))
+    )
     await f.start()
     try:
         res = await f.fetch(server.base + "/page")
