@@ -100,8 +100,8 @@ def sha1_b32(data: bytes) -> str:
     return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode()
 
 
-def settings_for(web: TestWeb, **kw: int) -> CrawlSettings:
-    return fast_settings(web.allow_domains, **kw)
+def settings_for(web: TestWeb, *, max_pages: int = 0, max_depth: int = 50) -> CrawlSettings:
+    return fast_settings(web.allow_domains, max_pages=max_pages, max_depth=max_depth)
 
 
 @pytest.fixture(scope="module")
@@ -399,10 +399,8 @@ async def _hostile(request: web.BaseRequest) -> web.StreamResponse:
     if path == "/long-location":
         return web.Response(status=302, headers={"Location": "/y?" + "b" * 70_000})
     if path == "/nul":
-        body = (
-            b'<a href="/nul\x00target.html">nul</a><base href="javascript:void(0)"><a href="ok2">'
-        )
-        return web.Response(body=body, content_type="text/html")
+        raw = b'<a href="/nul\x00t.html">nul</a><base href="javascript:void(0)"><a href="ok2">'
+        return web.Response(body=raw, content_type="text/html")
     return web.Response(text="<p>leaf</p>", content_type="text/html")
 
 
