@@ -210,12 +210,16 @@ def _from_yarl(parsed: URL, max_length: int) -> str | None:
         if "%" in host:
             return None
         host = f"[{host}]"
-    elif _HOST_RE.fullmatch(host) is None:
-        return None
-    elif _ends_in_number(host):
-        host = _ipv4(host)
-        if host is None:
+    else:
+        # "example.com." is the same server as "example.com": one host key, one politeness
+        # queue, one owner.
+        host = host.rstrip(".")
+        if not host or _HOST_RE.fullmatch(host) is None:
             return None
+        if _ends_in_number(host):
+            host = _ipv4(host)
+            if host is None:
+                return None
     if port is None or port == default_port:
         authority = host
     elif port == 0:

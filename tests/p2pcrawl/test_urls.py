@@ -79,7 +79,8 @@ CANONICALIZE = [
     ("http://example.123/", None),
     ("http://[::0:1]:8080/a", "http://[::1]:8080/a"),
     ("http://[fe80::1%25eth0]/", None),
-    ("http://a_b.example.com./x", "http://a_b.example.com./x"),
+    ("http://a_b.example.com./x", "http://a_b.example.com/x"),
+    ("http://Example.COM.:8080/", "http://example.com:8080/"),
     # userinfo dropped
     ("http://user:pass@example.com/", "http://example.com/"),
     ("http://user@example.com:8080/", "http://example.com:8080/"),
