@@ -87,7 +87,10 @@ class Engine:
         self._refill = asyncio.Event()
         self._progress = asyncio.Event()
         self._key_cache: dict[str, bytes] = {}
+        # Host key ("host[:port]") -> in scope; cleared whenever the scope grows.
+        self._in_scope: dict[str, bool] = {}
         self._excluded_keys: set[bytes] = set()
+        self._robots_failures: dict[str, int] = {}  # origin -> consecutive robots.txt failures
         self._started = False
         self._fetching = 0  # page fetches under way, reserved against max_pages
 
@@ -168,10 +171,24 @@ class Engine:
                 raise ValueError(f"not a crawlable URL: {raw!r}")
             if self.scope_from_seeds:
                 self.scope.add(urls.hostname_of(url))
+                self._in_scope.clear()
             t = make_task(url, 0, self.partition)
             t.key = self.key_of(url)
             out.append(t)
         return out
+
+    def adopt_hosts(self, hostnames: Iterable[str]) -> None:
+        """Widen a seeds-derived scope with hosts the network says are in it.
+
+        With no ``--allow-domain`` the scope is the seeds' hosts, but seeds arrive through
+        one peer: the others learn them from the hosts they are handed as owners and from
+        the scope the seeding peer published in the DHT.
+        """
+        if not self.scope_from_seeds:
+            return
+        grew = [h for h in hostnames if self.scope.add(h)]
+        if grew:
+            self._in_scope.clear()
 
     async def add_seeds(self, seeds: Iterable[str]) -> int:
         tasks = self.seed_tasks(seeds)
@@ -277,6 +294,14 @@ class Engine:
                 status, body = res.status, res.body
             break
         self.stats.robots_fetched += 1
+        if status is None and res.error:
+            self.stats.errors[res.error] += 1
+        if status is None or status >= 500:
+            if len(self._robots_failures) > 100_000:
+                self._robots_failures.clear()
+            self._robots_failures[origin] = self._robots_failures.get(origin, 0) + 1
+        else:
+            self._robots_failures.pop(origin, None)
         if res.error == "forbidden" and url == origin + "/robots.txt":
             # The SSRF guard refuses the host itself, so robots.txt can never be fetched:
             # holding its URLs until it is (RFC 9309 §2.3.1.4) would stall the crawl forever.
@@ -305,9 +330,18 @@ class Engine:
         if policy is None:
             return  # requeued behind the robots.txt request
         if policy.kind == "disallow_all":
+            origin = urls.origin_of(task.url)
+            if self._robots_failures.get(origin, 0) > self.settings.politeness.max_retries:
+                # RFC 9309 §2.3.1.4 lets a crawler treat a robots.txt that stays
+                # unreachable as unavailable; for a crawl that must end, its URLs end as
+                # errors rather than wait for a host that does not answer.
+                self.stats.errors["robots_unreachable"] += 1
+                self.frontier.release(hq, response_time=0.0, gap=0.0)
+                await self._finish([task])
+                return
             # robots.txt was unreachable (RFC 9309 §2.3.1.4): wait for it, keep the URL.
             self.frontier.push(hq.host, task)
-            wait = max(1.0, policy.expires_at - time.monotonic())
+            wait = max(0.0, policy.expires_at - time.monotonic())
             self.frontier.release(hq, response_time=0.0, gap=wait)
             return
         if not policy.allowed(task.url, self._ua):
@@ -359,18 +393,18 @@ class Engine:
             self.stats.truncated += 1
         if self.warc is not None:
             await self.warc.write(_record(res), durable=True)
-        discovered = self._links_of(task, res)
+        # A redirect target is the same document moved: it keeps the source's depth.
+        fresh = self._filter(self._links_of(task, res), task.depth, task.hops + 1)
         if res.is_html and 200 <= res.status < 300:
-            discovered.extend(await self._parse(task, res))
+            fresh += self._filter(await self._parse(task, res), task.depth + 1, 0)
         elif 200 <= res.status < 300:
             self.stats.non_html += 1
-        fresh = self._filter(discovered)
         if fresh:
             self.stats.urls_discovered += len(fresh)
             await self.router.route(fresh)
         await self._finish([task])
 
-    def _links_of(self, task: Task, res: FetchResult) -> list[Task]:
+    def _links_of(self, task: Task, res: FetchResult) -> list[str]:
         if not res.is_redirect or res.location is None:
             return []
         self.stats.redirects += 1
@@ -381,10 +415,9 @@ class Engine:
         if task.hops + 1 > self.settings.fetch.max_redirects:
             self.stats.redirect_limit += 1
             return []
-        # A redirect target is the same document moved: it keeps the source's depth.
-        return [Task(target, 0, b"", task.depth, task.hops + 1)]
+        return [target]
 
-    async def _parse(self, task: Task, res: FetchResult) -> list[Task]:
+    async def _parse(self, task: Task, res: FetchResult) -> list[str]:
         limits = self.settings.fetch
         if len(res.body) > PARSE_IN_THREAD_BYTES:
             page = await asyncio.to_thread(
@@ -407,30 +440,48 @@ class Engine:
         self.stats.links_extracted += len(page.links)
         if page.nofollow:
             self.stats.nofollow_pages += 1
-        depth = task.depth + 1
-        return [Task(u, 0, b"", depth, 0) for u in page.links]
+        return page.links
 
-    def _filter(self, found: list[Task]) -> list[Task]:
-        """Scope, depth and the seen cache; fills in fingerprints and keys of survivors."""
+    def _filter(self, links: list[str], depth: int, hops: int) -> list[Task]:
+        """Depth, scope and the seen cache; a task, fingerprint and key for each survivor.
+
+        This runs for each of the ~50 links of every page, most of them repeats, so the
+        depth test (the same for all of a page's links) is made once, scope is looked up
+        by host key, and only survivors become tasks.
+        """
+        if not links:
+            return []
+        if depth > self.settings.scope.max_depth:
+            self.stats.too_deep += len(links)
+            return []
         out: list[Task] = []
-        max_depth = self.settings.scope.max_depth
-        allows = self.scope.allows_host
-        seen = self.seen.check_and_add
+        in_scope = self._in_scope
+        host_of = urls.host_of
         fingerprint = urls.fingerprint
-        for t in found:
-            if t.depth > max_depth:
-                self.stats.too_deep += 1
+        seen = self.seen.check_and_add
+        outside = repeats = 0
+        for url in links:
+            host = host_of(url)
+            ok = in_scope.get(host)
+            if ok is None:
+                ok = self._host_in_scope(host, url)
+            if not ok:
+                outside += 1
                 continue
-            if not allows(urls.hostname_of(t.url)):
-                self.stats.out_of_scope += 1
+            fp = fingerprint(url)
+            if seen(fp):
+                repeats += 1
                 continue
-            t.fp = fingerprint(t.url)
-            if seen(t.fp):
-                self.stats.seen_cache_hits += 1
-                continue
-            t.key = self.key_of(t.url)
-            out.append(t)
+            out.append(Task(url, fp, self.key_of(url), depth, hops))
+        self.stats.out_of_scope += outside
+        self.stats.seen_cache_hits += repeats
         return out
+
+    def _host_in_scope(self, host: str, url: str) -> bool:
+        if len(self._in_scope) > 100_000:
+            self._in_scope.clear()
+        ok = self._in_scope[host] = self.scope.allows_host(urls.hostname_of(url))
+        return ok
 
     async def _finish(self, tasks: list[Task]) -> None:
         await self.ledger.finish(tasks)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import time
 from collections import defaultdict
@@ -42,6 +43,11 @@ __all__ = ["Peer", "PeerConfig", "State"]
 log = logging.getLogger(__name__)
 
 State = Literal["joining", "active", "leaving", "stopped"]
+
+# The DHT value that carries the seeds' hosts, the default scope, to every peer.
+SCOPE_KEY = "p2pcrawl/scope/v1"
+SCOPE_REFRESH_S = 5.0
+MAX_SCOPE_HOSTS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +153,8 @@ class Peer:
                 self.events.add("joined", peers=len(peers))
             self._spawn(self._rebalance_loop(), "rebalance")
             self._spawn(self._republish_loop(), "republish")
+            if self.engine.scope_from_seeds:
+                self._spawn(self._scope_loop(), "scope")
             if cfg.bootstrap:
                 await self._refresh_from_neighbours()
             self.state = "active"
@@ -197,7 +205,44 @@ class Peer:
 
     async def add_seeds(self, seeds: Iterable[str]) -> int:
         assert self.engine is not None
+        seeds = list(seeds)
+        if self.engine.scope_from_seeds:
+            tasks = self.engine.seed_tasks(seeds)  # validates; raises ValueError first
+            # Published before the seeds travel, so an owner that refreshes its scope on
+            # receiving a seed already finds every seed host there.
+            await self._publish_scope({urls.hostname_of(t.url) for t in tasks})
         return await self.engine.add_seeds(seeds)
+
+    # -- the cluster-wide default scope ----------------------------------------------------
+
+    async def _publish_scope(self, hosts: set[str]) -> None:
+        """Merge ``hosts`` into the scope kept in the DHT's value store (Kademlia STORE)."""
+        assert self.node is not None
+        merged = sorted(set(await self._fetch_scope()) | hosts)[:MAX_SCOPE_HOSTS]
+        value = json.dumps(merged)
+        # Kept here too: a lone founder has no neighbour to store it on yet, and kademlia
+        # hands stored values to nodes that join later (Kademlia §2.5).
+        self.node.storage[key_for(SCOPE_KEY)] = value
+        with contextlib.suppress(PeerTimeout, RemoteError, OSError):
+            await self.node.set(SCOPE_KEY, value)
+
+    async def _fetch_scope(self) -> list[str]:
+        assert self.node is not None
+        try:
+            raw = await self.node.get(SCOPE_KEY)
+        except (PeerTimeout, RemoteError, OSError):
+            return []
+        return _parse_scope(raw)
+
+    async def refresh_scope(self) -> None:
+        if self.engine is not None and self.engine.scope_from_seeds:
+            self.engine.adopt_hosts(await self._fetch_scope())
+
+    async def _scope_loop(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                await self.refresh_scope()
+            await asyncio.sleep(SCOPE_REFRESH_S)
 
     # -- intake: what this peer owns -------------------------------------------------------
 
@@ -210,6 +255,9 @@ class Peer:
             # Tasks queued here before the history arrived (a restart) are finished already.
             if await self.ledger.drop_done([fp for _, fp in pairs]):
                 await self._finished([Task("", fp, k, 0) for k, fp in pairs])
+        if self.engine.scope_from_seeds and tasks:
+            # The sender checked these against its scope; this peer owns their hosts now.
+            self.engine.adopt_hosts({urls.hostname_of(t.url) for t in tasks})
         new = await self.ledger.accept(tasks)
         if new:
             self.engine.include_keys({t.key for t in new})
@@ -293,6 +341,9 @@ class Peer:
             got.update(k for k in by_key if k not in refused)
             self._handoff_progress.set()
         mine = [t for k, ts in by_key.items() if k not in refused for t in ts]
+        if any(t.depth == 0 for t in mine):
+            # A seed: its peer just widened the scope; links from it must not be dropped.
+            await self.refresh_scope()
         self.refused += len(refused)
         new = await self.intake(mine, {k: v for k, v in done.items() if k not in refused})
         return StoreResult(new=new, duplicate=len(mine) - new, refused_keys=refused)
@@ -631,6 +682,19 @@ class Peer:
         """Counts that need a store query, refreshed by the status server's sampler."""
         if self.backups is not None and self.state in ("active", "leaving"):
             self._backup_count = await self.backups.count()
+
+
+def _parse_scope(raw: object) -> list[str]:
+    """The published scope, checked: it comes from the network."""
+    if not isinstance(raw, str | bytes) or len(raw) > 1 << 20:
+        return []
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return []
+    if not isinstance(doc, list):
+        return []
+    return [h for h in doc[:MAX_SCOPE_HOSTS] if isinstance(h, str) and 0 < len(h) <= 253]
 
 
 def _report_dict(report: HandoffReport) -> dict[str, object]:

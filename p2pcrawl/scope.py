@@ -73,13 +73,16 @@ class Scope:
     def domains(self) -> list[str]:
         return sorted(self._exact)
 
-    def add(self, domain: str) -> None:
+    def add(self, domain: str) -> bool:
+        """Allow ``domain`` too; True when the scope grew."""
         d = normalise_domain(domain)
-        if d and d not in self._exact:
-            self._exact.add(d)
-            if not _is_ip(d):
-                self._suffixes.append("." + d)
-            self._cache.clear()
+        if not d or d in self._exact:
+            return False
+        self._exact.add(d)
+        if not _is_ip(d):
+            self._suffixes.append("." + d)
+        self._cache.clear()
+        return True
 
     def allows_host(self, hostname: str) -> bool:
         """``hostname`` is the bare host (no port), lowercase."""

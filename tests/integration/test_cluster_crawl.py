@@ -35,3 +35,29 @@ async def test_five_peers_crawl_ground_truth_once(web: TestWeb, make_cluster: An
     assert set(counts) == web.ground_truth()
     assert max(counts.values()) == 1
     assert max(web.request_counts.values()) == 1
+
+
+async def test_default_scope_reaches_every_peer(web: TestWeb, make_cluster: Any) -> None:
+    """No --allow-domain anywhere: the seeds' hosts are the scope on every peer."""
+    cluster = await make_cluster(
+        ["--allow-private", "--politeness-factor", "0", "--delay", "0", "--concurrency", "8"]
+    )
+    founder = await cluster.start_peer("p0")
+    for i in range(1, 3):
+        await cluster.start_peer(f"p{i}", bootstrap=founder)
+    await cluster.wait_until(
+        lambda ss: len(ss) == 3 and all(s["peers"] == 2 for s in ss), 20, "a full mesh"
+    )
+    roots = [f"http://{h}/" for h in web.hosts]
+    doc = await cluster.api(founder, "/api/seed", "POST", {"urls": roots})
+    assert doc == {"accepted": len(roots)}
+    final = await cluster.wait_finished(timeout=90)
+    assert sum(1 for s in final if s["pages_fetched"]) >= 2
+    for p in cluster.peers:
+        cluster.terminate(p)
+    for p in cluster.peers:
+        assert await cluster.wait_exit(p, 30) == 0, cluster.log(p)
+    counts = cluster.warc_counts()
+    # Every test-web host is a seed host, so the scope is the test web: its ground truth.
+    assert set(counts) == web.ground_truth()
+    assert max(counts.values()) == 1

@@ -436,12 +436,6 @@ async def test_hostile_pages_do_not_break_the_crawl(tmp_path: Path) -> None:
 # --- a host that never answers --------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: a host whose robots.txt is unreachable (connection refused, DNS failure) "
-    "gets 'disallow all' and its URLs are requeued each time the policy expires, with no retry "
-    "limit, so a crawl that meets one dead host never finishes",
-)
 async def test_dead_host_does_not_stall_the_crawl(tmp_path: Path) -> None:
     settings = CrawlSettings(
         concurrency=2,
