@@ -92,6 +92,7 @@ class FetchRecord:
 
 
 _STOP = object()
+_NOTIFY_EVERY = 16  # records written before the loop is told, even if more are queued
 
 
 class WarcWriter:
@@ -205,9 +206,18 @@ class WarcWriter:
     # --- writer thread -------------------------------------------------------------------
 
     def _run(self) -> None:
+        # Records written since the loop was last told. It is told when the queue runs dry (or
+        # every _NOTIFY_EVERY records): one wake-up of the event loop for all of them, where a
+        # slot release and a future each used to cost one per record.
+        done: list[asyncio.Future[None] | None] = []
         try:
             while True:
-                item = self._queue.get()
+                try:
+                    item = self._queue.get(block=not done)
+                except queue.Empty:
+                    self._notify(functools.partial(self._written, done))
+                    done = []
+                    continue
                 if item is _STOP:
                     break
                 written: asyncio.Future[None] | None = None
@@ -221,10 +231,13 @@ class WarcWriter:
                     # Keep consuming so waiting writers are released; they see the error next.
                     self._error = exc
                 finally:
-                    self._notify(self._release_slot)
-                    if written is not None:
-                        self._notify(functools.partial(_resolve, written))
+                    done.append(written)
+                    if len(done) >= _NOTIFY_EVERY:
+                        self._notify(functools.partial(self._written, done))
+                        done = []
         finally:
+            if done:
+                self._notify(functools.partial(self._written, done))
             try:
                 self._close_file()
             except Exception as exc:
@@ -239,9 +252,14 @@ class WarcWriter:
         except RuntimeError:
             pass  # the loop is closed: nobody is left to wake
 
-    def _release_slot(self) -> None:
+    def _written(self, futures: list[asyncio.Future[None] | None]) -> None:
+        """Loop thread: free the slots of these records and wake their durable writers (the
+        records are in the file: ``_write_pair`` returned, or failed and set ``_error``)."""
         assert self._slots is not None
-        self._slots.release()
+        for fut in futures:
+            self._slots.release()
+            if fut is not None and not fut.done():
+                fut.set_result(None)
 
     def _set_finished(self) -> None:
         assert self._finished is not None
@@ -420,11 +438,6 @@ def read_warc_urls(directory: Path) -> list[str]:
                 # not yet marked done, so it is fetched again elsewhere and nothing is lost.
                 continue
     return urls
-
-
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 def _write_fully(f: IO[bytes], data: bytes) -> None:
