@@ -110,8 +110,10 @@ class SqliteWorker:
         self._synchronous = check_synchronous(synchronous)
         self._cache_kib = cache_kib
         self._max_batch = max_batch
-        # One slot above max_pending so the stop marker always fits without blocking.
-        self._queue: queue.Queue[object] = queue.Queue(max_pending + 1)
+        # Unbounded, because ``_slots`` already bounds it at max_pending jobs (and the stop
+        # marker must always fit). SimpleQueue: its put is one C call, where Queue's takes a
+        # Python-level lock and condition on the event loop for every job.
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._slots = asyncio.Semaphore(max_pending)
         self._background: deque[BackgroundStep] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
