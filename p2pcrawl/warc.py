@@ -1,13 +1,18 @@
 """WARC output: one ``response`` record and its ``request`` record per fetched page.
 
-Records go through warcio (ISO 28500, WARC/1.0) so digests, lengths and header encoding follow
-the library that most archive tools read back. One writer thread owns the open file: building
-records, hashing (SHA-1 payload and block digests) and gzip all run there, and hashlib and the
-deflate libraries release the GIL on large buffers, so that work can use the second core instead
-of stalling the event loop. Deflate is ISA-L's (``isal``) where it is installed: the same gzip
-members as zlib's, for a quarter of the CPU. The loop side only enqueues; a semaphore of
-``queue_size`` slots bounds the queue, so a slow disk slows the fetchers down (``await write()``
-waits) instead of growing memory.
+Records are laid out exactly as warcio's ``WARCWriter`` lays them out (ISO 28500, WARC/1.0), so
+digests, lengths and header encoding follow the library that most archive tools read back; a
+test compares the bytes. The common case, HTTP headers all ASCII, is serialised here directly:
+warcio's per-record Python (header objects, digests streamed through a reader, base32 of each
+digest) cost the writer thread more than compressing the record, and that Python holds the GIL
+the event loop needs. Anything else still goes through warcio itself.
+
+One writer thread owns the open file: serialising, hashing (SHA-1 payload and block digests)
+and gzip all run there, and hashlib and the deflate libraries release the GIL on large buffers,
+so that work can use the second core instead of stalling the event loop. Deflate is ISA-L's
+(``isal``) where it is installed: the same gzip members as zlib's, for a quarter of the CPU.
+The loop side only enqueues; a semaphore of ``queue_size`` slots bounds the queue, so a slow
+disk slows the fetchers down (``await write()`` waits) instead of growing memory.
 
 Each record is its own gzip member (what warcio and Heritrix write), so any record can be read
 from its offset alone. The response, its request and, for a new file, the warcinfo record are
@@ -18,14 +23,17 @@ unless the machine itself dies mid-write.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
+import hashlib
 import io
 import os
 import queue
 import re
 import threading
 import time
+import uuid
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -42,7 +50,14 @@ from warcio.warcwriter import WARCWriter
 
 from p2pcrawl import __version__
 
-__all__ = ["FetchRecord", "WarcWriteError", "WarcWriter", "gzip_member", "read_warc_urls"]
+__all__ = [
+    "FetchRecord",
+    "WarcWriteError",
+    "WarcWriter",
+    "gzip_member",
+    "read_warc_urls",
+    "serialize_pair",
+]
 
 # Gzip is most of the writer's CPU, and at ~1,000 pages/s that CPU bounds the crawl. Measured on
 # the test web's 30 kB pages (CPU per page, bytes out): zlib level 9 (warcio's) 0.80 ms 8,327 B;
@@ -270,9 +285,13 @@ class WarcWriter:
         parts: list[bytes] = []
         if self._file is None:
             parts.append(self._open_file(rec))
-        response, request = self._build_pair(rec)
-        parts.append(self._gzip_record(response))
-        parts.append(self._gzip_record(request))
+        pair = serialize_pair(rec)
+        if pair is not None:
+            parts += (gzip_member(record, self.compress_level) for record in pair)
+        else:
+            response, request = self._build_pair(rec)
+            parts.append(self._gzip_record(response))
+            parts.append(self._gzip_record(request))
         data = b"".join(parts)
         assert self._file is not None
         try:
@@ -379,6 +398,84 @@ class WarcWriter:
         self._warc.out = buf
         self._warc.write_record(record)
         return gzip_member(buf.getvalue(), self.compress_level)
+
+
+def serialize_pair(rec: FetchRecord) -> tuple[bytes, bytes] | None:
+    """The uncompressed response and request records for ``rec``, byte for byte what warcio's
+    ``WARCWriter`` writes for them (warcio 1.7-1.8, WARC/1.0, SHA-1 digests); None when an HTTP
+    header is not ASCII, which warcio percent-encodes (RFC 8187) and is left to it."""
+    protocol = f"HTTP/{rec.http_version}"
+    status_line = f"{rec.status} {_clean(rec.reason)}".rstrip()
+    response_http = _http_head(
+        f"{protocol} {status_line}", stored_response_headers(rec.response_headers, len(rec.body))
+    )
+    request_http = _http_head(
+        f"GET {_request_target(rec.url)} {protocol}",
+        [(_clean(k), _clean(v)) for k, v in rec.request_headers],
+    )
+    if response_http is None or request_http is None:
+        return None
+    date = datetime.fromtimestamp(rec.fetched_at or time.time(), UTC).strftime(_WARC_DATE)
+    ip = [("WARC-IP-Address", rec.ip)] if rec.ip else []
+    body = rec.body
+    block = hashlib.sha1(response_http)
+    block.update(body)
+    response_id = f"<urn:uuid:{uuid.uuid4()}>"
+    response = _warc_head(
+        [
+            ("WARC-Date", date),
+            *ip,
+            # WARC 1.0 §5.13: the payload was cut at the configured size limit.
+            *([("WARC-Truncated", "length")] if rec.truncated else []),
+            ("WARC-Type", "response"),
+            ("WARC-Record-ID", response_id),
+            ("WARC-Target-URI", rec.url),
+            ("WARC-Payload-Digest", _sha1_label(hashlib.sha1(body))),
+            ("WARC-Block-Digest", _sha1_label(block)),
+            ("Content-Type", "application/http; msgtype=response"),
+            ("Content-Length", str(len(response_http) + len(body))),
+        ]
+    )
+    request = _warc_head(
+        [
+            ("WARC-Date", date),
+            ("WARC-Concurrent-To", response_id),
+            *ip,
+            ("WARC-Type", "request"),
+            ("WARC-Record-ID", f"<urn:uuid:{uuid.uuid4()}>"),
+            ("WARC-Target-URI", rec.url),
+            ("WARC-Payload-Digest", _EMPTY_SHA1),
+            ("WARC-Block-Digest", _sha1_label(hashlib.sha1(request_http))),
+            ("Content-Type", "application/http; msgtype=request"),
+            ("Content-Length", str(len(request_http))),
+        ]
+    )
+    return (
+        b"".join((response, response_http, body, _RECORD_END)),
+        b"".join((request, request_http, _RECORD_END)),
+    )
+
+
+_WARC_DATE = "%Y-%m-%dT%H:%M:%SZ"  # WARC 1.0 §5.4: W3C-ISO8601, seconds
+_RECORD_END = b"\r\n\r\n"
+
+
+def _sha1_label(digest: Any) -> str:
+    return "sha1:" + base64.b32encode(digest.digest()).decode("ascii")
+
+
+_EMPTY_SHA1 = _sha1_label(hashlib.sha1(b""))
+
+
+def _warc_head(headers: list[tuple[str, str]]) -> bytes:
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers)
+    return f"WARC/1.0\r\n{lines}\r\n".encode()
+
+
+def _http_head(first_line: str, headers: list[tuple[str, str]]) -> bytes | None:
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers)
+    text = f"{first_line}\r\n{lines}\r\n"
+    return text.encode("ascii") if text.isascii() else None
 
 
 def gzip_member(data: bytes, level: int = DEFAULT_COMPRESS_LEVEL) -> bytes:
