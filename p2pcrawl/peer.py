@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import time
@@ -28,13 +27,14 @@ from p2pcrawl.engine import Engine
 from p2pcrawl.frontier import Task
 from p2pcrawl.identity import load_or_create_identity
 from p2pcrawl.ledger import Ledger, to_stored
+from p2pcrawl.membership import HandoffReport, Membership
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from p2pcrawl.stats import EventLog
 from p2pcrawl.warc import WarcWriter
-from protocol.errors import MessageError, PeerTimeout, RemoteError
+from protocol.errors import PeerTimeout, RemoteError
 from protocol.messages import KeyBatch, PeerRef, StoreResult
 from protocol.node import CrawlNode, NodeConfig
-from protocol.ownership import distance, key_for
+from protocol.ownership import key_for
 from protocol.tasks import TaskSet
 from storage.backups import BackupStore
 
@@ -60,15 +60,6 @@ class PeerConfig:
     peer: PeerSettings = field(default_factory=PeerSettings)
 
 
-@dataclass(slots=True)
-class HandoffReport:
-    tasks: int = 0
-    done: int = 0
-    backups: int = 0
-    failed: int = 0
-    queue_at_leave: int = 0
-
-
 class Peer:
     def __init__(self, config: PeerConfig) -> None:
         self.config = config
@@ -86,14 +77,10 @@ class Peer:
         self.malformed = 0
         self.refused = 0
         self._owned = TaskSet("peer")
-        self._rebalance_kick = asyncio.Event()
-        self._takeover_owners: set[bytes] = set()
         self._deletes: Coalescer[PeerRef, int] = Coalescer(self._send_deletes)
         self._stopped = asyncio.Event()
         self._leave_requested = asyncio.Event()
-        self._handoff_lock = asyncio.Lock()
-        self._handoffs_received: dict[bytes, set[bytes]] = {}
-        self._handoff_progress = asyncio.Event()
+        self.membership = Membership(self)
 
     # -- start and stop --------------------------------------------------------------------
 
@@ -151,23 +138,23 @@ class Peer:
             if cfg.bootstrap:
                 peers = await self.node.join(list(cfg.bootstrap))
                 self.events.add("joined", peers=len(peers))
-            self._spawn(self._rebalance_loop(), "rebalance")
-            self._spawn(self._republish_loop(), "republish")
+            self.spawn(self.membership.rebalance_loop(), "rebalance")
+            self.spawn(self.membership.republish_loop(), "republish")
             if self.engine.scope_from_seeds:
-                self._spawn(self._scope_loop(), "scope")
+                self.spawn(self._scope_loop(), "scope")
             if cfg.bootstrap:
-                await self._refresh_from_neighbours()
+                await self.membership.refresh_from_neighbours()
             self.state = "active"
             self.engine.paused = False
             # A restart may find tasks whose keys moved while it was down.
-            self._rebalance_kick.set()
+            self.membership.kick.set()
             if cfg.seeds:
                 await self.add_seeds(cfg.seeds)
         except BaseException:
             await self.aclose()
             raise
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._owned.spawn(coro, name)
 
     async def aclose(self) -> None:
@@ -199,7 +186,7 @@ class Peer:
     async def run(self) -> HandoffReport:
         """Serve until asked to leave, then leave gracefully."""
         await self._leave_requested.wait()
-        return await self.leave()
+        return await self.membership.leave()
 
     # -- seeds -----------------------------------------------------------------------------
 
@@ -336,10 +323,7 @@ class Peer:
         by_key, _ = self._decode(batches)
         done = {b.key: b.done for b in batches if b.done}
         refused = [k for k in by_key if not self._owns(k)]
-        got = self._handoffs_received.get(sender.id)
-        if got is not None:
-            got.update(k for k in by_key if k not in refused)
-            self._handoff_progress.set()
+        self.membership.note_received(sender, {k for k in by_key if k not in refused})
         mine = [t for k, ts in by_key.items() if k not in refused for t in ts]
         if any(t.depth == 0 for t in mine):
             # A seed: its peer just widened the scope; links from it must not be dropped.
@@ -366,265 +350,21 @@ class Peer:
         return len(removed)
 
     async def handle_refresh_task(self, sender: PeerRef) -> int:
-        """Seed 001's REFRESH_TASK: send the requester every key now closer to it.
-
-        Beyond the paper, a key's done fingerprints go with it, and keys with no queued
-        tasks left move too (their history is what keeps the new owner from re-fetching).
-        The answer is how many keys will follow, so the requester knows when it has all.
-        """
-        assert self.ledger is not None and self.node is not None
-        if self.state != "active":
-            return 0
-        keys = set(await self.ledger.tasks.key_counts()) | set(await self.ledger.done.keys())
-        moving = []
-        for key in keys:
-            found = self.node.closest_local(key, 1)
-            if found and found[0].id == sender.id:
-                moving.append(key)
-        if moving:
-            self._spawn(self._refresh_handoff(sender, moving), "refresh-handoff")
-        return len(moving)
-
-    async def _refresh_handoff(self, requester: PeerRef, keys: list[bytes]) -> None:
-        async with self._handoff_lock:
-            try:
-                sent = await self._hand_keys(requester, keys)
-            except (PeerTimeout, RemoteError, OSError) as exc:
-                log.warning("handoff to joining %s failed: %s", requester, exc)
-                return
-        self.events.add("handoff", to=requester.id.hex()[:8], keys=len(keys), tasks=sent)
+        return await self.membership.on_refresh(sender)
 
     def peer_added(self, peer: PeerRef) -> None:
         if self.dispatcher is not None:
             self.dispatcher.forget_owners()
         self.events.add("peer_added", peer=peer.id.hex()[:8], addr=f"{peer.host}:{peer.port}")
-        self._rebalance_kick.set()
+        self.membership.kick.set()
 
     def peer_removed(self, peer: PeerRef, reason: str) -> None:
         if self.dispatcher is not None:
             self.dispatcher.forget_owners()
         kind = "peer_left" if reason == "goodbye" else "peer_lost"
         self.events.add(kind, peer=peer.id.hex()[:8], reason=reason)
-        self._takeover_owners.add(peer.id)
-        self._rebalance_kick.set()
-
-    # -- membership changes: hand off, take over, re-replicate -----------------------------
-
-    async def _refresh_from_neighbours(self) -> None:
-        """Join step 3 of seed 001: ask neighbours to send what is now closer to us, and
-        wait (bounded) until every promised key has arrived."""
-        assert self.node is not None
-        neighbours = self.node.closest_local(self.node_id, self.config.peer.ksize)
-        promised: dict[bytes, int] = {}
-        for p in neighbours:
-            if p.id == self.node_id:
-                continue
-            self._handoffs_received.setdefault(p.id, set())
-            try:
-                promised[p.id] = await self.node.refresh_task(p)
-            except (PeerTimeout, RemoteError, OSError) as exc:
-                log.info("REFRESH_TASK to %s failed: %s", p, exc)
-        deadline = time.monotonic() + self.config.peer.handoff_timeout
-        try:
-            while any(len(self._handoffs_received[i]) < n for i, n in promised.items()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    log.warning("join: not every neighbour handed over its keys in time")
-                    break
-                self._handoff_progress.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left):
-                        await self._handoff_progress.wait()
-        finally:
-            received = sum(len(v) for v in self._handoffs_received.values())
-            self._handoffs_received.clear()
-        self.events.add("refreshed", neighbours=len(promised), keys=received)
-
-    async def _rebalance_loop(self) -> None:
-        while True:
-            await self._rebalance_kick.wait()
-            # Debounce: a join brings several membership events in a burst.
-            await asyncio.sleep(0.2)
-            self._rebalance_kick.clear()
-            if self.state != "active":
-                continue
-            try:
-                await self._takeover()
-                await self._rebalance()
-            except (PeerTimeout, RemoteError, OSError, MessageError) as exc:
-                log.warning("rebalance pass failed: %s; retrying", exc)
-                await asyncio.sleep(1.0)
-                self._rebalance_kick.set()
-
-    async def _takeover(self) -> None:
-        """Crash recovery: re-route the backups held for owners that are gone."""
-        assert self.backups is not None and self.node is not None and self.dispatcher
-        if not self._takeover_owners:
-            return
-        live = {p.id for p in self.node.peers()}
-        gone = [o for o in self._takeover_owners if o not in live]
-        self._takeover_owners.clear()
-        for owner in gone:
-            taken = await self.backups.take_owner(owner)
-            if not taken:
-                continue
-            tasks = [Task(s.url, s.fp, s.key, s.depth, s.hops) for s in taken]
-            self.events.add("takeover", owner=owner.hex()[:8], tasks=len(tasks))
-            await self.dispatcher.route(tasks)
-
-    async def _rebalance(self) -> None:
-        """Hand every key this peer no longer owns to its owner, history included."""
-        assert self.ledger is not None and self.engine is not None and self.node is not None
-        async with self._handoff_lock:
-            counts = await self.ledger.tasks.key_counts()
-            moved: dict[PeerRef, list[bytes]] = defaultdict(list)
-            for key in counts:
-                found = self.node.closest_local(key, 1)
-                if found and found[0].id != self.node_id:
-                    moved[found[0]].append(key)
-            for owner, keys in moved.items():
-                sent = await self._hand_keys(owner, keys)
-                self.events.add("handoff", to=owner.id.hex()[:8], keys=len(keys), tasks=sent)
-
-    async def _hand_keys(self, owner: PeerRef, keys: list[bytes]) -> int:
-        """Stop crawling ``keys``, wait for their fetches, send tasks and done fps to ``owner``."""
-        assert self.ledger is not None and self.engine is not None and self.node is not None
-        keyset = set(keys)
-        self.engine.exclude_keys(keyset)
-        deadline = time.monotonic() + self.config.peer.handoff_timeout
-        while any(t.key in keyset for t in self.engine.in_flight.values()):
-            if time.monotonic() > deadline:
-                break
-            await self.engine.wait_progress(0.2)
-        tasks = await self.ledger.take_keys(keys)
-        done = await self.ledger.done.fps_for_keys(keys)
-        try:
-            result = await self.node.store_task(owner, to_batches(tasks, done))
-        except (PeerTimeout, RemoteError, OSError):
-            # Put them back: they stay ours until the owner answers.
-            self.engine.include_keys(keyset)
-            await self.ledger.accept(tasks)
-            self.engine.wake()
-            raise
-        if result.refused_keys:
-            back = [t for t in tasks if t.key in set(result.refused_keys)]
-            self.engine.include_keys(set(result.refused_keys))
-            await self.ledger.accept(back)
-            self.engine.wake()
-        return len(tasks)
-
-    async def _republish_loop(self) -> None:
-        """Seed 001's periodic republish of backups, limited to the ones that need it.
-
-        A backup whose owner is alive and still the closest node to its key is left alone:
-        re-sending those would flood a healthy network for nothing.
-        """
-        interval = self.config.peer.republish_interval
-        while True:
-            await asyncio.sleep(interval)
-            if self.state == "active":
-                with contextlib.suppress(PeerTimeout, RemoteError, OSError):
-                    await self._republish_pass()
-
-    async def _republish_pass(self) -> int:
-        assert self.backups is not None and self.node is not None and self.dispatcher
-        live = {p.id for p in self.node.peers()}
-        after = 0
-        resent = 0
-        while True:
-            rows = await self.backups.page(after, 1000)
-            if not rows:
-                return resent
-            after = rows[-1][0]
-            stale: dict[bytes, list[Task]] = defaultdict(list)
-            for _, owner, s in rows:
-                closest = self.node.closest_local(s.key, 1 + self.config.peer.replicas)
-                ids = [p.id for p in closest]
-                healthy = owner in live and ids and ids[0] == owner and self.node_id in ids[1:]
-                if not healthy:
-                    stale[owner].append(Task(s.url, s.fp, s.key, s.depth, s.hops))
-            for owner, tasks in stale.items():
-                await self.dispatcher.route(tasks)
-                await self.backups.remove(owner, [t.fp for t in tasks])
-                resent += len(tasks)
-
-    # -- graceful leave --------------------------------------------------------------------
-
-    async def leave(self) -> HandoffReport:
-        """Seed 001's graceful leave: hand every task, done range and backup to its owner."""
-        assert self.engine is not None and self.ledger is not None and self.node is not None
-        assert self.backups is not None and self.dispatcher is not None
-        if self.state != "active":
-            return self.handoff
-        self.state = "leaving"
-        self.events.add("leaving")
-        report = self.handoff
-        await self.engine.stop_fetching(timeout=10.0)
-        await self.engine.aclose()
-        await self.dispatcher.flush()
-        report.queue_at_leave = self.ledger.queued
-        others = [p for p in self.node.peers() if p.id != self.node_id]
-        # Goodbye first: once the others have dropped this peer from their tables they
-        # route its keys to their new owners, and those accept the handoff below as theirs.
-        for p in others:
-            with contextlib.suppress(PeerTimeout, RemoteError, OSError):
-                await self.node.goodbye(p)
-        if others:
-            async with self._handoff_lock:
-                counts = await self.ledger.tasks.key_counts()
-                by_owner: dict[PeerRef, list[bytes]] = defaultdict(list)
-                for key in counts:
-                    by_owner[_closest_other(key, others)].append(key)
-                for owner, keys in by_owner.items():
-                    tasks = await self.ledger.take_keys(keys)
-                    done = await self.ledger.done.fps_for_keys(keys)
-                    if await self._send_with_fallback(owner, others, tasks, done):
-                        report.tasks += len(tasks)
-                        report.done += sum(len(v) for v in done.values())
-                    else:
-                        report.failed += len(tasks)
-                        await self.ledger.accept(tasks)
-                for owner_id, _ in (await self.backups.owner_counts()).items():
-                    taken = await self.backups.take_owner(owner_id)
-                    groups: dict[PeerRef, list[Task]] = defaultdict(list)
-                    for s in taken:
-                        groups[_closest_other(s.key, others)].append(
-                            Task(s.url, s.fp, s.key, s.depth, s.hops)
-                        )
-                    for owner, tasks in groups.items():
-                        if await self._send_with_fallback(owner, others, tasks, None):
-                            report.backups += len(tasks)
-        self.events.add("left", **_report_dict(report))
-        log.info(
-            "left the network: handed off %d tasks, %d done fingerprints, %d backups (%d failed)",
-            report.tasks,
-            report.done,
-            report.backups,
-            report.failed,
-        )
-        return report
-
-    async def _send_with_fallback(
-        self,
-        owner: PeerRef,
-        others: list[PeerRef],
-        tasks: list[Task],
-        done: dict[bytes, list[int]] | None,
-    ) -> bool:
-        """STORE_TASK to the new owner; if it is gone, to the next closest that answers."""
-        assert self.node is not None
-        if not tasks and not done:
-            return True
-        candidates = [owner] + [p for p in others if p != owner]
-        key = tasks[0].key if tasks else next(iter(done or {b"": []}))
-        candidates.sort(key=lambda p: distance(p.id, key) if p != owner else -1)
-        for cand in candidates[:4]:
-            try:
-                await self.node.store_task(cand, to_batches(tasks, done))
-                return True
-            except (PeerTimeout, RemoteError, OSError) as exc:
-                log.warning("handoff to %s failed: %s", cand, exc)
-        return False
+        self.membership.gone_owners.add(peer.id)
+        self.membership.kick.set()
 
     # -- status ----------------------------------------------------------------------------
 
@@ -655,7 +395,7 @@ class Peer:
             "rpc_in_transit": (self.dispatcher.pending if self.dispatcher else 0)
             + self._deletes.pending,
             "uptime_s": round(time.monotonic() - self.started, 3),
-            "handoff": _report_dict(self.handoff),
+            "handoff": self.handoff.as_dict(),
         }
 
     _backup_count = 0
@@ -695,15 +435,3 @@ def _parse_scope(raw: object) -> list[str]:
     if not isinstance(doc, list):
         return []
     return [h for h in doc[:MAX_SCOPE_HOSTS] if isinstance(h, str) and 0 < len(h) <= 253]
-
-
-def _report_dict(report: HandoffReport) -> dict[str, object]:
-    return dataclasses.asdict(report)
-
-
-def _closest_other(key: bytes, others: list[PeerRef]) -> PeerRef:
-    return min(others, key=lambda p: distance(p.id, key))
-
-
-def partition_key_of(url: str, partition: str) -> bytes:
-    return key_for(urls.partition_key(url, partition))
