@@ -208,6 +208,14 @@ def _config_options(doc: dict[str, Any], path: Path) -> dict[str, Any]:
 _PEER_HELP = "the running peer's status server (its join --status)"
 
 
+def _client_parser(sub: Any, name: str, help_: str) -> argparse.ArgumentParser:
+    """A command that talks to a running peer's status server."""
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help_)
+    p.add_argument("--peer", required=True, metavar="STATUS_HOST:PORT", help=_PEER_HELP)
+    p.add_argument("--token", metavar="T", help="the peer's --status-token")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="p2pcrawl",
@@ -228,33 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_join_options(join)
 
-    seed = sub.add_parser("seed", help="add seed URLs through a running peer")
-    seed.add_argument(
-        "--peer",
-        required=True,
-        metavar="STATUS_HOST:PORT",
-        help=_PEER_HELP,
-    )
-    seed.add_argument("--token", metavar="T", help="the peer's --status-token")
+    seed = _client_parser(sub, "seed", "add seed URLs through a running peer")
     seed.add_argument("urls", nargs="+", metavar="URL", help="seed URLs to crawl")
 
-    leave = sub.add_parser("leave", help="ask a running peer to hand off its work and exit")
-    leave.add_argument(
-        "--peer",
-        required=True,
-        metavar="STATUS_HOST:PORT",
-        help=_PEER_HELP,
-    )
-    leave.add_argument("--token", metavar="T", help="the peer's --status-token")
+    _client_parser(sub, "leave", "ask a running peer to hand off its work and exit")
 
-    status = sub.add_parser("status", help="show a running peer's state")
-    status.add_argument(
-        "--peer",
-        required=True,
-        metavar="STATUS_HOST:PORT",
-        help=_PEER_HELP,
-    )
-    status.add_argument("--token", metavar="T", help="the peer's --status-token")
+    status = _client_parser(sub, "status", "show a running peer's state")
     status.add_argument("--json", action="store_true", help="print the raw JSON")
 
     demo = sub.add_parser(

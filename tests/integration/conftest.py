@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from p2pcrawl.cluster import Cluster
+from p2pcrawl.cluster import Cluster, PeerProc
 from p2pcrawl.testweb import TestWeb, TestWebConfig
 
 
@@ -37,3 +37,15 @@ async def make_cluster(tmp_path: Path) -> AsyncIterator[object]:
     yield factory
     for c in clusters:
         await c.__aexit__(None, None, None)
+
+
+async def start_mesh(cluster: Cluster, n: int) -> list[PeerProc]:
+    """A founder and n-1 joiners, returned once every peer knows every other."""
+    founder = await cluster.start_peer("p0")
+    peers = [founder]
+    for i in range(1, n):
+        peers.append(await cluster.start_peer(f"p{i}", bootstrap=founder))
+    await cluster.wait_until(
+        lambda ss: len(ss) == n and all(s["peers"] == n - 1 for s in ss), 20, "a full mesh"
+    )
+    return peers

@@ -7,19 +7,14 @@ from typing import Any
 import pytest
 
 from p2pcrawl.testweb import TestWeb
-from tests.integration.conftest import crawl_args
+from tests.integration.conftest import crawl_args, start_mesh
 
 pytestmark = pytest.mark.slow
 
 
 async def test_five_peers_crawl_ground_truth_once(web: TestWeb, make_cluster: Any) -> None:
     cluster = await make_cluster(crawl_args(web, "--delay", "0"))
-    founder = await cluster.start_peer("p0")
-    for i in range(1, 5):
-        await cluster.start_peer(f"p{i}", bootstrap=founder)
-    await cluster.wait_until(
-        lambda ss: len(ss) == 5 and all(s["peers"] == 4 for s in ss), 20, "a full mesh"
-    )
+    founder = (await start_mesh(cluster, 5))[0]
     doc = await cluster.api(founder, "/api/seed", "POST", {"urls": [web.hub_url]})
     assert doc == {"accepted": 1}
     final = await cluster.wait_finished(timeout=90)
@@ -42,12 +37,7 @@ async def test_default_scope_reaches_every_peer(web: TestWeb, make_cluster: Any)
     cluster = await make_cluster(
         ["--allow-private", "--politeness-factor", "0", "--delay", "0", "--concurrency", "8"]
     )
-    founder = await cluster.start_peer("p0")
-    for i in range(1, 3):
-        await cluster.start_peer(f"p{i}", bootstrap=founder)
-    await cluster.wait_until(
-        lambda ss: len(ss) == 3 and all(s["peers"] == 2 for s in ss), 20, "a full mesh"
-    )
+    founder = (await start_mesh(cluster, 3))[0]
     roots = [f"http://{h}/" for h in web.hosts]
     doc = await cluster.api(founder, "/api/seed", "POST", {"urls": roots})
     assert doc == {"accepted": len(roots)}

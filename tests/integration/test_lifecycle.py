@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from p2pcrawl.cluster import Cluster, PeerProc
+from p2pcrawl.cluster import Cluster
 from p2pcrawl.testweb import TestWeb, TestWebConfig
-from tests.integration.conftest import crawl_args
+from tests.integration.conftest import crawl_args, start_mesh
 
 pytestmark = pytest.mark.slow
 
@@ -46,17 +46,6 @@ async def wait_fetched(cluster: Cluster, n: int) -> None:
     await cluster.wait_until(lambda ss: sum(s["pages_fetched"] for s in ss) >= n, 60, f"{n} pages")
 
 
-async def start(cluster: Cluster, n: int) -> list[PeerProc]:
-    founder = await cluster.start_peer("p0")
-    peers = [founder]
-    for i in range(1, n):
-        peers.append(await cluster.start_peer(f"p{i}", bootstrap=founder))
-    await cluster.wait_until(
-        lambda ss: len(ss) == n and all(s["peers"] == n - 1 for s in ss), 20, "a full mesh"
-    )
-    return peers
-
-
 def check_truth(cluster: Cluster, web: TestWeb) -> int:
     """Union of WARC URLs equals the ground truth; returns how many were fetched twice."""
     counts = cluster.warc_counts()
@@ -77,7 +66,7 @@ async def stop_gracefully(cluster: Cluster) -> None:
 
 async def test_two_join_mid_crawl(slow_web: TestWeb, make_cluster: Any) -> None:
     cluster = await make_cluster(args(slow_web))
-    peers = await start(cluster, 3)
+    peers = await start_mesh(cluster, 3)
     await cluster.api(peers[0], "/api/seed", "POST", {"urls": [slow_web.hub_url]})
     truth = len(slow_web.ground_truth())
     await wait_fetched(cluster, truth // 5)
@@ -97,7 +86,7 @@ async def test_two_join_mid_crawl(slow_web: TestWeb, make_cluster: Any) -> None:
 
 async def test_graceful_leave_hands_off_everything(slow_web: TestWeb, make_cluster: Any) -> None:
     cluster = await make_cluster(args(slow_web))
-    peers = await start(cluster, 5)
+    peers = await start_mesh(cluster, 5)
     await cluster.api(peers[0], "/api/seed", "POST", {"urls": [slow_web.hub_url]})
     truth = len(slow_web.ground_truth())
     await wait_fetched(cluster, truth // 4)
@@ -119,7 +108,7 @@ async def test_graceful_leave_hands_off_everything(slow_web: TestWeb, make_clust
 
 async def test_sigkill_two_peers(slow_web: TestWeb, make_cluster: Any) -> None:
     cluster = await make_cluster(args(slow_web))
-    peers = await start(cluster, 5)
+    peers = await start_mesh(cluster, 5)
     await cluster.api(peers[0], "/api/seed", "POST", {"urls": [slow_web.hub_url]})
     truth = len(slow_web.ground_truth())
     await wait_fetched(cluster, truth // 4)
@@ -138,7 +127,7 @@ async def test_sigkill_two_peers(slow_web: TestWeb, make_cluster: Any) -> None:
 
 async def test_restart_with_same_data_dir(slow_web: TestWeb, make_cluster: Any) -> None:
     cluster = await make_cluster(args(slow_web))
-    peers = await start(cluster, 3)
+    peers = await start_mesh(cluster, 3)
     await cluster.api(peers[0], "/api/seed", "POST", {"urls": [slow_web.hub_url]})
     truth = len(slow_web.ground_truth())
     await wait_fetched(cluster, truth // 4)
