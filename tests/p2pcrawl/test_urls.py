@@ -364,15 +364,3 @@ def test_query_fast_path_sorts_like_the_general_path(pieces: list[str]) -> None:
     assert canonicalize(url) == urls._canonicalize_general(url, MAX_URL_LENGTH)
     resolver = LinkResolver("http://example.com/p?z=1")
     assert resolver.resolve("?" + query) == resolver.resolve_general("?" + query)
-
-
-def test_resolved_memo_keeps_two_generations_and_moves_hits_back() -> None:
-    memo = urls._ResolvedMemo(2)
-    keys = [(f"/{i}", "http://h", MAX_URL_LENGTH) for i in range(5)]
-    memo.put(keys[0], "a")
-    memo.put(keys[1], "b")
-    memo.put(keys[2], "c")  # the first generation is full: it becomes the old one
-    assert memo.get(keys[0]) == "a"  # found in the old one, moved to the young one
-    memo.put(keys[3], "d")  # young {2, 0} full: old becomes {2, 0}, {1} is gone
-    assert memo.get(keys[1]) is None
-    assert (memo.get(keys[0]), memo.get(keys[2]), memo.get(keys[3])) == ("a", "c", "d")
