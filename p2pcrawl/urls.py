@@ -67,13 +67,6 @@ _INPUT_SLACK = 4
 # page of a site. Only short inputs are cached so hostile long URLs cannot bloat the cache.
 _CACHE_SIZE = 16384
 _CACHEABLE_LENGTH = 256
-# Resolved hrefs across pages, for the same reason: each page of a site repeats the links of
-# the last one, and a hit (one dict probe) is ~10x cheaper than even the fast paths. Keyed by
-# (href, the part of the base the result depends on, max_length); "" stands for None (no
-# URL resolves to ""). Cleared when full.
-_RESOLVED_SIZE = 1 << 15
-_resolved: dict[tuple[str, str, int], str] = {}
-_NOT_ABSOLUTE_PATH = frozenset("/\\\t\n\r")  # after a leading "/": may become "//"
 
 # WHATWG URL: leading/trailing C0 control or space is stripped, tab and newline removed anywhere.
 _C0_SPACE = "".join(chr(c) for c in range(0x21))
@@ -323,34 +316,6 @@ class LinkResolver:
 
     def resolve(self, href: str, max_length: int = MAX_URL_LENGTH) -> str | None:
         """Join ``href`` onto this base and canonicalise; see the module-level ``resolve``."""
-        # What of the base the result can depend on (RFC 3986 §5.2.2), decided on the raw
-        # href because that is what the general path sees too: nothing for an absolute
-        # http(s) URL; scheme and authority for "/path"; all but the query for "?query".
-        # Anything else is not shared: relative paths, and network paths ("//host", or "/"
-        # then a backslash, tab or newline, which cleaning turns into "//"), which yarl
-        # joins in odd ways when the authority is empty.
-        first = href[:1]
-        if first == "/" and href[1:2] not in _NOT_ABSOLUTE_PATH:
-            context = self.origin
-        elif first == "h" and href.startswith(("http://", "https://")):
-            context = ""
-        elif first == "?":
-            context = self.without_query
-        else:
-            return self._resolve(href, max_length)
-        if len(href) > _CACHEABLE_LENGTH:
-            return self._resolve(href, max_length)
-        key = (href, context, max_length)
-        hit = _resolved.get(key)
-        if hit is not None:
-            return hit or None
-        result = self._resolve(href, max_length)
-        if len(_resolved) >= _RESOLVED_SIZE:
-            _resolved.clear()
-        _resolved[key] = result or ""
-        return result
-
-    def _resolve(self, href: str, max_length: int) -> str | None:
         hash_at = href.find("#")
         ref = href if hash_at == -1 else href[:hash_at]
         first = ref[:1]

@@ -326,34 +326,6 @@ def test_resolve_fast_equals_general(base: str, href: str) -> None:
     assert resolver.resolve(href) == resolver.resolve_general(href)
 
 
-# Bases that share an origin, or all but the query, so the cross-page memo gets reused.
-SIBLING_BASES = st.sampled_from(
-    [
-        "http://example.com/a/b?x=1",
-        "http://example.com/a/b?y=2",
-        "http://example.com/a/c",
-        "http://example.com/",
-        "https://example.com/a/b?x=1",
-        "http://example.com:8080/a/b?x=1",
-    ]
-)
-_MEMO_HREFS = st.builds(
-    lambda first, tail: first + tail,
-    st.sampled_from(["/", "//", "?", "http://", "https://", "h", "#", ""]),
-    st.one_of(_TAILS, st.text(max_size=12)),
-)
-
-
-@PROPERTY
-@given(SIBLING_BASES, SIBLING_BASES, _MEMO_HREFS)
-def test_the_cross_page_memo_never_changes_an_answer(first: str, second: str, href: str) -> None:
-    LinkResolver(first).resolve(href)  # may leave an answer in the memo for ``second``
-    resolver = LinkResolver(second)
-    assert resolver.resolve(href) == resolver._resolve(href, MAX_URL_LENGTH)
-    assert resolver.resolve(href) == resolver.resolve_general(href)
-    assert resolver.resolve(href, 30) == resolver._resolve(href, 30)
-
-
 @PROPERTY
 @given(
     st.lists(st.sampled_from([*"ab+-._~=&%2Z ", "%20", "%2B", "%41", "%FF", "%e9"]), max_size=14)
