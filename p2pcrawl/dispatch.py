@@ -95,15 +95,18 @@ class Dispatcher:
         """Membership changed: every cached owner may be stale."""
         self._owners.clear()
 
-    async def owner_of(self, key: bytes, *, lookup: bool = False) -> PeerRef:
-        if not lookup:
+    async def owner_of(self, key: bytes, *, fresh: bool = False) -> PeerRef:
+        """The key's owner: cached per key until membership changes or ``fresh``.
+
+        ``closest`` answers from the routing table while it knows the whole network (fewer
+        than k contacts) and runs an iterative FIND_NODE otherwise (Kademlia §2.3); either
+        way the local node is compared too, which the library's lookups never do.
+        """
+        if not fresh:
             hit = self._owners.get(key)
             if hit is not None:
                 return hit
-        if lookup:
-            found = await self.node.closest(key, 1)
-        else:
-            found = self.node.closest_local(key, 1)
+        found = await self.node.closest(key, 1)
         owner = found[0] if found else self.node.me
         if len(self._owners) > 200_000:
             self._owners.clear()
@@ -129,7 +132,7 @@ class Dispatcher:
         groups: dict[PeerRef, list[Task]] = defaultdict(list)
         me = self.node.me
         for t in tasks:
-            owner = await self.owner_of(t.key, lookup=attempt > 0)
+            owner = await self.owner_of(t.key, fresh=attempt > 0)
             groups[owner].append(t)
         waits: list[Awaitable[object]] = []
         local = groups.pop(me, None)
