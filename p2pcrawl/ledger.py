@@ -45,6 +45,10 @@ class Ledger:
         self.tasks = tasks
         self.done = done
         self._cursor = 0
+        # Rows may exist past the cursor. The engine asks for more after every page; when
+        # nothing was queued since the last load reached the end, there is nothing to read
+        # and the answer costs no trip to the store's thread.
+        self._behind = True
         self.queued = 0  # tasks in the store, in-flight ones included
         self.done_count = 0
         self._lock = asyncio.Lock()
@@ -111,6 +115,8 @@ class Ledger:
                 if late:
                     await self.tasks.remove(late)
                     new = [i for i, d in zip(new, again, strict=True) if not d]
+                if new:
+                    self._behind = True  # under the lock, so load() cannot miss them
         self.queued += len(new)
         for i in new:
             flags[i] = True
@@ -121,7 +127,11 @@ class Ledger:
         if limit <= 0:
             return []
         async with self._lock:
+            if not self._behind:
+                return []
             rows = await self.tasks.page(self._cursor, limit)
+            if len(rows) < limit:
+                self._behind = False
         if rows:
             self._cursor = rows[-1][0]
         return [from_stored(s) for _, s in rows]
@@ -129,6 +139,7 @@ class Ledger:
     def rewind(self) -> None:
         """Reload everything on the next load (after tasks were re-queued behind the cursor)."""
         self._cursor = 0
+        self._behind = True
 
     async def finish(self, tasks: Sequence[Task]) -> None:
         """Record the tasks as done, then drop them from the queue. Durable on return."""
