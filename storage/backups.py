@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection, Sequence
-from pathlib import Path
 
-from storage.db import SqliteWorker
+from storage.db import CountedStore
 from storage.records import StoredTask, from_sql_fp, to_sql_fp
 
 __all__ = ["BackupStore"]
@@ -43,34 +42,12 @@ def _task(row: _Row) -> StoredTask:
     return StoredTask(url=url, key=key, fp=from_sql_fp(fp), depth=depth, hops=hops)
 
 
-class BackupStore:
+class BackupStore(CountedStore):
     """Durable backup copies keyed by (owner node ID, fingerprint)."""
 
-    def __init__(self, worker: SqliteWorker) -> None:
-        self._worker = worker
-        self._count = 0  # rows committed; kept by the worker thread
-
-    @classmethod
-    async def open(cls, path: Path, *, synchronous: str = "NORMAL") -> BackupStore:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        store = cls(
-            SqliteWorker(
-                path, schema=_SCHEMA, application_id=APPLICATION_ID, synchronous=synchronous
-            )
-        )
-        await store._worker.start(store._setup)
-        return store
-
-    def _setup(self, conn: sqlite3.Connection) -> None:
-        self._count = conn.execute("SELECT count(*) FROM backups").fetchone()[0]
-
-    @property
-    def path(self) -> Path:
-        return self._worker.path
-
-    @property
-    def commits(self) -> int:
-        return self._worker.commits
+    SCHEMA = _SCHEMA
+    APPLICATION_ID = APPLICATION_ID
+    TABLE = "backups"
 
     def _changed(self, delta: int) -> None:
         self._count += delta

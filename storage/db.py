@@ -27,10 +27,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 __all__ = [
     "BackgroundStep",
+    "CountedStore",
     "SqliteWorker",
     "StoreClosed",
     "StoreCorrupt",
@@ -344,3 +345,48 @@ def _resolve(future: asyncio.Future[Any] | None, value: Any, error: BaseExceptio
         future.set_exception(error)
     else:
         future.set_result(value)
+
+
+S = TypeVar("S", bound="CountedStore")
+
+
+class CountedStore:
+    """A store over one table in its own SQLite file, with a row count kept at commit time.
+
+    Subclasses name the schema, the file's application id and the counted table; ``open``
+    starts the worker thread and reads the count once.
+    """
+
+    SCHEMA: ClassVar[tuple[str, ...]]
+    APPLICATION_ID: ClassVar[int]
+    TABLE: ClassVar[str]
+
+    def __init__(self, worker: SqliteWorker) -> None:
+        self._worker = worker
+        self._count = 0  # rows committed; kept by the worker thread, read by anyone
+
+    @classmethod
+    async def open(cls: type[S], path: Path, *, synchronous: str = "NORMAL") -> S:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        store = cls(
+            SqliteWorker(
+                path,
+                schema=cls.SCHEMA,
+                application_id=cls.APPLICATION_ID,
+                synchronous=synchronous,
+            )
+        )
+        await store._worker.start(store._setup)
+        return store
+
+    def _setup(self, conn: sqlite3.Connection) -> None:
+        self._count = conn.execute(f"SELECT count(*) FROM {self.TABLE}").fetchone()[0]
+
+    @property
+    def path(self) -> Path:
+        return self._worker.path
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed so far (group commit makes this << write calls)."""
+        return self._worker.commits

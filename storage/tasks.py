@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection, Sequence
-from pathlib import Path
 
-from storage.db import SqliteWorker
+from storage.db import CountedStore
 from storage.records import StoredTask, from_sql_fp, to_sql_fp
 
 __all__ = ["TaskStore"]
@@ -41,35 +40,12 @@ def _task(row: _Row) -> StoredTask:
     return StoredTask(url=url, key=key, fp=from_sql_fp(fp), depth=depth, hops=hops)
 
 
-class TaskStore:
+class TaskStore(CountedStore):
     """Durable FIFO of :class:`StoredTask`, one SQLite file owned by one worker thread."""
 
-    def __init__(self, worker: SqliteWorker) -> None:
-        self._worker = worker
-        self._count = 0  # rows committed; kept by the worker thread, read by anyone
-
-    @classmethod
-    async def open(cls, path: Path, *, synchronous: str = "NORMAL") -> TaskStore:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        store = cls(
-            SqliteWorker(
-                path, schema=_SCHEMA, application_id=APPLICATION_ID, synchronous=synchronous
-            )
-        )
-        await store._worker.start(store._setup)
-        return store
-
-    def _setup(self, conn: sqlite3.Connection) -> None:
-        self._count = conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
-
-    @property
-    def path(self) -> Path:
-        return self._worker.path
-
-    @property
-    def commits(self) -> int:
-        """Write transactions committed so far (group commit makes this << add calls)."""
-        return self._worker.commits
+    SCHEMA = _SCHEMA
+    APPLICATION_ID = APPLICATION_ID
+    TABLE = "tasks"
 
     async def add(self, tasks: Sequence[StoredTask]) -> list[bool]:
         """Queue the tasks; True for each one newly queued, False for a fingerprint already
