@@ -261,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batched", type=int, default=100_000, help="URLs per round for (b)")
     parser.add_argument("--hosts", type=int, default=2000, help="distinct hosts in (b)")
     parser.add_argument("--per-call", type=int, default=10_000, help="URLs per batched call")
-    parser.add_argument("--calls", type=int, default=4, help="batched calls in flight")
+    parser.add_argument("--calls", type=int, default=8, help="batched calls in flight")
     parser.add_argument("--quick", action="store_true", help="small sizes (a few seconds)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON too")
     args = parser.parse_args(argv)
