@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -49,3 +50,12 @@ async def start_mesh(cluster: Cluster, n: int) -> list[PeerProc]:
         lambda ss: len(ss) == n and all(s["peers"] == n - 1 for s in ss), 20, "a full mesh"
     )
     return peers
+
+
+async def leave_all(cluster: Cluster) -> Counter[str]:
+    """SIGTERM every peer (a graceful leave), require exit 0, and count the WARC URLs."""
+    for p in cluster.peers:
+        cluster.terminate(p)
+    for p in cluster.peers:
+        assert await cluster.wait_exit(p, 30) == 0, cluster.log(p)
+    return cluster.warc_counts()

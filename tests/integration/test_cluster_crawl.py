@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from p2pcrawl.testweb import TestWeb
-from tests.integration.conftest import crawl_args, start_mesh
+from tests.integration.conftest import crawl_args, leave_all, start_mesh
 
 pytestmark = pytest.mark.slow
 
@@ -22,11 +22,7 @@ async def test_five_peers_crawl_ground_truth_once(web: TestWeb, make_cluster: An
     assert [s["backups_held"] for s in final] == [0] * 5
     fetched_by = [s["pages_fetched"] for s in final]
     assert sum(1 for n in fetched_by if n) >= 2, fetched_by
-    for p in cluster.peers:
-        cluster.terminate(p)
-    for p in cluster.peers:
-        assert await cluster.wait_exit(p, 30) == 0, cluster.log(p)
-    counts = cluster.warc_counts()
+    counts = await leave_all(cluster)
     assert set(counts) == web.ground_truth()
     assert max(counts.values()) == 1
     assert max(web.request_counts.values()) == 1
@@ -43,11 +39,7 @@ async def test_default_scope_reaches_every_peer(web: TestWeb, make_cluster: Any)
     assert doc == {"accepted": len(roots)}
     final = await cluster.wait_finished(timeout=90)
     assert sum(1 for s in final if s["pages_fetched"]) >= 2
-    for p in cluster.peers:
-        cluster.terminate(p)
-    for p in cluster.peers:
-        assert await cluster.wait_exit(p, 30) == 0, cluster.log(p)
-    counts = cluster.warc_counts()
+    counts = await leave_all(cluster)
     # Every test-web host is a seed host, so the scope is the test web: its ground truth.
     assert set(counts) == web.ground_truth()
     assert max(counts.values()) == 1
