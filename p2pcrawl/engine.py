@@ -26,7 +26,7 @@ from p2pcrawl.scope import Scope
 from p2pcrawl.seen import SeenCache
 from p2pcrawl.settings import CrawlSettings, Partition
 from p2pcrawl.stats import CrawlStats
-from p2pcrawl.warc import FetchRecord, WarcWriter
+from p2pcrawl.warc import FetchRecord, WarcWriteError, WarcWriter
 from protocol.ownership import key_for
 from protocol.tasks import TaskSet
 
@@ -39,6 +39,9 @@ ROBOTS_MAX_REDIRECTS = 5  # RFC 9309 §2.3.1.2
 # Parsing a page this large would hold the event loop for tens of milliseconds.
 PARSE_IN_THREAD_BYTES = 1 << 20
 RETRYABLE_ERRORS = frozenset({"timeout", "connect", "protocol"})
+# Page tails (archive, parse, route, finish) allowed per fetch slot. Each holds one fetched
+# body, so this bounds the pages in memory at (1 + TAILS_PER_FETCH) x concurrency.
+TAILS_PER_FETCH = 2
 
 
 class Router(Protocol):
@@ -66,6 +69,7 @@ class Engine:
         partition: Partition = "host",
         router: Router | None = None,
         on_finished: Callable[[list[Task]], Awaitable[None]] | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.settings = settings
         self.ledger = ledger
@@ -73,6 +77,9 @@ class Engine:
         self.partition: Partition = partition
         self.router: Router = router or LocalRouter(self)
         self.on_finished = on_finished
+        self.on_failure = on_failure
+        # Why this engine stopped fetching for good (its output failed), or None.
+        self.failure: BaseException | None = None
         self.stats = CrawlStats()
         self.frontier = Frontier(settings)
         self.fetcher = Fetcher(settings)
@@ -93,6 +100,9 @@ class Engine:
         self._robots_failures: dict[str, int] = {}  # origin -> consecutive robots.txt failures
         self._started = False
         self._fetching = 0  # page fetches under way, reserved against max_pages
+        # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
+        # the stores, so with only one per fetch slot the fetchers sat idle behind them.
+        self._tail_slots = asyncio.Semaphore(TAILS_PER_FETCH * settings.concurrency)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -239,6 +249,9 @@ class Engine:
     # -- the worker ----------------------------------------------------------------------
 
     async def _worker(self) -> None:
+        """Fetch, one host at a time; each fetched page's tail (archive, parse, route,
+        finish) runs as its own task, so ``concurrency`` is the number of fetches under way
+        rather than of pages anywhere between request and done."""
         while True:
             if self.paused or self.exhausted:
                 self._progress.set()
@@ -253,22 +266,62 @@ class Engine:
                 self.frontier.release(hq, response_time=0.0, gap=0.0)
                 continue
             self.in_flight[task.fp] = task
+            handed_over = False
             try:
-                await self._crawl_one(hq, task)
+                res = await self._crawl_one(hq, task)
+                if res is not None:
+                    await self._tail_slots.acquire()
+                    handed_over = self._tasks.spawn(self._tail(task, res), "tail") is not None
+                    if not handed_over:
+                        self._tail_slots.release()  # shutting down: the URL stays queued
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                # A bug on one page must not kill a worker; the task is recorded as failed.
-                log.exception("crawling %s failed", task.url)
-                self.stats.errors["internal"] += 1
+            except Exception as exc:
                 if hq.polite.busy:
                     self.frontier.release(hq, response_time=0.0, gap=0.0)
-                await self._finish([task])
+                await self._failed(task, exc)
             finally:
-                self.in_flight.pop(task.fp, None)
-                self._progress.set()
-                if len(self.frontier) < self.settings.frontier_window // 2:
-                    self._refill.set()
+                if not handed_over:
+                    self._done_with(task)
+
+    async def _tail(self, task: Task, res: FetchResult) -> None:
+        try:
+            await self._page_tail(task, res)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self._failed(task, exc)
+        finally:
+            self._tail_slots.release()
+            self._done_with(task)
+
+    async def _failed(self, task: Task, exc: Exception) -> None:
+        if isinstance(exc, WarcWriteError):
+            # The page is not archived, so it is not done: its URL stays queued, and this
+            # peer stops fetching pages it could not keep.
+            self._fail(exc)
+            return
+        # A bug on one page must not kill a worker; the task is recorded as failed.
+        log.error("crawling %s failed", task.url, exc_info=exc)
+        self.stats.errors["internal"] += 1
+        await self._finish([task])
+
+    def _done_with(self, task: Task) -> None:
+        self.in_flight.pop(task.fp, None)
+        self._progress.set()
+        if len(self.frontier) < self.settings.frontier_window // 2:
+            self._refill.set()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.failure is not None:
+            return
+        log.error("stopped fetching: %s", exc)
+        self.failure = exc
+        self.paused = True
+        self.frontier.wake_all()
+        self._progress.set()
+        if self.on_failure is not None:
+            self.on_failure(exc)
 
     async def _robots_for(self, hq: HostQueue, task: Task) -> RobotsPolicy | None:
         """The host's robots policy, or None when it had to be fetched first (slot used)."""
@@ -317,7 +370,9 @@ class Engine:
         self.frontier.release(hq, response_time=elapsed, gap=gap)
         return None
 
-    async def _crawl_one(self, hq: HostQueue, task: Task) -> None:
+    async def _crawl_one(self, hq: HostQueue, task: Task) -> FetchResult | None:
+        """Fetch ``task`` (robots.txt first if need be); the response when there is a page
+        for :meth:`_page_tail`, None when the task was settled or requeued here."""
         if self.ledger.done.maybe_contains(task.fp) and (await self.ledger.is_done([task]))[0]:
             # Finished elsewhere meanwhile (history handed over after a restart or a move).
             self.stats.skipped_done += 1
@@ -325,10 +380,10 @@ class Engine:
             await self.ledger.drop_done([task.fp])
             if self.on_finished is not None:
                 await self.on_finished([task])
-            return
+            return None
         policy = await self._robots_for(hq, task)
         if policy is None:
-            return  # requeued behind the robots.txt request
+            return None  # requeued behind the robots.txt request
         if policy.kind == "disallow_all":
             origin = urls.origin_of(task.url)
             if self._robots_failures.get(origin, 0) > self.settings.politeness.max_retries:
@@ -338,22 +393,22 @@ class Engine:
                 self.stats.errors["robots_unreachable"] += 1
                 self.frontier.release(hq, response_time=0.0, gap=0.0)
                 await self._finish([task])
-                return
+                return None
             # robots.txt was unreachable (RFC 9309 §2.3.1.4): wait for it, keep the URL.
             self.frontier.push(hq.host, task)
             wait = max(0.0, policy.expires_at - time.monotonic())
             self.frontier.release(hq, response_time=0.0, gap=wait)
-            return
+            return None
         if not policy.allowed(task.url, self._ua):
             self.stats.robots_disallowed += 1
             self.frontier.release(hq, response_time=0.0, gap=0.0)
             await self._finish([task])
-            return
+            return None
         if self.exhausted:
             # max-pages was reached while this URL waited: keep it queued for a later run.
             self.frontier.push(hq.host, task)
             self.frontier.release(hq, response_time=0.0, gap=0.0)
-            return
+            return None
         self._fetching += 1
         try:
             res = await self.fetcher.fetch(task.url)
@@ -374,7 +429,7 @@ class Engine:
             self.frontier.release(hq, response_time=res.elapsed, gap=gap)
             if not retry:
                 await self._finish([task])
-            return
+            return None
         if res.status in (429, 503) and task.tries < pset.max_retries:
             wait = politeness.retry_after_seconds(
                 res.retry_after, time.time(), pset.default_retry_after, pset.max_delay
@@ -384,15 +439,19 @@ class Engine:
             self.stats.status[res.status] += 1
             self.frontier.push(hq.host, task)
             self.frontier.release(hq, response_time=res.elapsed, gap=max(gap, wait))
-            return
+            return None
         self.frontier.release(hq, response_time=res.elapsed, gap=gap)
         self.stats.pages_fetched += 1
         self.stats.bytes_fetched += len(res.body)
         self.stats.status[res.status] += 1
         if res.truncated:
             self.stats.truncated += 1
-        if self.warc is not None:
-            await self.warc.write(_record(res), durable=True)
+        return res
+
+    async def _page_tail(self, task: Task, res: FetchResult) -> None:
+        # The record is written while the page is parsed and its links routed; the page
+        # counts as done only once the record is on disk.
+        archived = await self.warc.submit(_record(res)) if self.warc is not None else None
         # A redirect target is the same document moved: it keeps the source's depth.
         fresh = self._filter(self._links_of(task, res), task.depth, task.hops + 1)
         if res.is_html and 200 <= res.status < 300:
@@ -402,6 +461,8 @@ class Engine:
         if fresh:
             self.stats.urls_discovered += len(fresh)
             await self.router.route(fresh)
+        if archived is not None:
+            await archived
         await self._finish([task])
 
     def _links_of(self, task: Task, res: FetchResult) -> list[str]:
@@ -552,6 +613,8 @@ async def crawl(
         await engine.start()
         await engine.add_seeds(seeds)
         while not (engine.idle or (engine.exhausted and not engine.in_flight)):
+            if engine.failure is not None and not engine.in_flight:
+                raise engine.failure
             await engine.wait_progress(0.5)
         if idle_grace:
             await asyncio.sleep(idle_grace)

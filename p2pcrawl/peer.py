@@ -130,6 +130,7 @@ class Peer:
                 partition=ps.partition,
                 router=self.dispatcher,
                 on_finished=self._finished,
+                on_failure=self._engine_failed,
             )
             # Until the neighbours have handed over the hosts this peer now owns, with their
             # history, it accepts tasks but crawls nothing: it could not tell what is done.
@@ -182,6 +183,12 @@ class Peer:
 
     def request_leave(self) -> None:
         self._leave_requested.set()
+
+    def _engine_failed(self, exc: BaseException) -> None:
+        # A peer that cannot archive what it fetches (disk full, WARC writer gone) must not
+        # fetch on; leaving hands its queued URLs to peers that can.
+        self.events.add("engine_failed", reason=str(exc))
+        self.request_leave()
 
     async def run(self) -> HandoffReport:
         """Serve until asked to leave, then leave gracefully."""

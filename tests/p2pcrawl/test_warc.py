@@ -30,6 +30,7 @@ from p2pcrawl.warc import (
     read_warc_urls,
     stored_response_headers,
 )
+from p2pcrawl.warcfile import WarcFiles
 
 UA = "p2pcrawl/0.1.0 (+https://example.org/bot)"
 NAME_RX = re.compile(r"^p2pcrawl-abcd1234-\d{17}-\d{5}\.warc\.gz$")
@@ -418,19 +419,19 @@ async def test_unset_fetch_time_is_stamped_now(tmp_path: Path) -> None:
 def test_gzip_member_is_plain_gzip_with_either_deflate(
     monkeypatch: pytest.MonkeyPatch, backend: str, level: int
 ) -> None:
-    import p2pcrawl.warc as warc
+    import p2pcrawl.warcfile as warcfile
 
     if backend == "zlib":
-        monkeypatch.setattr(warc, "_isal", None)
-    elif warc._isal is None:
+        monkeypatch.setattr(warcfile, "_isal", None)
+    elif warcfile._isal is None:
         pytest.skip("isal is not installed")
     data = b"WARC/1.0\r\n" + bytes(random.Random(level).randrange(64) for _ in range(50_000))
-    member = warc.gzip_member(data, level)
+    member = warcfile.gzip_member(data, level)
     assert gzip.decompress(member) == data
     assert len(member) < len(data)
 
 
-def _warcio_pair(writer: WarcWriter, rec: FetchRecord) -> tuple[bytes, bytes]:
+def _warcio_pair(writer: WarcFiles, rec: FetchRecord) -> tuple[bytes, bytes]:
     """What warcio's own record builder and writer make of ``rec``, uncompressed."""
     out = []
     for record in writer._build_pair(rec):
@@ -470,7 +471,7 @@ def test_serialised_records_are_warcios_byte_for_byte(
             n += 1
             yield uuid.UUID(int=n)
 
-    writer = WarcWriter(tmp_path, prefix="abcd1234")
+    writer = WarcFiles(tmp_path, prefix="abcd1234")
     ids = fixed_ids()
     monkeypatch.setattr(uuid, "uuid4", lambda: next(ids))
     ours = serialize_pair(rec)
