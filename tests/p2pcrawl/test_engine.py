@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gzip
 import hashlib
 import heapq
 import itertools
+import os
 import random
+import signal
 import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
@@ -26,11 +29,12 @@ from aiohttp import web
 from warcio.archiveiterator import ArchiveIterator
 
 from p2pcrawl import urls
-from p2pcrawl.engine import CrawlSummary, crawl
+from p2pcrawl.engine import CrawlSummary, Engine, crawl
+from p2pcrawl.ledger import Ledger
 from p2pcrawl.parse import extract_links
 from p2pcrawl.settings import CrawlSettings, FetchLimits, PolitenessSettings, ScopeSettings
 from p2pcrawl.testweb import TestWeb, TestWebConfig
-from p2pcrawl.warc import read_warc_urls
+from p2pcrawl.warc import WarcWriteError, WarcWriter, read_warc_urls
 from tests.p2pcrawl.loopback import Handler, fast_settings, free_port, serve
 
 CONFIG = TestWebConfig(hosts=4, pages_per_host=40, slow_host_delay=0.01, large_page_bytes=300_000)
@@ -448,3 +452,47 @@ async def test_dead_host_does_not_stall_the_crawl(tmp_path: Path) -> None:
         summary = await crawl([f"http://127.0.0.1:{free_port()}/"], settings, tmp_path)
     assert summary.queued == 0
     assert summary.errors.get("connect", 0) >= 1
+
+
+# --- the WARC writer dies mid-crawl -------------------------------------------------------
+
+
+async def test_a_dead_warc_writer_stops_fetching_and_loses_no_url(
+    small_web: TestWeb, tmp_path: Path
+) -> None:
+    """Pages count as done only once archived: when the writer process dies, the engine stops
+    fetching, and a later run on the same data directory archives exactly what is missing."""
+    settings = settings_for(small_web)
+    ledger = await Ledger.open(tmp_path / "stores")
+    warc = WarcWriter(tmp_path / "warc", prefix="first")
+    await warc.start()
+    engine = Engine(settings, ledger, warc=warc)
+    try:
+        await engine.start()
+        await engine.add_seeds([small_web.hub_url])
+        async with asyncio.timeout(20):
+            while warc.records_written < 10:
+                await engine.wait_progress(0.01)
+            assert warc.pid is not None
+            os.kill(warc.pid, signal.SIGKILL)
+            while engine.failure is None or engine.in_flight:
+                await engine.wait_progress(0.1)
+        assert isinstance(engine.failure, WarcWriteError)
+        stopped_at = engine.stats.pages_fetched
+        await asyncio.sleep(0.3)
+        assert engine.stats.pages_fetched == stopped_at  # no fetching after the failure
+        assert ledger.queued > 0
+    finally:
+        await engine.aclose()
+        with contextlib.suppress(WarcWriteError):
+            await warc.aclose()
+        await ledger.aclose()
+    first = Counter(read_warc_urls(tmp_path / "warc"))
+    assert 0 < len(first) < len(small_web.ground_truth())
+
+    small_web.request_counts.clear()
+    await crawl([small_web.hub_url], settings, tmp_path)
+    archived = Counter(read_warc_urls(tmp_path / "warc"))
+    assert set(archived) == small_web.ground_truth()
+    # Fetched again only if its record reached the file but its answer never left the writer.
+    assert sum(archived.values()) - len(archived) <= 20

@@ -7,10 +7,13 @@ import base64
 import gzip
 import hashlib
 import io
+import os
 import random
 import re
+import signal
 import subprocess
 import sys
+import time
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -484,3 +487,96 @@ def test_non_ascii_headers_are_left_to_warcio() -> None:
 
     rec = make_record(headers=[("Set-Cookie", "n=\u00e9t\u00e9")])
     assert serialize_pair(rec) is None
+
+
+# --- the writer process ------------------------------------------------------------------
+
+
+async def test_the_writer_process_ignores_ctrl_c(tmp_path: Path) -> None:
+    # Ctrl-C in a terminal signals the whole process group; the peer decides when to stop.
+    writer = WarcWriter(tmp_path, prefix="abcd1234")
+    await writer.start()
+    try:
+        await writer.write(make_record("http://a.test/1"), durable=True)
+        assert writer.pid is not None
+        os.kill(writer.pid, signal.SIGINT)
+        await asyncio.sleep(0.2)
+        await writer.write(make_record("http://a.test/2"), durable=True)
+    finally:
+        await writer.aclose()
+    assert read_warc_urls(tmp_path) == ["http://a.test/1", "http://a.test/2"]
+
+
+async def test_a_killed_writer_fails_every_waiting_write(tmp_path: Path) -> None:
+    writer = WarcWriter(tmp_path, prefix="abcd1234")
+    await writer.start()
+    await writer.write(make_record("http://a.test/0"), durable=True)
+    assert writer.pid is not None
+    os.kill(writer.pid, signal.SIGKILL)
+    body = random.Random(1).randbytes(1 << 20)
+    results = await asyncio.wait_for(
+        asyncio.gather(
+            *(
+                writer.write(make_record(f"http://a.test/{i}", body=body), durable=True)
+                for i in range(1, 6)
+            ),
+            return_exceptions=True,
+        ),
+        10,
+    )
+    assert all(isinstance(r, WarcWriteError) for r in results)
+    with pytest.raises(WarcWriteError):
+        await writer.write(make_record("http://a.test/late"))
+    with pytest.raises(WarcWriteError):
+        await asyncio.wait_for(writer.aclose(), 10)
+    assert read_warc_urls(tmp_path) == ["http://a.test/0"]
+
+
+ORPHAN_SCRIPT = """
+import asyncio, os, signal, sys
+from pathlib import Path
+from p2pcrawl.warc import FetchRecord, WarcWriter
+
+async def main() -> None:
+    writer = WarcWriter(Path(sys.argv[1]), prefix="t")
+    await writer.start()
+    body = bytes(range(256)) * 80
+    for i in range(200):
+        await writer.write(FetchRecord(f"http://a.test/{i}", 200, "OK", "1.1", [], [], body))
+    # Every frame handed to the pipe (the writer may not have read them yet).
+    while writer._out or writer._stdin.transport.get_write_buffer_size():
+        await asyncio.sleep(0.001)
+    print(writer.pid, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # no aclose(): the peer dies with records in flight
+
+asyncio.run(main())
+"""
+
+
+def test_a_dying_peer_leaves_whole_records_and_no_writer_behind(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    pid = int(proc.stdout.strip())
+    deadline = time.monotonic() + 20
+    while _alive(pid):
+        assert time.monotonic() < deadline, "the writer process outlived its peer"
+        time.sleep(0.05)
+    # Everything sent before the peer died is written, and the file was closed properly.
+    assert read_warc_urls(tmp_path) == [f"http://a.test/{i}" for i in range(200)]
+    for path in tmp_path.iterdir():
+        for _record, _payload in read_records(path):
+            pass  # every digest checks out to the end of the file
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has finished
