@@ -28,6 +28,7 @@ import marshal
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from p2pcrawl import __version__
 from p2pcrawl.warcfile import (
@@ -62,6 +63,7 @@ log = logging.getLogger(__name__)
 # Bytes sent down the pipe but not yet taken by the writer process before write() waits.
 _PIPE_HIGH_WATER = 8 << 20
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+_START_TIMEOUT_S = 60.0  # an interpreter start and a few imports, on a machine under load
 
 
 class WarcWriteError(RuntimeError):
@@ -104,7 +106,7 @@ class WarcWriter:
         self._proc: asyncio.subprocess.Process | None = None
         self._stdin: asyncio.StreamWriter | None = None
         self._slots: asyncio.Semaphore | None = None
-        # One entry per record sent, in order: the durable writer's future, or None.
+        # One future per record sent, in order; done once the process answered for it.
         self._sent: collections.deque[asyncio.Future[None]] = collections.deque()
         self._reader: asyncio.Task[None] | None = None
         self._out: list[bytes] = []  # frames not yet handed to the pipe
@@ -145,6 +147,20 @@ class WarcWriter:
             env=env,
         )
         assert self._proc.stdin is not None and self._proc.stdout is not None
+        try:
+            async with asyncio.timeout(_START_TIMEOUT_S):
+                ready = await _read_answer(self._proc.stdout)
+        except (asyncio.IncompleteReadError, TimeoutError, ValueError, EOFError) as exc:
+            self._proc.stdin.close()
+            if self._proc.returncode is None:
+                self._proc.kill()
+            rc = await self._proc.wait()
+            raise WarcWriteError(
+                f"the WARC writer process did not start (exit status {rc}; "
+                f"its error, if any, is on stderr): {exc!r}"
+            ) from exc
+        if ready != ("ready",):
+            raise WarcWriteError(f"the WARC writer process said {ready!r}, not ready")
         self._stdin = self._proc.stdin
         self._stdin.transport.set_write_buffer_limits(high=_PIPE_HIGH_WATER)
         self._slots = asyncio.Semaphore(self.queue_size)
@@ -263,11 +279,11 @@ class WarcWriter:
         try:
             while True:
                 try:
-                    head = await stdout.readexactly(FRAME.size)
-                except asyncio.IncompleteReadError:
+                    answer = await _read_answer(stdout)
+                except asyncio.IncompleteReadError as exc:
+                    if exc.partial:
+                        raise
                     break
-                (size,) = FRAME.unpack(head)
-                answer = marshal.loads(await stdout.readexactly(size))
                 kind = answer[0]
                 if kind == "written":
                     _, n, self.records_written, self.bytes_written = answer
@@ -297,6 +313,14 @@ class WarcWriter:
                 fut.set_result(None)
             else:
                 fut.set_exception(self._as_write_error())
+
+
+async def _read_answer(stdout: asyncio.StreamReader) -> tuple[Any, ...]:
+    (size,) = FRAME.unpack(await stdout.readexactly(FRAME.size))
+    answer = marshal.loads(await stdout.readexactly(size))
+    if not isinstance(answer, tuple) or not answer:
+        raise ValueError(f"not an answer: {answer!r}")
+    return answer
 
 
 def _retrieve(fut: asyncio.Future[None]) -> None:

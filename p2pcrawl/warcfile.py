@@ -446,6 +446,7 @@ def check_options(prefix: str, max_bytes: int, compress_level: int) -> None:
 # The event loop sends records down the process's stdin; the process answers on its stdout.
 # Both directions are frames: a 4-byte little-endian length, then a ``marshal``-ed tuple
 # (marshal: C speed for a 30 kB body, and both ends are the same interpreter). Answers:
+#   ("ready",)                     first, once the process is set up
 #   ("file", path)                 a new file was opened (sent before records written to it)
 #   ("written", n, records, bytes) the next n records sent are in the file (or failed, below)
 #   ("error", text)                writing failed; every record after it is dropped, not written
@@ -586,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         user_agent=opts["user_agent"],
         compress_level=opts["compress_level"],
     )
+    _send(answers, encode_answer("ready"))
     try:
         serve(files, 0, answers)
     finally:

@@ -580,3 +580,12 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has finished
+
+
+async def test_a_writer_that_cannot_start_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    writer = WarcWriter(tmp_path, prefix="abcd1234")
+    with pytest.raises(WarcWriteError, match="did not start"):
+        await writer.start()
