@@ -462,7 +462,10 @@ async def run_join(opts: dict[str, Any]) -> int:
             ),
             flush=True,
         )
-        return EXIT_FAILURE if report.failed else 0
+        failure = peer.engine.failure if peer.engine is not None else None
+        if failure is not None:
+            log.error("left because this peer could not go on crawling: %s", failure)
+        return EXIT_FAILURE if report.failed or failure is not None else 0
     finally:
         await peer.aclose()
         await server.aclose()

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -177,3 +180,37 @@ async def test_bootstrap_failure_is_a_clear_error(
     peer = await cluster.start_peer("lonely", extra=["--bootstrap", bootstrap], expect_ready=False)
     assert await cluster.wait_exit(peer, 30) == code
     assert message in cluster.log(peer)
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+async def test_a_peer_whose_warc_output_fails_hands_off_and_exits(
+    slow_web: TestWeb, make_cluster: Any
+) -> None:
+    """A disk that fails under one peer (here its WARC writer process is killed): that peer
+    stops fetching, leaves on its own with every queued URL handed off, exits non-zero, and
+    the others finish the crawl without losing a page."""
+    cluster = await make_cluster(args(slow_web))
+    peers = await start_mesh(cluster, 3)
+    await cluster.api(peers[0], "/api/seed", "POST", {"urls": [slow_web.hub_url]})
+    truth = len(slow_web.ground_truth())
+    await wait_fetched(cluster, truth // 4)
+    victim = peers[1]
+    (writer,) = _children(victim.pid)
+    os.kill(writer, signal.SIGKILL)
+    assert await cluster.wait_exit(victim, 60) == 1, cluster.log(victim)
+    report = next(json.loads(line) for line in victim.stdout_lines if line.startswith('{"left"'))
+    assert report["failed"] == 0
+    assert report["handed_off_tasks"] == report["queue_at_leave"]
+    assert "WARC" in cluster.log(victim)
+    await cluster.wait_finished(timeout=120)
+    await stop_gracefully(cluster)
+    dups = check_truth(cluster, slow_web)
+    print(f"WARC failure: handed off {report}, {dups} duplicates")
+    # Fetched twice only if its record reached the file but not its answer the peer.
+    assert dups <= 3 * CONCURRENCY
