@@ -1,9 +1,9 @@
 """WARC output from the event loop: :class:`WarcWriter` feeds a writer process over a pipe.
 
-The record format and the files themselves are :mod:`p2pcrawl.warcfile`'s: one ``response``
-record and its ``request`` record per fetched page, gzip member per record, files rotated at a
-size limit. This module only moves records to the process that writes them and tells each
-caller when its record is on disk.
+The record format is :mod:`p2pcrawl.warcformat`'s and the files :mod:`p2pcrawl.warcfile`'s:
+one ``response`` record and its ``request`` record per fetched page, gzip member per record,
+files rotated at a size limit. This module only moves records to the process that writes
+them and tells each caller when its record is on disk.
 
 Why a process. Hashing (SHA-1 payload and block digests), deflate and ``write()`` of ~1,000
 records a second is about a third of a crawling peer's CPU. In a thread, that work must take
@@ -31,20 +31,18 @@ from pathlib import Path
 from typing import Any
 
 from p2pcrawl import __version__
-from p2pcrawl.warcfile import (
+from p2pcrawl.warcfile import check_options
+from p2pcrawl.warcformat import (
     DEFAULT_COMPRESS_LEVEL,
-    FRAME,
-    MAX_FRAME,
     ORIGINAL_CONTENT_ENCODING,
     ORIGINAL_CONTENT_LENGTH,
     FetchRecord,
-    check_options,
-    encode_record,
     gzip_member,
     read_warc_urls,
     serialize_pair,
     stored_response_headers,
 )
+from p2pcrawl.warcproc import FRAME, MAX_FRAME, encode_record
 
 __all__ = [
     "ORIGINAL_CONTENT_ENCODING",
@@ -140,7 +138,7 @@ class WarcWriter:
             sys.executable,
             "-P",  # not the working directory on sys.path
             "-m",
-            "p2pcrawl.warcfile",
+            "p2pcrawl.warcproc",
             json.dumps(opts),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import gzip
 import hashlib
-import io
 import os
 import random
 import re
@@ -33,7 +32,7 @@ from p2pcrawl.warc import (
     read_warc_urls,
     stored_response_headers,
 )
-from p2pcrawl.warcfile import WarcFiles
+from p2pcrawl.warcformat import warcio_pair
 
 UA = "p2pcrawl/0.1.0 (+https://example.org/bot)"
 NAME_RX = re.compile(r"^p2pcrawl-abcd1234-\d{17}-\d{5}\.warc\.gz$")
@@ -422,27 +421,16 @@ async def test_unset_fetch_time_is_stamped_now(tmp_path: Path) -> None:
 def test_gzip_member_is_plain_gzip_with_either_deflate(
     monkeypatch: pytest.MonkeyPatch, backend: str, level: int
 ) -> None:
-    import p2pcrawl.warcfile as warcfile
+    import p2pcrawl.warcformat as warcformat
 
     if backend == "zlib":
-        monkeypatch.setattr(warcfile, "_isal", None)
-    elif warcfile._isal is None:
+        monkeypatch.setattr(warcformat, "_isal", None)
+    elif warcformat._isal is None:
         pytest.skip("isal is not installed")
     data = b"WARC/1.0\r\n" + bytes(random.Random(level).randrange(64) for _ in range(50_000))
-    member = warcfile.gzip_member(data, level)
+    member = warcformat.gzip_member(data, level)
     assert gzip.decompress(member) == data
     assert len(member) < len(data)
-
-
-def _warcio_pair(writer: WarcFiles, rec: FetchRecord) -> tuple[bytes, bytes]:
-    """What warcio's own record builder and writer make of ``rec``, uncompressed."""
-    out = []
-    for record in writer._build_pair(rec):
-        buf = io.BytesIO()
-        writer._warc.out = buf
-        writer._warc.write_record(record)
-        out.append(buf.getvalue())
-    return out[0], out[1]
 
 
 @pytest.mark.parametrize(
@@ -474,12 +462,11 @@ def test_serialised_records_are_warcios_byte_for_byte(
             n += 1
             yield uuid.UUID(int=n)
 
-    writer = WarcFiles(tmp_path, prefix="abcd1234")
     ids = fixed_ids()
     monkeypatch.setattr(uuid, "uuid4", lambda: next(ids))
     ours = serialize_pair(rec)
     ids = fixed_ids()
-    assert ours == _warcio_pair(writer, rec)
+    assert ours == warcio_pair(rec)
 
 
 def test_non_ascii_headers_are_left_to_warcio() -> None:

@@ -272,17 +272,31 @@ async def test_closest_includes_self(make_node: NodeFactory) -> None:
 
 
 async def test_closest_looks_up_when_the_table_is_big(make_node: NodeFactory) -> None:
-    nodes = [await make_node(ksize=2) for _ in range(6)]
-    for n in nodes[1:]:
+    key = key_for("example.org")
+    k = int.from_bytes(key, "big")
+    bits = len(key) * 8
+
+    def near(delta: int) -> bytes:
+        return (k ^ delta).to_bytes(len(key), "big")
+
+    # Four nodes next to the key, all in one bucket of ``a`` (whose ID differs from the key
+    # in the top bit), which with ksize 2 holds only two of them: ``a`` must ask the network.
+    # Fixed IDs: with random ones the closest node is sometimes known to nobody's table.
+    ids = [near(8), near(4), near(2), near(1), near(1 << (bits - 1))]
+    nodes = [await make_node(node_id=i, ksize=2) for i in ids]
+    for n in nodes[1:-1]:
         await n.join([nodes[0].me.addr])
     a = nodes[-1]
-    key = key_for("example.org")
+    await a.join([nodes[0].me.addr, nodes[1].me.addr])
+    assert near(1) not in {p.id for p in a.peers()}  # not known locally: found by the lookup
+    sent_before = a.stats()["rpc_sent"].get("find_node", 0)  # type: ignore[attr-defined]
     everyone = sorted(
         (n.me for n in nodes),
         key=lambda p: int.from_bytes(p.id, "big") ^ int.from_bytes(key, "big"),
     )
     result = await a.closest(key, 2)
-    assert len(result) == 2 and result[0] == everyone[0]
+    assert result == everyone[:2]
+    assert a.stats()["rpc_sent"].get("find_node", 0) > sent_before  # type: ignore[attr-defined]
     assert (await a.closest(a.me.id, 1)) == [a.me]
 
 
