@@ -97,6 +97,12 @@ class Engine:
         # Host key ("host[:port]") -> in scope; cleared whenever the scope grows.
         self._in_scope: dict[str, bool] = {}
         self._excluded_keys: set[bytes] = set()
+        self._host_window = max(2, settings.host_queue_window)
+        # Host key -> (host, seq): a host that had a full window when the store cursor passed
+        # its tasks; they are read by key after that seq (see _refill_loop).
+        self._overflow: dict[bytes, tuple[str, int]] = {}
+        # Host key -> seq: read by key up to here; the store cursor skips those.
+        self._loaded_upto: dict[bytes, int] = {}
         self._robots_failures: dict[str, int] = {}  # origin -> consecutive robots.txt failures
         self._started = False
         self._fetching = 0  # page fetches under way, reserved against max_pages
@@ -211,6 +217,9 @@ class Engine:
         """Stop crawling these keys (moved to another peer); returns their window tasks."""
         keys = set(keys)
         self._excluded_keys |= keys
+        for key in keys:
+            self._overflow.pop(key, None)
+            self._loaded_upto.pop(key, None)
         hosts = [
             h for h, hq in self.frontier.hosts.items() if hq.tasks and hq.tasks[0][1].key in keys
         ]
@@ -222,6 +231,15 @@ class Engine:
         self._excluded_keys -= set(keys)
 
     async def _refill_loop(self) -> None:
+        """Keep the frontier window filled from the task store.
+
+        The store is read in order through one cursor, but no host gets more than
+        ``host_queue_window`` URLs of the window: when a host is full, its tasks are skipped
+        by the cursor and it gets a cursor of its own (``_overflow``), read by its key once
+        its queue is half empty. Otherwise one host with a long queue at the front of the
+        store would fill the window, and the crawl would run one connection at a time while
+        the other hosts waited in the store (seed 004: every host queue has work).
+        """
         window = self.settings.frontier_window
         while True:
             await self._refill.wait()
@@ -230,19 +248,70 @@ class Engine:
                 room = window - len(self.frontier) - len(self.in_flight)
                 if room <= 0:
                     break
-                batch = await self.ledger.load(min(room, 2000))
-                for t in batch:
+                room -= await self._refill_overflowing(room)
+                if room <= 0:
+                    break
+                want = min(room, 2000)
+                batch = await self.ledger.load(want)
+                for seq, t in batch:
                     if t.key in self._excluded_keys or t.fp in self.in_flight:
                         continue
-                    self.frontier.push(urls.host_of(t.url), t)
-                if len(batch) < min(room, 2000):
+                    if t.key in self._overflow:
+                        continue  # its own cursor will reach it
+                    upto = self._loaded_upto.get(t.key)
+                    if upto is not None and seq <= upto:
+                        continue  # loaded by its own cursor already
+                    host = urls.host_of(t.url)
+                    if self._host_full(host):
+                        self._overflow[t.key] = (host, seq - 1)
+                        continue
+                    self.frontier.push(host, t)
+                if self._loaded_upto:
+                    cursor = self.ledger.cursor
+                    for key in [k for k, upto in self._loaded_upto.items() if upto <= cursor]:
+                        del self._loaded_upto[key]
+                if len(batch) < want:
                     break
+
+    async def _refill_overflowing(self, room: int) -> int:
+        """Load the hosts that overflowed the window and have room again; returns how many."""
+        loaded = 0
+        for key, (host, after) in list(self._overflow.items()):
+            if room - loaded <= 0:
+                break
+            hq = self.frontier.hosts.get(host)
+            queued = len(hq.tasks) if hq is not None else 0
+            if queued > self._host_window // 2:
+                continue
+            want = min(self._host_window - queued, room - loaded)
+            rows = await self.ledger.load_key(key, after, want)
+            if key not in self._overflow or key in self._excluded_keys:
+                continue  # handed away while the store was read
+            for _, t in rows:
+                if t.fp not in self.in_flight:
+                    self.frontier.push(host, t)
+            loaded += len(rows)
+            last = rows[-1][0] if rows else after
+            if len(rows) < want:
+                # Caught up with the store: new tasks of this key come after the main
+                # cursor, which must only skip what was loaded here.
+                del self._overflow[key]
+                self._loaded_upto[key] = last
+            else:
+                self._overflow[key] = (host, last)
+        return loaded
+
+    def _host_full(self, host: str) -> bool:
+        if self.partition != "host":
+            return False  # a key per URL: nothing to read by host
+        hq = self.frontier.hosts.get(host)
+        return hq is not None and len(hq.tasks) >= self._host_window
 
     async def _housekeeping_loop(self) -> None:
         while True:
             self.stats.sample()
             self.frontier.prune()
-            if len(self.frontier) < self.settings.frontier_window // 2:
+            if len(self.frontier) < self.settings.frontier_window // 2 or self._overflow:
                 self._refill.set()
             await asyncio.sleep(1.0)
 
@@ -309,7 +378,7 @@ class Engine:
     def _done_with(self, task: Task) -> None:
         self.in_flight.pop(task.fp, None)
         self._progress.set()
-        if len(self.frontier) < self.settings.frontier_window // 2:
+        if len(self.frontier) < self.settings.frontier_window // 2 or task.key in self._overflow:
             self._refill.set()
 
     def _fail(self, exc: BaseException) -> None:

@@ -122,8 +122,8 @@ class Ledger:
             flags[i] = True
         return flags
 
-    async def load(self, limit: int) -> list[Task]:
-        """The next tasks in store order not yet handed to the frontier."""
+    async def load(self, limit: int) -> list[tuple[int, Task]]:
+        """The next (seq, task) pairs in store order not yet handed to the frontier."""
         if limit <= 0:
             return []
         async with self._lock:
@@ -134,12 +134,20 @@ class Ledger:
                 self._behind = False
         if rows:
             self._cursor = rows[-1][0]
-        return [from_stored(s) for _, s in rows]
+        return [(seq, from_stored(s)) for seq, s in rows]
 
-    def rewind(self) -> None:
-        """Reload everything on the next load (after tasks were re-queued behind the cursor)."""
-        self._cursor = 0
-        self._behind = True
+    @property
+    def cursor(self) -> int:
+        """The store order ``load`` has reached: every task up to this seq was handed out."""
+        return self._cursor
+
+    async def load_key(self, key: bytes, after_seq: int, limit: int) -> list[tuple[int, Task]]:
+        """Up to ``limit`` (seq, task) pairs of one host key after ``after_seq``, in order."""
+        if limit <= 0:
+            return []
+        async with self._lock:  # as in load(): never a task whose late done probe is pending
+            rows = await self.tasks.page_key(key, after_seq, limit)
+        return [(seq, from_stored(s)) for seq, s in rows]
 
     async def finish(self, tasks: Sequence[Task]) -> None:
         """Record the tasks as done, then drop them from the queue. Durable on return."""

@@ -77,6 +77,23 @@ class TaskStore(CountedStore):
 
         return await self._worker.run(job, write=False)
 
+    async def page_key(
+        self, key: bytes, after_seq: int, limit: int
+    ) -> list[tuple[int, StoredTask]]:
+        """Like :meth:`page`, for one host key (by its index, so a long queue of other keys
+        costs nothing)."""
+        if limit <= 0:
+            return []
+
+        def job(conn: sqlite3.Connection) -> list[tuple[int, StoredTask]]:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM tasks WHERE key = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (key, after_seq, limit),
+            ).fetchall()
+            return [(row[0], _task(row)) for row in rows]
+
+        return await self._worker.run(job, write=False)
+
     async def remove(self, fps: Sequence[int]) -> int:
         """Drop tasks that are done or handed off; returns how many rows went."""
         if not fps:

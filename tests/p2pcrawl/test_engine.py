@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import gzip
 import hashlib
 import heapq
@@ -496,3 +497,54 @@ async def test_a_dead_warc_writer_stops_fetching_and_loses_no_url(
     assert set(archived) == small_web.ground_truth()
     # Fetched again only if its record reached the file but its answer never left the writer.
     assert sum(archived.values()) - len(archived) <= 20
+
+
+# --- one long host does not fill the frontier window ----------------------------------------
+
+
+async def _plain_page(request: web.BaseRequest) -> web.StreamResponse:
+    if request.path == "/robots.txt":
+        return web.Response(status=404)
+    return web.Response(text="<p>no links</p>", content_type="text/html")
+
+
+async def test_a_long_host_queue_does_not_fill_the_window(tmp_path: Path) -> None:
+    """Seed 004's two levels: the store holds 300 URLs of one host before 10 of each of four
+    others. With a window of 60 URLs and 20 per host, every host has work in the window at
+    once, and the long host's queue is read again by key as it drains."""
+    async with contextlib.AsyncExitStack() as stack:
+        servers = [
+            await stack.enter_async_context(serve(_plain_page, f"127.0.0.{20 + i}"))
+            for i in range(5)
+        ]
+        base = fast_settings([s.host for s in servers], concurrency=4)
+        settings = dataclasses.replace(base, frontier_window=60, host_queue_window=20)
+        ledger = await Ledger.open(tmp_path / "stores")
+        engine = Engine(settings, ledger, warc=None)
+        long_host, *short_hosts = servers
+        tasks = [engine.seed_tasks([f"{long_host.base}/p{i}"])[0] for i in range(300)]
+        for s in short_hosts:
+            tasks += [engine.seed_tasks([f"{s.base}/p{i}"])[0] for i in range(10)]
+        assert len(await ledger.accept(tasks)) == 340
+        try:
+            engine.paused = True  # fill the window, fetch nothing yet
+            await engine.start()
+            async with asyncio.timeout(10):
+                while len(engine.frontier) < 60:
+                    await engine.wait_progress(0.01)
+            queued = {h: len(hq.tasks) for h, hq in engine.frontier.hosts.items()}
+            assert queued == {
+                f"{long_host.host}:{long_host.port}": 20,
+                **{f"{s.host}:{s.port}": 10 for s in short_hosts},
+            }
+            engine.paused = False
+            async with asyncio.timeout(30):
+                while not engine.idle:
+                    await engine.wait_progress(0.1)
+        finally:
+            await engine.aclose()
+            await ledger.aclose()
+    assert long_host.paths == Counter({"/robots.txt": 1, **{f"/p{i}": 1 for i in range(300)}})
+    for s in short_hosts:
+        assert s.paths == Counter({"/robots.txt": 1, **{f"/p{i}": 1 for i in range(10)}})
+    assert ledger.queued == 0 and ledger.done_count == 340
