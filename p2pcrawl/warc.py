@@ -134,7 +134,7 @@ class WarcWriter:
         env = dict(os.environ)
         # The process must import this very copy of p2pcrawl, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
-        self._proc = await asyncio.create_subprocess_exec(
+        proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-P",  # not the working directory on sys.path
             "-m",
@@ -144,26 +144,28 @@ class WarcWriter:
             stdout=asyncio.subprocess.PIPE,
             env=env,
         )
-        assert self._proc.stdin is not None and self._proc.stdout is not None
+        assert proc.stdin is not None and proc.stdout is not None
         try:
             async with asyncio.timeout(_START_TIMEOUT_S):
-                ready = await _read_answer(self._proc.stdout)
+                ready = await _read_answer(proc.stdout)
+            if ready != ("ready",):
+                raise ValueError(f"it said {ready!r}, not ready")
         except (asyncio.IncompleteReadError, TimeoutError, ValueError, EOFError) as exc:
-            self._proc.stdin.close()
-            if self._proc.returncode is None:
-                self._proc.kill()
-            rc = await self._proc.wait()
+            proc.stdin.close()
+            if proc.returncode is None:
+                proc.kill()
+            rc = await proc.wait()
             raise WarcWriteError(
                 f"the WARC writer process did not start (exit status {rc}; "
                 f"its error, if any, is on stderr): {exc!r}"
             ) from exc
-        if ready != ("ready",):
-            raise WarcWriteError(f"the WARC writer process said {ready!r}, not ready")
-        self._stdin = self._proc.stdin
+        # Set only now: after a failed start there is nothing for aclose() to stop.
+        self._proc = proc
+        self._stdin = proc.stdin
         self._stdin.transport.set_write_buffer_limits(high=_PIPE_HIGH_WATER)
         self._slots = asyncio.Semaphore(self.queue_size)
         self._reader = asyncio.get_running_loop().create_task(
-            self._read_answers(self._proc.stdout), name="warc-answers"
+            self._read_answers(proc.stdout), name="warc-answers"
         )
 
     async def write(self, record: FetchRecord, *, durable: bool = False) -> None:

@@ -576,3 +576,5 @@ async def test_a_writer_that_cannot_start_is_a_clear_error(
     writer = WarcWriter(tmp_path, prefix="abcd1234")
     with pytest.raises(WarcWriteError, match="did not start"):
         await writer.start()
+    await writer.aclose()  # what an owner cleaning up after a failed start does
+    assert writer.pid is None
