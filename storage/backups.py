@@ -154,6 +154,3 @@ class BackupStore(CountedStore):
     async def count(self) -> int:
         """Backups held; answered from a counter kept at commit time, no disk read."""
         return self._count
-
-    async def aclose(self) -> None:
-        await self._worker.aclose()

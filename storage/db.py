@@ -35,6 +35,7 @@ __all__ = [
     "SqliteWorker",
     "StoreClosed",
     "StoreCorrupt",
+    "WorkerStore",
     "check_synchronous",
 ]
 
@@ -350,7 +351,27 @@ def _resolve(future: asyncio.Future[Any] | None, value: Any, error: BaseExceptio
 S = TypeVar("S", bound="CountedStore")
 
 
-class CountedStore:
+class WorkerStore:
+    """What every store over one SQLite file and its worker thread has in common."""
+
+    def __init__(self, worker: SqliteWorker) -> None:
+        self._worker = worker
+
+    @property
+    def path(self) -> Path:
+        return self._worker.path
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed so far (group commit makes this << write calls)."""
+        return self._worker.commits
+
+    async def aclose(self) -> None:
+        """Finish the jobs already submitted, then close the file."""
+        await self._worker.aclose()
+
+
+class CountedStore(WorkerStore):
     """A store over one table in its own SQLite file, with a row count kept at commit time.
 
     Subclasses name the schema, the file's application id and the counted table; ``open``
@@ -362,7 +383,7 @@ class CountedStore:
     TABLE: ClassVar[str]
 
     def __init__(self, worker: SqliteWorker) -> None:
-        self._worker = worker
+        super().__init__(worker)
         self._count = 0  # rows committed; kept by the worker thread, read by anyone
 
     @classmethod
@@ -381,12 +402,3 @@ class CountedStore:
 
     def _setup(self, conn: sqlite3.Connection) -> None:
         self._count = conn.execute(f"SELECT count(*) FROM {self.TABLE}").fetchone()[0]
-
-    @property
-    def path(self) -> Path:
-        return self._worker.path
-
-    @property
-    def commits(self) -> int:
-        """Write transactions committed so far (group commit makes this << write calls)."""
-        return self._worker.commits

@@ -25,7 +25,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from storage.bloom import Rehash, SplittableBloom
-from storage.db import BackgroundStep, SqliteWorker
+from storage.db import BackgroundStep, SqliteWorker, WorkerStore
 from storage.records import KEY_BYTES, from_sql_fp, to_sql_fp
 
 __all__ = ["DoneRecord"]
@@ -48,11 +48,11 @@ _FANOUT = 3  # seed 003's experiments use c = 3
 _MIN_SQL_FP = -(1 << 63)
 
 
-class DoneRecord:
+class DoneRecord(WorkerStore):
     """Finished URLs as (host key, fingerprint) pairs. Open with :meth:`open`."""
 
     def __init__(self, worker: SqliteWorker, bloom: SplittableBloom) -> None:
-        self._worker = worker
+        super().__init__(worker)
         self._bloom = bloom
         self._count = 0  # rows committed; kept by the worker thread
         self._host_ids: dict[bytes, int] = {}  # committed hosts only; worker thread only
@@ -101,14 +101,6 @@ class DoneRecord:
 
         await worker.start(setup)
         return record
-
-    @property
-    def path(self) -> Path:
-        return self._worker.path
-
-    @property
-    def commits(self) -> int:
-        return self._worker.commits
 
     @property
     def splitting(self) -> bool:
@@ -259,7 +251,7 @@ class DoneRecord:
     async def aclose(self) -> None:
         """Drain pending work, close the file. An unfinished rehash is simply dropped: the
         filter is rebuilt from disk on the next open anyway."""
-        await self._worker.aclose()
+        await super().aclose()
 
 
 def _check_key(key: bytes) -> bytes:

@@ -141,6 +141,3 @@ class TaskStore(CountedStore):
     async def count(self) -> int:
         """Queued tasks; answered from a counter kept at commit time, no disk read."""
         return self._count
-
-    async def aclose(self) -> None:
-        await self._worker.aclose()
