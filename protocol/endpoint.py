@@ -3,7 +3,8 @@
 ``Endpoint`` is mixed in front of rpcudp's ``RPCProtocol`` (``rpc.CrawlProtocol``) and replaces
 all of its wire handling:
 
-* Datagrams are authenticated first (``auth.Framer``) and parsed defensively; rpcudp's
+* Datagrams are authenticated first (``auth.Framer``), signed requests are checked for replays
+  (``replay.ReplayGuard``), and everything is parsed defensively; rpcudp's
   ``_solve_datagram`` raised inside an unowned task on bad msgpack. Every drop is counted by
   reason (``stats``) and nothing a peer sends can raise out of ``datagram_received``.
 * A handler exception, an unknown name or a wrong arity gets ``{"error": ...}`` back at once;
@@ -31,6 +32,7 @@ import umsgpack
 from protocol.auth import ID_LEN, REPLY, REQUEST, Framer, Rejected
 from protocol.codec import RPC_REQUEST_LIMIT
 from protocol.errors import MessageError
+from protocol.replay import ReplayGuard
 from protocol.stats import RateLimit, RpcStats
 from protocol.tasks import TaskSet
 
@@ -67,6 +69,7 @@ class Endpoint(asyncio.DatagramProtocol):
     def _init_endpoint(self, rpc_timeout: float, secret: str) -> None:
         self._wait_timeout = rpc_timeout
         self._framer = Framer(secret)
+        self._replays = ReplayGuard()
         self._pending: dict[bytes, _Pending] = {}
         self._busy = 0
         self._secret_warning = RateLimit(30.0)
@@ -94,12 +97,17 @@ class Endpoint(asyncio.DatagramProtocol):
 
     # --- incoming --------------------------------------------------------------------------
 
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        host, port = transport.get_extra_info("sockname")[:2]
+        self._framer.bind(host, port)  # signed datagrams name the address they come from
+
     def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
         addr = (addr[0], addr[1])
         self.stats.datagrams_in += 1
         self.stats.bytes_in += len(data)
         try:
-            frame = self._framer.open(data)
+            frame = self._framer.open(data, addr)
         except Rejected as rej:
             self._drop(rej.reason)
             if rej.reason == "bad_hmac" and self._secret_warning.ready():
@@ -115,6 +123,11 @@ class Endpoint(asyncio.DatagramProtocol):
         if frame.kind == REQUEST and len(frame.body) > RPC_REQUEST_LIMIT:
             self._drop("oversize")  # rpcudp's limit, kept so stock peers see the same rules
             return
+        if frame.kind == REQUEST and self._framer.authenticated:
+            refused = self._replays.check(frame.msg_id, frame.stamp_ms, time.time_ns() // 10**6)
+            if refused is not None:  # "replay" or "stale": no reply, no state touched
+                self._drop(refused)
+                return
         try:
             obj = umsgpack.unpackb(frame.body)
         except Exception:  # umsgpack raises a dozen types, and RecursionError on deep nesting

@@ -1,6 +1,8 @@
 """Counters for the status page and for tests: RPCs by name and direction, latency, drops.
 
-Drop reasons: ``short``, ``bad_kind``, ``bad_hmac``, ``oversize``, ``malformed`` (not msgpack or
+Drop reasons: ``short``, ``bad_kind``, ``bad_hmac``, ``bad_source`` (a signed datagram sent
+from another address than the one it names), ``replay`` and ``stale`` (a signed request seen
+before, or stamped outside the window: ``replay``), ``oversize``, ``malformed`` (not msgpack or
 not ``[name, args]``), ``unknown_rpc``, ``bad_args``, ``handler_error``, ``busy`` (too many
 requests in progress), ``unexpected_reply`` (no caller waits for that id, or it came from the
 wrong address).
