@@ -99,6 +99,11 @@ class Framer:
     def authenticated(self) -> bool:
         return bool(self._key)
 
+    @property
+    def overhead(self) -> int:
+        """Bytes a sealed datagram adds to its body."""
+        return _SIGNED_HEAD if self._key else _HEAD
+
     def bind(self, host: str, port: int) -> None:
         """Record the address our socket is bound to; it goes into every sealed datagram."""
         self._source = pack_address(host, port)
