@@ -99,6 +99,13 @@ class PeerSettings:
     dispatch_batch: int = 256
     dispatch_flush_s: float = 0.05
     handoff_timeout: float = 30.0
+    # A new ID takes over hosts only after others have seen it live this long
+    # (docs/security.md). Off by default: the newcomer's own view does not wait yet, so
+    # during the wait it and the old owner both crawl its hosts (duplicate fetches).
+    min_peer_age: float = 0.0
+    # STORE_TASK intake per sender (tasks/s, burst) before it is answered "busy" and retries.
+    sender_tasks_per_s: float = 5_000.0
+    sender_tasks_burst: float = 200_000.0
 
     def node_config(self) -> NodeConfig:
         return NodeConfig(
@@ -109,4 +116,5 @@ class PeerSettings:
             secret=self.secret,
             ping_interval=self.ping_interval,
             refresh_interval=self.refresh_interval,
+            min_owner_age=self.min_peer_age,
         )

@@ -35,7 +35,7 @@ import umsgpack
 
 from protocol.auth import ID_LEN, REPLY, REQUEST, Framer, Rejected
 from protocol.codec import RPC_REQUEST_LIMIT
-from protocol.errors import MessageError
+from protocol.errors import Busy, MessageError
 from protocol.ratelimit import Rate, SourceLimits
 from protocol.replay import ReplayGuard
 from protocol.stats import RateLimit, RpcStats
@@ -267,6 +267,9 @@ class Endpoint(asyncio.DatagramProtocol):
     ) -> None:
         try:
             reply = await self._serve_deferred(name, args, addr)
+        except Busy:
+            self._drop("busy")
+            reply = {"error": "busy"}
         except MessageError as exc:
             self._drop("bad_args")
             reply = {"error": f"bad arguments: {exc}"}

@@ -26,6 +26,7 @@ from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.handlers import PeerHandler
 from p2pcrawl.network.identity import load_or_create_identity
 from p2pcrawl.network.membership import HandoffReport, Membership
+from p2pcrawl.network.netkey import is_loopback
 from p2pcrawl.network.replication import Replication
 from p2pcrawl.network.scopesync import ScopeSync
 from p2pcrawl.settings import CrawlSettings, PeerSettings
@@ -111,7 +112,9 @@ class Peer:
                 on_finished=self.replication.finished,
                 on_failure=self._engine_failed,
             )
-            self.scope_sync = ScopeSync(self.node, self.engine)
+            self.scope_sync = ScopeSync(
+                self.node, self.engine, trusted=bool(ps.secret) or is_loopback(cfg.listen[0])
+            )
             # Until the neighbours have handed over the hosts this peer now owns, with their
             # history, it accepts tasks but crawls nothing: it could not tell what is done.
             self.engine.paused = bool(cfg.bootstrap)
@@ -197,9 +200,6 @@ class Peer:
             # Tasks queued here before the history arrived (a restart) are finished already.
             if await self.ledger.drop_done([fp for _, fp in pairs]):
                 await self.replication.finished([Task("", fp, k, 0) for k, fp in pairs])
-        if self.engine.scope_from_seeds and tasks:
-            # The sender checked these against its scope; this peer owns their hosts now.
-            self.engine.adopt_hosts({urls.hostname_of(t.url) for t in tasks})
         new = await self.ledger.accept(tasks)
         if new:
             self.engine.include_keys({t.key for t in new})

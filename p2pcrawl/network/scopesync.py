@@ -3,6 +3,10 @@
 A peer started without ``--allow-domain`` crawls the hosts of the network's seeds. Seeds
 arrive through one peer, so that peer publishes their hosts under one DHT key (Kademlia
 STORE), and every peer reads it back periodically and when a seed reaches it.
+
+The value store takes a STORE from any member, so the value is only as trustworthy as the
+network's membership: it is read only when ``trusted`` (a keyed network, or one confined to
+loopback). An open network off loopback must give every peer ``--allow-domain``.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ MAX_SCOPE_HOSTS = 10_000
 
 
 class ScopeSync:
-    def __init__(self, node: CrawlNode, engine: Engine) -> None:
+    def __init__(self, node: CrawlNode, engine: Engine, *, trusted: bool) -> None:
         self.node = node
         self.engine = engine
+        self.trusted = trusted
 
     async def publish(self, hosts: set[str]) -> None:
         """Merge ``hosts`` into the scope kept in the DHT's value store (Kademlia STORE)."""
@@ -45,7 +50,7 @@ class ScopeSync:
         return parse_scope(raw)
 
     async def refresh(self) -> None:
-        if self.engine.scope_from_seeds:
+        if self.engine.scope_from_seeds and self.trusted:
             self.engine.adopt_hosts(await self.fetch())
 
     async def run(self) -> None:

@@ -20,7 +20,15 @@ log = logging.getLogger("p2pcrawl")
 
 
 async def run_join(opts: dict[str, Any]) -> int:
-    from p2pcrawl.network import DataDirError, Peer, PeerConfig
+    from p2pcrawl.network import (
+        DataDirError,
+        NetworkKeyError,
+        Peer,
+        PeerConfig,
+        decide_key,
+        is_loopback,
+        join_command,
+    )
     from p2pcrawl.ui.status import StatusServer
     from protocol import BootstrapError
 
@@ -32,6 +40,29 @@ async def run_join(opts: dict[str, Any]) -> int:
         bootstrap = tuple(_resolve_bootstrap(b) for b in opts.get("bootstrap") or ())
     except argparse.ArgumentTypeError as exc:
         raise UsageError(str(exc)) from exc
+    open_network = bool(opts.get("open"))
+    if open_network and not is_loopback(listen[0]):
+        if not opts.get("allow_domain"):
+            raise UsageError(
+                "--open off loopback needs --allow-domain: without a key the scope other "
+                "peers publish cannot be trusted, so each peer must be told what to crawl"
+            )
+        log.warning(
+            "--open: this network has no key; anyone who can reach UDP %s:%d can join it, "
+            "take over hosts and feed it URLs (docs/security.md)",
+            *listen,
+        )
+    try:
+        key = decide_key(
+            Path(opts["data"]),
+            listen[0],
+            secret=str(opts.get("secret") or ""),
+            open_network=open_network,
+            founding=not bootstrap,
+        )
+    except NetworkKeyError as exc:
+        raise UsageError(str(exc)) from exc
+    opts = {**opts, "secret": key.secret}
     crawl, peer_settings = settings_from(opts)
     config = PeerConfig(
         data_dir=Path(opts["data"]),
@@ -76,18 +107,24 @@ async def run_join(opts: dict[str, Any]) -> int:
             peer.me.port,
             server.url,
         )
+        ready: dict[str, Any] = {
+            "ready": True,
+            "node_id": peer.node_id.hex(),
+            "listen": f"{peer.me.host}:{peer.me.port}",
+            "status": f"{server.host}:{server.port}",
+        }
+        if key.stored and not bootstrap:
+            command = join_command(peer.me.host, peer.me.port, key.secret)
+            ready["join"] = command
+            where = Path(opts["data"]) / "network.key"
+            made = "generated this network's key" if key.generated else "using the key"
+            sys.stderr.write(
+                f"{made} in {where} (keep it secret). To add a peer, run on the next "
+                f"machine:\n\n    {command}\n\n"
+            )
+            sys.stderr.flush()
         # One JSON line on stdout with the bound addresses, so scripts can use port 0.
-        print(
-            json.dumps(
-                {
-                    "ready": True,
-                    "node_id": peer.node_id.hex(),
-                    "listen": f"{peer.me.host}:{peer.me.port}",
-                    "status": f"{server.host}:{server.port}",
-                }
-            ),
-            flush=True,
-        )
+        print(json.dumps(ready), flush=True)
         progress = asyncio.ensure_future(_progress_loop(peer)) if sys.stderr.isatty() else None
         try:
             report = await peer.run()

@@ -131,7 +131,20 @@ def _add_crawl_options(p: argparse.ArgumentParser) -> None:
         "--partition", choices=["host", "url"], help="DHT key: the URL's host or the URL (host)"
     )
     g.add_argument("--replicas", type=_nonneg_int, metavar="R", help="backup copies per task (2)")
-    g.add_argument("--secret", metavar="S", help="cluster key: RPCs without it are dropped")
+    g.add_argument(
+        "--secret",
+        metavar="S",
+        help="network key: datagrams without it are dropped. Required when --listen is not "
+        "loopback; a founder without one generates it, stores it in DATA/network.key and "
+        "prints the join command",
+    )
+    g.add_argument(
+        "--open",
+        action="store_true",
+        default=None,
+        help="run without a key off loopback: anyone who can reach the UDP port can join "
+        "and steer the crawl (needs --allow-domain)",
+    )
     g.add_argument("--user-agent", metavar="UA", help="User-Agent (default p2pcrawl/VERSION)")
     g.add_argument("--contact-url", metavar="URL", help="contact URL added to the User-Agent")
     g.add_argument("--no-warc", action="store_true", default=None, help="do not write WARC files")
@@ -149,6 +162,12 @@ def _add_crawl_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--ping-interval", type=_nonneg_float, metavar="S", help="liveness pings (5)")
     a.add_argument(
         "--refresh-interval", type=_nonneg_float, metavar="S", help="routing-table refresh (60)"
+    )
+    a.add_argument(
+        "--min-peer-age",
+        type=_nonneg_float,
+        metavar="S",
+        help="seconds a new peer must stay live before others hand it hosts (0: off)",
     )
     a.add_argument(
         "--republish-interval",
@@ -334,5 +353,6 @@ def settings_from(opts: dict[str, Any]) -> tuple[CrawlSettings, PeerSettings]:
         ping_interval=pick("ping_interval", ps.ping_interval),
         refresh_interval=pick("refresh_interval", ps.refresh_interval),
         republish_interval=pick("republish_interval", ps.republish_interval),
+        min_peer_age=pick("min_peer_age", ps.min_peer_age),
     )
     return crawl, peer
