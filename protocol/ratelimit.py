@@ -43,6 +43,12 @@ class TokenBucket:
         self._tokens -= n
         return True
 
+    def charge(self, now: float, n: float) -> None:
+        """Take ``n`` tokens after the fact, into debt if need be (a cost known only once
+        the work is done)."""
+        self.take(now, 0.0)
+        self._tokens -= n
+
 
 class SourceLimits:
     """One ``TokenBucket`` per key, at most ``max_sources`` of them."""
@@ -61,8 +67,7 @@ class SourceLimits:
     def __len__(self) -> int:
         return len(self._buckets)
 
-    def allow(self, key: Hashable, n: float = 1.0) -> bool:
-        now = self._clock()
+    def _bucket(self, key: Hashable, now: float) -> TokenBucket:
         bucket = self._buckets.get(key)
         if bucket is None:
             if len(self._buckets) >= self.max_sources:
@@ -70,4 +75,12 @@ class SourceLimits:
             bucket = self._buckets[key] = TokenBucket(self.rate, now)
         else:
             self._buckets.move_to_end(key)
-        return bucket.take(now, n)
+        return bucket
+
+    def allow(self, key: Hashable, n: float = 1.0) -> bool:
+        now = self._clock()
+        return self._bucket(key, now).take(now, n)
+
+    def charge(self, key: Hashable, n: float) -> None:
+        now = self._clock()
+        self._bucket(key, now).charge(now, n)

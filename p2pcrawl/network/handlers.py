@@ -6,9 +6,11 @@ this peer owns the key, and that the URL is inside *this peer's own* scope and d
 (a sender's word is not enough: any peer, or anyone in an open network, could otherwise make
 it crawl anything). Bad items are dropped and counted (``rejected`` by reason), never stored.
 
-A sender that hands over tasks faster than ``sender_tasks_per_s`` (beyond a large burst, so a
-host handed over whole passes) is answered "busy"; its dispatcher keeps the tasks and tries
-again later, so a flood is slowed down without losing anything a real peer sent.
+A sender whose *new* tasks outrun ``sender_tasks_per_s`` (beyond a large burst, so a host
+handed over whole passes) is answered "busy" once its budget is spent; its dispatcher keeps
+the tasks and tries again later, so a flood is slowed down without losing anything a real
+peer sent. Only new tasks are charged, after the fact: a retried batch whose tasks are
+already here costs nothing, so a batch larger than the burst cannot be refused forever.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ class PeerHandler:
         done = {b.key: b.done for b in batches if b.done}
         refused = [k for k in by_key if not self._owns(k)]
         offered = [t for k, ts in by_key.items() if k not in refused for t in ts]
-        if offered and not self._senders.allow(sender.id, len(offered)):
+        if offered and not self._senders.allow(sender.id, 0.5):  # some budget left?
             self.busy += 1
             raise Busy()
         peer.membership.note_received(sender, {k for k in by_key if k not in refused})
@@ -112,6 +114,7 @@ class PeerHandler:
         mine = await self._within_scope(offered)
         self.refused += len(refused)
         new = await peer.intake(mine, {k: v for k, v in done.items() if k not in refused})
+        self._senders.charge(sender.id, new)
         # Rejected tasks count as duplicates: the sender must not re-route them elsewhere.
         return StoreResult(new=new, duplicate=len(offered) - new, refused_keys=refused)
 

@@ -103,10 +103,19 @@ junk = st.one_of(
     st.lists(st.integers(), max_size=5),
     st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
 )
-url_samples = st.sampled_from(
+# URLs the codec carries (it checks form, not meaning): canonical or not, in scope or not.
+encodable_urls = st.sampled_from(
     [
         f"http://{SCOPE_HOST}/ok",
         f"http://{SCOPE_HOST}/a?b=c",
+        f"http://{ELSEWHERE}/x",
+        "HTTP://IN-SCOPE.TEST/Upper",
+        f"http://{SCOPE_HOST}/a/../b",
+    ]
+)
+url_samples = st.sampled_from(
+    [
+        f"http://{SCOPE_HOST}/ok",
         f"http://{ELSEWHERE}/x",
         "javascript:alert(1)",
         "http://",
@@ -121,12 +130,12 @@ task_urls = st.one_of(url_samples, st.text(max_size=60))
 @st.composite
 def payloads(draw: st.DrawFn) -> Any:
     """A batch payload as the codec makes it, or a hand-made map that breaks its rules."""
-    if draw(st.booleans()):
+    if draw(st.integers(0, 3)) > 0:
         items = draw(
             st.lists(
                 st.builds(
                     TaskItem,
-                    st.one_of(url_samples, url_samples, task_urls),
+                    encodable_urls,
                     st.integers(0, 60),
                     st.integers(0, 3),
                 ),
@@ -155,7 +164,7 @@ def payloads(draw: st.DrawFn) -> Any:
 
 @st.composite
 def requests(draw: st.DrawFn, sender: bytes, owner: bytes) -> list[Any]:
-    name = draw(st.sampled_from(NAMES))
+    name = draw(st.sampled_from([*NAMES, *["store_task"] * 4, *["store_backup"] * 2]))
     forged = draw(st.sampled_from([owner, secrets.token_bytes(20), b"short", sender]))
     shapes = {
         "store_task": [sender, draw(payloads())],
@@ -246,3 +255,28 @@ async def test_a_metrics_page_names_the_new_counters(target: Any) -> None:
         "p2pcrawl_dht_values",
     ):
         assert name in text
+
+
+async def test_a_flooding_sender_is_answered_busy_and_loses_nothing(
+    make_peer: PeerFactory,
+) -> None:
+    from p2pcrawl.settings import CrawlSettings, ScopeSettings
+
+    crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("busy.test",)))
+    a = await make_peer(
+        crawl=crawl, peer=PeerSettings(sender_tasks_per_s=500.0, sender_tasks_burst=100.0)
+    )
+    assert a.engine is not None and a.ledger is not None
+    a.engine.paused = True  # nothing is fetched: every accepted task stays in the queue
+    b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
+    assert b.engine is not None and b.dispatcher is not None and b.node is not None
+    hosts = [f"h{i}.busy.test" for i in range(200)]
+    owned_by_a = [h for h in hosts if b.node.closest_local(key_for(h), 1)[0].id == a.node_id]
+    seeds = [f"http://{h}/p{j}" for h in owned_by_a[:10] for j in range(200)]
+    tasks = b.engine.seed_tasks(seeds)
+    for i in range(0, len(tasks), 400):  # returns once every task was accepted somewhere
+        await b.dispatcher.route(tasks[i : i + 400])
+    assert a.handler.busy > 0  # the flood was slowed down ...
+    assert set(await queued_urls(a)) == set(seeds)  # ... and every task reached its owner
+    assert await queued_urls(b) == []
+    assert metric(a, "p2pcrawl_store_task_busy_total") == a.handler.busy
