@@ -180,3 +180,36 @@ def test_value_store_limits_per_source_and_replacement() -> None:
     assert store.put(b"1" * 20, "y", src)  # replacing its own value is fine
     assert store.put(b"3" * 20, "x", ("127.0.0.1", 10))
     assert len(store) == 3 and store.get(b"1" * 20) == "y"
+
+
+async def test_a_new_contact_flood_of_real_answerers_is_admitted_only_at_the_limited_rate(
+    make_node: NodeFactory,
+) -> None:
+    # 150 addresses on one IP, each claiming its own ID and answering its challenge correctly
+    # (what one machine can do in an open network): the table grows by the per-IP burst only.
+    a = await make_node(inbound=OPEN_GATES)
+    flood = sockets(150)
+    ids = {s.getsockname(): secrets.token_bytes(20) for s in flood}
+    try:
+        for s in flood:
+            s.sendto(request("ping", [ids[s.getsockname()]]), a.me.addr)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            for s in flood:
+                try:
+                    got = s.recv(65536)
+                except BlockingIOError:
+                    continue
+                if got[0] == 0:  # a challenge: answer with the claimed ID
+                    s.sendto(b"\x01" + got[1:21] + umsgpack.packb(ids[s.getsockname()]), a.me.addr)
+            await asyncio.sleep(0.01)
+    finally:
+        for s in flood:
+            s.close()
+    proto = a.protocol
+    assert proto is not None
+    counts = a.stats()["admission"]
+    members = len(proto.router.members())
+    # The per-IP bucket: a burst of 32, then 8/s over the ~2 s the flood lasted.
+    assert 20 <= members <= 32 + 8 * 3, counts
+    assert counts["limited"] >= 150 - members - 30  # type: ignore[index]
