@@ -132,3 +132,62 @@ async def test_fake_close_ids_take_no_task_from_a_keyed_network(
         assert await cluster.wait_exit(p, 30) == 0
     counts = cluster.warc_counts()
     assert set(counts) == web.ground_truth()
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+async def metrics_of(peer: Any) -> dict[str, float]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://{peer.status}/metrics") as resp,
+    ):
+        text = await resp.text()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+async def test_store_and_new_contact_floods_keep_a_peer_small(
+    web: TestWeb, make_cluster: Any
+) -> None:
+    # An open peer on loopback (the stock DHT's STORE is unauthenticated there): 30,000 STOREs
+    # of 7 KB, each under a new made-up node ID, from 30 ports.
+    cluster = await make_cluster(crawl_args(web, *FAST))
+    peer = await cluster.start_peer("target")
+    await asyncio.sleep(1.0)
+    before = rss_kib(peer.pid)
+    addr = ("127.0.0.1", port_of(peer.listen))
+    flood = []
+    for _ in range(30):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        flood.append(s)
+    try:
+        for i in range(1000):
+            for s in flood:
+                args = [secrets.token_bytes(20), secrets.token_bytes(20), secrets.token_bytes(7000)]
+                msg = b"\x00" + secrets.token_bytes(20) + umsgpack.packb(["store", args])
+                s.sendto(msg, addr)
+            if i % 10 == 9:
+                await asyncio.sleep(0.01)  # a sustained flood, not one burst into a full buffer
+    finally:
+        for s in flood:
+            s.close()
+    await asyncio.sleep(2.0)
+    grown_mib = (rss_kib(peer.pid) - before) / 1024
+    m = await metrics_of(peer)
+    status = await cluster.api(peer, "/api/status")
+    print(f"store flood: RSS +{grown_mib:.1f} MiB; {m}")
+    assert status["peers"] == 0  # no made-up ID got into the routing table
+    assert m["p2pcrawl_dht_values"] <= 4096
+    assert m['p2pcrawl_datagrams_dropped_total{reason="rate_limited"}'] > 0
+    assert grown_mib < 40  # stock kademlia kept every value: ~200 MB for this flood
