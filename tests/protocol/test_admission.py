@@ -213,3 +213,22 @@ async def test_a_new_contact_flood_of_real_answerers_is_admitted_only_at_the_lim
     # The per-IP bucket: a burst of 32, then 8/s over the ~2 s the flood lasted.
     assert 20 <= members <= 32 + 8 * 3, counts
     assert counts["limited"] >= 150 - members - 30  # type: ignore[index]
+
+
+async def test_calls_awaiting_replies_are_capped(
+    make_node: NodeFactory, raw_socket: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import protocol.endpoint
+
+    monkeypatch.setattr(protocol.endpoint, "MAX_PENDING", 10)
+    a = await make_node(rpc_timeout=1.0)
+    proto = a.protocol
+    assert proto is not None
+    silent = raw_socket.getsockname()  # receives, never answers
+    calls = [proto.ping(silent, a.me.id) for _ in range(25)]
+    assert proto.outstanding() == 10
+    failed_at_once = [c for c in calls if c.done()]  # type: ignore[attr-defined]
+    assert len(failed_at_once) == 15
+    assert all(c.result() == (False, None) for c in failed_at_once)  # type: ignore[attr-defined]
+    await asyncio.gather(*calls)
+    assert proto.outstanding() == 0
