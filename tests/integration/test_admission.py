@@ -191,3 +191,42 @@ async def test_store_and_new_contact_floods_keep_a_peer_small(
     assert m["p2pcrawl_dht_values"] <= 4096
     assert m['p2pcrawl_datagrams_dropped_total{reason="rate_limited"}'] > 0
     assert grown_mib < 40  # stock kademlia kept every value: ~200 MB for this flood
+
+
+async def test_off_loopback_in_a_network_namespace() -> None:
+    """Peers on 198.18.77.1, a non-loopback address that exists only inside a namespace made
+    for this test (``unshare -n``): key generated, keyless joiner refused, keyed joiner in,
+    an unkeyed script ignored."""
+    import os
+    import shutil
+    import sys
+    from pathlib import Path
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs root, unshare and ip to make a network namespace")
+    helper = Path(__file__).with_name("netns_keyed.py")
+    proc = await asyncio.create_subprocess_exec(
+        "unshare",
+        "-n",
+        sys.executable,
+        str(helper),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(120):
+            out, err = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    if proc.returncode != 0 and b"Operation not permitted" in err:
+        pytest.skip("network namespaces are not permitted here")
+    assert proc.returncode == 0, err.decode()[-2000:]
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    assert result["founder_listen"].startswith("198.18.77.1:")
+    assert result["join"].startswith("p2pcrawl join --bootstrap 198.18.77.1:")
+    assert result["keyless_exit"] == 2 and "--secret" in result["keyless_log"]
+    assert result["peers"] == [1, 1]
+    assert result["attacker_answered"] is False
+    assert result["exits"] == [0, 0]
