@@ -100,8 +100,9 @@ class PeerSettings:
     dispatch_flush_s: float = 0.05
     handoff_timeout: float = 30.0
     # A new ID takes over hosts only after others have seen it live this long
-    # (docs/security.md). Off by default: the newcomer's own view does not wait yet, so
-    # during the wait it and the old owner both crawl its hosts (duplicate fetches).
+    # (docs/security.md). Off by default: the newcomer counts itself owner at once, and a
+    # replica that already counts it established re-publishes the old owner's backups to
+    # it, so it and the old owner crawl the same hosts during the wait (duplicate fetches).
     min_peer_age: float = 0.0
     # STORE_TASK intake per sender (tasks/s, burst) before it is answered "busy" and retries.
     sender_tasks_per_s: float = 5_000.0

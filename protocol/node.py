@@ -11,6 +11,9 @@ What the crawler sees of the routing table (``peers``, ``closest_local``, ``clos
 a new ID takes over keys only once it has stayed live that long, so a node that appears next
 to a busy key and vanishes again cannot catch the key's queue on the way. Contacts found while
 this node joins count as established at once: a joiner has nothing older to compare with.
+So does an ID that was established before and comes back (a restart with its data directory):
+it proved itself already, and making it wait would leave its own queue and the replicas'
+takeover of it crawling the same hosts.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -45,6 +49,7 @@ __all__ = ["CrawlHandler", "CrawlNode", "NodeConfig"]
 
 log = logging.getLogger(__name__)
 
+PROVEN_IDS = 4096  # established IDs remembered after they leave the table
 SOCKET_BUFFER = 2 * 1024 * 1024  # bursts of 8 KiB chunks overflow the 208 KiB Linux default
 
 
@@ -84,6 +89,8 @@ class CrawlNode(CrawlCalls, Server):
         self._admitted: dict[bytes, asyncio.TimerHandle | None] = {}  # None once established
         self._established_version = 0
         self._joining = False
+        # IDs established before, most recent last (bounded: an attacker's IDs are new ones).
+        self._proven: OrderedDict[bytes, None] = OrderedDict()
         self._loops = TaskSet("node")
         self._me: PeerRef | None = None
         self._members_cache: tuple[int, dict[bytes, Node]] = (-1, {})
@@ -251,7 +258,7 @@ class CrawlNode(CrawlCalls, Server):
         return members
 
     def _contact_added(self, peer: PeerRef) -> None:
-        if self.config.min_owner_age <= 0 or self._joining:
+        if self.config.min_owner_age <= 0 or self._joining or peer.id in self._proven:
             self._establish(peer)
             return
         if peer.id not in self._admitted:
@@ -266,6 +273,10 @@ class CrawlNode(CrawlCalls, Server):
             self._admitted.pop(peer.id, None)  # left before it was established
             return
         self._admitted[peer.id] = None
+        self._proven[peer.id] = None
+        self._proven.move_to_end(peer.id)
+        if len(self._proven) > PROVEN_IDS:
+            self._proven.popitem(last=False)
         self._established_version += 1
         self.handler.peer_added(peer)
 

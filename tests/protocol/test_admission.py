@@ -232,3 +232,24 @@ async def test_calls_awaiting_replies_are_capped(
     assert all(c.result() == (False, None) for c in failed_at_once)  # type: ignore[attr-defined]
     await asyncio.gather(*calls)
     assert proto.outstanding() == 0
+
+
+async def test_an_id_established_before_is_established_again_at_once(
+    make_node: NodeFactory,
+) -> None:
+    a = await make_node(min_owner_age=30.0)
+    b = await make_node()
+    await b.join([a.me.addr])
+    await eventually(lambda: a.protocol is not None and len(a.protocol.router.members()) == 1)
+    assert a.peers() == []  # young: 30 s to go
+    a._establish(b.me)  # what the timer does when the 30 s are up
+    assert [p.id for p in a.peers()] == [b.me.id]
+    proto = a.protocol
+    assert proto is not None
+    node = proto.router.get(b.me.id)
+    assert node is not None
+    proto.router.remove_contact(node, "unresponsive")  # evicted (a restart, say) ...
+    assert a.peers() == []
+    assert await b.ping_peer(PeerRef(a.me.id, *a.me.addr)) == a.me.id  # ... and back
+    await eventually(lambda: [p.id for p in a.peers()] == [b.me.id])  # no new wait
+    assert [p.id for p, why in handler_of(a).removed] == [b.me.id]
