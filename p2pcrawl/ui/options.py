@@ -242,6 +242,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = _client_parser(sub, "status", "show a running peer's state")
     status.add_argument("--json", action="store_true", help="print the raw JSON")
+    status.add_argument(
+        "--network",
+        action="store_true",
+        help="every peer of the network (found through the DHT) and the network's totals",
+    )
+
+    export = sub.add_parser(
+        "export",
+        help="list what was crawled, from the WARC files of data directories",
+        description="Read the WARC files of one or more data directories (or WARC folders or "
+        "files) and print what was crawled: 'urls' (each distinct URL once), 'jsonl' (one "
+        "object per capture: url, status, content_type, length, fetched_at, truncated, "
+        "warc_file, warc_offset, warc_length) or 'cdxj' (a sorted CDXJ index for pywb and "
+        "other wayback tools, written by cdxj-indexer).",
+    )
+    export.add_argument(
+        "--format", choices=["urls", "jsonl", "cdxj"], default="urls", help="(urls)"
+    )
+    export.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write here instead of stdout"
+    )
+    export.add_argument(
+        "sources", nargs="+", type=Path, metavar="DATA_DIR", help="data directories or WARCs"
+    )
 
     demo = sub.add_parser(
         "demo", help="crawl a local generated test web with 3 peers (no internet needed)"

@@ -11,6 +11,7 @@ import asyncio
 import gzip
 import io
 import json
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -196,3 +197,54 @@ def test_export_names_a_source_without_warc_files(tmp_path: Path) -> None:
     good.write_bytes(gzip.compress(b""))
     with pytest.raises(ExportError, match="unknown format"):
         run_export([good], "csv", io.StringIO(), print)
+
+
+async def test_the_export_command_writes_the_same_as_the_library(
+    tmp_path: Path, crawl: tuple[Any, list[Path], float, float]
+) -> None:
+    _, dirs, _, _ = crawl
+    for fmt in ("urls", "jsonl", "cdxj"):
+        expected, _ = _export(dirs, fmt)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "p2pcrawl",
+            "export",
+            "--format",
+            fmt,
+            *map(str, dirs),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, err
+        assert out.decode().splitlines() == expected
+        target = tmp_path / f"out.{fmt}"
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "p2pcrawl",
+            "export",
+            "--format",
+            fmt,
+            "-o",
+            str(target),
+            *map(str, dirs),
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await proc.communicate()
+        assert proc.returncode == 0 and f"wrote {len(expected)} lines" in err.decode()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "p2pcrawl",
+        "export",
+        str(tmp_path / "nowhere"),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate()
+    assert proc.returncode == 2
+    assert (
+        err.decode().strip()
+        == f"p2pcrawl: error: {tmp_path / 'nowhere'}: no such file or directory"
+    )
