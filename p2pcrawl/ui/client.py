@@ -54,6 +54,11 @@ async def run_client(args: argparse.Namespace) -> int:
     elif args.command == "leave":
         await _http("POST", args.peer, "/api/leave", args.token)
         print("leaving: the peer hands off its work and exits")
+    elif args.network:
+        from p2pcrawl.ui.network import format_network
+
+        doc = await _http("GET", args.peer, "/api/network", args.token)
+        print(json.dumps(doc, indent=2) if args.json else format_network(doc))
     else:
         doc = await _http("GET", args.peer, "/api/status", args.token)
         print(json.dumps(doc, indent=2) if args.json else _format_status(doc))

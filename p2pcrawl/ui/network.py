@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ __all__ = [
     "ANNOUNCE_EVERY_S",
     "ANNOUNCE_MAX_AGE_S",
     "Announcement",
+    "NetworkMonitor",
     "PeerRow",
     "announce_key",
     "announced_address",
@@ -46,6 +48,8 @@ ANNOUNCE_EVERY_S = 60.0
 ANNOUNCE_MAX_AGE_S = 600.0  # ten refreshes missed: the peer is gone or cut off
 MAX_ANNOUNCEMENT_BYTES = 1024
 MAX_PEERS = 256  # a view never asks more status servers than this
+
+log = logging.getLogger(__name__)
 
 # The fields of /api/status a row keeps; the rest stays on the peer's own page.
 _ROW_FIELDS = (
@@ -321,3 +325,134 @@ def format_network(doc: Mapping[str, Any]) -> str:
         out.append("  ".join([*cells, row[-1]]).rstrip())
     out.append("(* = the peer asked)")
     return "\n".join(out)
+
+
+# -- the live part: announcing this peer, asking the others -----------------------------------
+
+LOOKUP_TTL_S = 30.0
+VIEW_TTL_S = 1.0  # a page polling every second, from several tabs, costs one round
+FAST_ANNOUNCE_S = 5.0  # while the routing table changes (a network forming), announce often
+
+
+class NetworkMonitor:
+    """Announces this peer's status address in the DHT and builds the network view.
+
+    Owned by the status server: ``start`` and ``aclose`` bracket its announce task and its
+    HTTP session.
+    """
+
+    def __init__(self, peer: Any, status_addr: Callable[[], str], token: str = "") -> None:
+        self.peer = peer
+        self.status_addr = status_addr
+        self.token = token
+        self.announced = 0  # announcements stored (locally at least)
+        self._lookups: dict[bytes, tuple[str, float]] = {}
+        self._view: tuple[float, dict[str, Any]] | None = None
+        self._view_lock = asyncio.Lock()
+        self._session: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        import aiohttp
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._session = aiohttp.ClientSession(
+            headers=headers, timeout=aiohttp.ClientTimeout(total=3.0)
+        )
+        self._task = asyncio.ensure_future(self._announce_loop())
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # -- announcing --------------------------------------------------------------------------
+
+    def _secret(self) -> str:
+        return str(self.peer.config.peer.secret or "")
+
+    async def announce(self) -> None:
+        from protocol import PeerTimeout, RemoteError, key_for
+
+        node = self.peer.node
+        if node is None or self.peer.state not in ("active", "finished"):
+            return
+        key = announce_key(self.peer.node_id)
+        value = encode_announcement(self.peer.node_id, self.status_addr(), self._secret())
+        # Kept here too: a lone founder has no neighbour to store it on, and kademlia hands
+        # stored values on to the nodes that join later (Kademlia §2.5).
+        node.storage[key_for(key)] = value
+        self.announced += 1
+        if node.peers():
+            try:
+                await node.set(key, value)
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.debug("status announcement not stored: %s", exc)
+
+    async def _announce_loop(self) -> None:
+        last_at = -ANNOUNCE_EVERY_S
+        last_peers = -1
+        while True:
+            node = self.peer.node
+            peers = len(node.peers()) if node is not None and node.protocol is not None else -1
+            now = time.monotonic()
+            due = now - last_at >= ANNOUNCE_EVERY_S
+            changed = peers != last_peers and now - last_at >= FAST_ANNOUNCE_S
+            if peers >= 0 and (due or changed):
+                try:
+                    await self.announce()
+                    last_at, last_peers = now, peers
+                except Exception:
+                    # The node closes under us while the peer stops; the next round retries.
+                    log.debug("status announcement failed", exc_info=True)
+            await asyncio.sleep(1.0)
+
+    # -- the view ----------------------------------------------------------------------------
+
+    async def lookup(self, node_id: bytes) -> str | None:
+        from protocol import PeerTimeout, RemoteError
+
+        hit = self._lookups.get(node_id)
+        now = time.monotonic()
+        if hit is not None and now - hit[1] < LOOKUP_TTL_S:
+            return hit[0]
+        node = self.peer.node
+        if node is None:
+            return None
+        try:
+            raw = await node.get(announce_key(node_id))
+        except (PeerTimeout, RemoteError, OSError):
+            return None
+        ann = decode_announcement(raw, node_id, self._secret())
+        if ann is None:
+            return None
+        if len(self._lookups) >= MAX_PEERS * 2:
+            self._lookups.clear()
+        self._lookups[node_id] = (ann.status, now)
+        return ann.status
+
+    async def fetch(self, addr: str) -> dict[str, Any]:
+        assert self._session is not None
+        async with self._session.get(f"http://{addr}/api/status") as resp:
+            doc = await resp.json(content_type=None)
+            if resp.status != 200 or not isinstance(doc, dict):
+                error = doc.get("error") if isinstance(doc, dict) else None
+                raise OSError(f"{addr} answered {resp.status}: {error or 'not a status'}")
+            return doc
+
+    async def view(self) -> dict[str, Any]:
+        async with self._view_lock:
+            now = time.monotonic()
+            if self._view is not None and now - self._view[0] < VIEW_TTL_S:
+                return self._view[1]
+            node = self.peer.node
+            others = [p.id for p in node.peers()] if node is not None and node.protocol else []
+            me = PeerRow(self.peer.node_id.hex(), self.status_addr(), self.peer.status(), me=True)
+            rows = await collect_rows(me, others, self.lookup, self.fetch)
+            doc = network_view(rows)
+            self._view = (time.monotonic(), doc)
+            return doc

@@ -30,6 +30,7 @@ from yarl import URL
 
 from p2pcrawl.crawl import urls
 from p2pcrawl.ui.metrics import PeerMetrics
+from p2pcrawl.ui.network import NetworkMonitor, announced_address
 
 if TYPE_CHECKING:
     from p2pcrawl.network import Peer
@@ -143,21 +144,12 @@ class StatusServer:
         self.port = port
         self.token = token
         self.metrics = PeerMetrics(peer)
-        page = resources.files("p2pcrawl.ui").joinpath("static/status.html")
-        self._page = page.read_text("utf-8")
-        self._page_headers = {
-            "Content-Security-Policy": (
-                "default-src 'none'; "
-                f"script-src {_csp_hash(self._page, 'script')}; "
-                f"style-src {_csp_hash(self._page, 'style')}; "
-                "connect-src 'self'; img-src 'self' data:; "
-                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-            ),
-            # The token may be in the page's URL: never send it anywhere as a referrer.
-            "Referrer-Policy": "no-referrer",
-            "X-Content-Type-Options": "nosniff",
-            "Cache-Control": "no-store",
+        static = resources.files("p2pcrawl.ui").joinpath("static")
+        self._pages = {
+            name: _page_with_headers(static.joinpath(name).read_text("utf-8"))
+            for name in ("status.html", "network.html")
         }
+        self.network = NetworkMonitor(peer, self.announced_address, token)
         self._backup_owners: dict[str, int] = {}
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
@@ -167,9 +159,18 @@ class StatusServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/"
 
+    def announced_address(self) -> str:
+        """Where other peers reach this server (its bind address, or the peer's UDP host
+        when it listens on every interface)."""
+        node = self.peer.node
+        udp_host = node.me.host if node is not None and node.protocol is not None else self.host
+        return announced_address(self.host, self.port, udp_host)
+
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors, self._guard])
         app.router.add_get("/", self.page)
+        app.router.add_get("/network", self.network_page)
+        app.router.add_get("/api/network", self.api_network)
         app.router.add_get("/api/status", self.api_status)
         app.router.add_get("/api/peers", self.api_peers)
         app.router.add_get("/api/hosts", self.api_hosts)
@@ -188,8 +189,10 @@ class StatusServer:
         if self.port == 0 and self._runner.addresses:
             self.port = int(self._runner.addresses[0][1])
         self._sampler = asyncio.ensure_future(self._sample_loop())
+        await self.network.start()
 
     async def aclose(self) -> None:
+        await self.network.aclose()
         if self._sampler is not None:
             self._sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -268,12 +271,18 @@ class StatusServer:
     # -- pages -------------------------------------------------------------------------------
 
     async def page(self, request: web.Request) -> web.Response:
-        return web.Response(
-            text=self._page,
-            content_type="text/html",
-            charset="utf-8",
-            headers=self._page_headers,
-        )
+        return self._html("status.html")
+
+    async def network_page(self, request: web.Request) -> web.Response:
+        return self._html("network.html")
+
+    def _html(self, name: str) -> web.Response:
+        text, headers = self._pages[name]
+        return web.Response(text=text, content_type="text/html", charset="utf-8", headers=headers)
+
+    async def api_network(self, request: web.Request) -> web.Response:
+        """Every peer this one knows, each asked for its status, and the network's totals."""
+        return _json(await self.network.view())
 
     async def api_status(self, request: web.Request) -> web.Response:
         doc = dict(self.peer.status())
@@ -337,6 +346,22 @@ class StatusServer:
             raise BadRequest(409, f"peer is {self.peer.state}")
         self.peer.request_leave()
         return _json({"state": "leaving"}, status=202)
+
+
+def _page_with_headers(html: str) -> tuple[str, dict[str, str]]:
+    return html, {
+        "Content-Security-Policy": (
+            "default-src 'none'; "
+            f"script-src {_csp_hash(html, 'script')}; "
+            f"style-src {_csp_hash(html, 'style')}; "
+            "connect-src 'self'; img-src 'self' data:; "
+            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        ),
+        # The token may be in the page's URL: never send it anywhere as a referrer.
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-store",
+    }
 
 
 def _json(doc: object, status: int = 200) -> web.Response:
