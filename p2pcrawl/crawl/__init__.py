@@ -18,6 +18,7 @@ from p2pcrawl.crawl.parse import ParsedPage, extract_links
 from p2pcrawl.crawl.robots import RobotsCache, RobotsPolicy, policy_from_response
 from p2pcrawl.crawl.runner import CrawlSummary, crawl
 from p2pcrawl.crawl.scope import Scope, is_forbidden_address, normalise_domain
+from p2pcrawl.crawl.seeds import SeedVerdict, check_seed
 from p2pcrawl.crawl.seen import SeenCache
 from p2pcrawl.crawl.stats import CrawlStats, EventLog, Histogram
 
@@ -41,8 +42,10 @@ __all__ = [
     "RobotsPolicy",
     "Router",
     "Scope",
+    "SeedVerdict",
     "SeenCache",
     "Task",
+    "check_seed",
     "crawl",
     "extract_links",
     "from_stored",

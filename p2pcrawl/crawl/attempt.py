@@ -29,6 +29,7 @@ class Outcome(enum.Enum):
     FINISH = "finish"  # settled without a page (robots.txt, a final error): record it done
     DONE_ELSEWHERE = "done_elsewhere"  # finished meanwhile by an earlier owner
     WAITING = "waiting"  # back on the host's queue (retry, robots.txt first, max-pages)
+    REFUSED = "refused"  # refused by this peer's own configuration: drop, do not record done
 
 
 async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, FetchResult | None]:
@@ -66,6 +67,12 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     stats.fetch_hist.observe(res.elapsed)
     if res.status == 0:
         stats.errors[res.error or "unknown"] += 1
+        if res.error == "forbidden":
+            # The SSRF guard, i.e. this peer's --allow-private: recorded done, the URL would
+            # never be crawled again once the operator allows it.
+            slot.after(res.elapsed, gap)
+            engine.note_refused(task.url)
+            return Outcome.REFUSED, None
         if res.error in RETRYABLE_ERRORS and task.tries < pset.max_retries:
             task.tries += 1
             stats.retries += 1

@@ -21,13 +21,14 @@ from typing import Any, Literal
 
 from p2pcrawl import __version__
 from p2pcrawl.archive import WarcWriter
-from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, Task, urls
+from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, SeedVerdict, Task, urls
 from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.handlers import PeerHandler
 from p2pcrawl.network.identity import load_or_create_identity
 from p2pcrawl.network.membership import HandoffReport, Membership
 from p2pcrawl.network.replication import Replication
 from p2pcrawl.network.scopesync import ScopeSync
+from p2pcrawl.network.seeding import log_verdicts, seed_with_report
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from protocol import CrawlNode, PeerRef, TaskSet
 from storage import BackupStore
@@ -130,7 +131,7 @@ class Peer:
             # A restart may find tasks whose keys moved while it was down.
             self.membership.kick.set()
             if cfg.seeds:
-                await self.add_seeds(cfg.seeds)
+                log_verdicts(await self.seed(cfg.seeds))
         except BaseException:
             await self.aclose()
             raise
@@ -176,6 +177,10 @@ class Peer:
         return await self.membership.leave()
 
     # -- seeds and intake ------------------------------------------------------------------
+
+    async def seed(self, seeds: Iterable[str], *, recrawl: bool = False) -> list[SeedVerdict]:
+        """Seed, and say per URL what became of it (see :mod:`~p2pcrawl.network.seeding`)."""
+        return await seed_with_report(self, seeds, recrawl=recrawl)
 
     async def add_seeds(self, seeds: Iterable[str]) -> int:
         assert self.engine is not None and self.scope_sync is not None

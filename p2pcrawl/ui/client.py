@@ -27,6 +27,28 @@ async def _http(method: str, peer: str, path: str, token: str | None, body: Any 
         return doc
 
 
+_RESULT_LABELS = {
+    "accepted": "accepted",
+    "already_known": "already known",
+    "out_of_scope": "out of scope",
+    "refused_private": "refused",
+    "invalid": "invalid",
+}
+
+
+def format_seeds(doc: dict[str, Any]) -> str:
+    """One line per seed: what became of it and why, then the count."""
+    rows = doc.get("seeds") or []
+    width = max((len(_RESULT_LABELS.get(r["result"], r["result"])) for r in rows), default=0)
+    lines = []
+    for r in rows:
+        label = _RESULT_LABELS.get(r["result"], r["result"])
+        url = r.get("canonical") or r["url"]
+        lines.append(f"{label.ljust(width)}  {url}" + (f"  ({r['reason']})" if r["reason"] else ""))
+    lines.append(f"accepted {doc['accepted']} of {len(rows)} seed(s)")
+    return "\n".join(lines)
+
+
 def _format_status(s: dict[str, Any]) -> str:
     rows = [
         ("node", str(s["node_id"])[:16]),
@@ -49,8 +71,11 @@ def _format_status(s: dict[str, Any]) -> str:
 
 async def run_client(args: argparse.Namespace) -> int:
     if args.command == "seed":
-        doc = await _http("POST", args.peer, "/api/seed", args.token, {"urls": args.urls})
-        print(f"accepted {doc['accepted']} seed(s)")
+        body = {"urls": args.urls, "recrawl": bool(args.recrawl)}
+        doc = await _http("POST", args.peer, "/api/seed", args.token, body)
+        print(format_seeds(doc))
+        # A script learns that nothing will be crawled; "already known" is not a failure.
+        return 0 if all(s["result"] in ("accepted", "already_known") for s in doc["seeds"]) else 1
     elif args.command == "leave":
         await _http("POST", args.peer, "/api/leave", args.token)
         print("leaving: the peer hands off its work and exits")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from p2pcrawl import __version__
+from p2pcrawl.crawl.patterns import UrlPatterns
 from p2pcrawl.settings import (
     CrawlSettings,
     FetchLimits,
@@ -115,7 +116,31 @@ def _add_crawl_options(p: argparse.ArgumentParser) -> None:
         help="wait F times the host's last response time before the next request (5)",
     )
     g.add_argument(
-        "--max-pages", type=_nonneg_int, metavar="N", help="stop after N pages (0: no limit)"
+        "--max-pages",
+        type=_nonneg_int,
+        metavar="N",
+        help="this peer stops fetching after N pages; each peer counts its own, so a network "
+        "of P peers fetches at most P x N (0: no limit)",
+    )
+    g.add_argument(
+        "--max-network-pages",
+        type=_nonneg_int,
+        metavar="N",
+        help="every peer stops fetching once the network view counts N pages fetched by all "
+        "peers together; checked every few seconds, so it may overshoot by a few seconds of "
+        "crawling (0: no limit)",
+    )
+    g.add_argument(
+        "--include",
+        action="append",
+        metavar="REGEX",
+        help="crawl only URLs matching one of these regular expressions (repeatable)",
+    )
+    g.add_argument(
+        "--exclude",
+        action="append",
+        metavar="REGEX",
+        help="never crawl URLs matching this regular expression; wins over --include (repeatable)",
     )
     g.add_argument("--max-depth", type=_nonneg_int, metavar="N", help="link depth limit (50)")
     g.add_argument(
@@ -237,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     seed = _client_parser(sub, "seed", "add seed URLs through a running peer")
     seed.add_argument("urls", nargs="+", metavar="URL", help="seed URLs to crawl")
+    seed.add_argument(
+        "--recrawl",
+        action="store_true",
+        help="fetch these URLs again even if they were crawled before (on the peer that owns them)",
+    )
 
     _client_parser(sub, "leave", "ask a running peer to hand off its work and exit")
 
@@ -330,7 +360,13 @@ def settings_from(opts: dict[str, Any]) -> tuple[CrawlSettings, PeerSettings]:
         allow_private=bool(opts.get("allow_private") or False),
         max_depth=int(opts["max_depth"] if opts.get("max_depth") is not None else sc.max_depth),
         max_pages=int(opts.get("max_pages") or 0),
+        include=tuple(opts.get("include") or ()),
+        exclude=tuple(opts.get("exclude") or ()),
     )
+    try:
+        UrlPatterns(scope.include, scope.exclude)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     cs = CrawlSettings()
     crawl = CrawlSettings(
         concurrency=int(opts.get("concurrency") or cs.concurrency),

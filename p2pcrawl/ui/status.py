@@ -29,6 +29,7 @@ from aiohttp import web
 from yarl import URL
 
 from p2pcrawl.crawl import urls
+from p2pcrawl.crawl.seeds import scheme_hint
 from p2pcrawl.ui.metrics import PeerMetrics
 from p2pcrawl.ui.network import NetworkMonitor, announced_address
 
@@ -80,7 +81,7 @@ def parse_seed_body(doc: object, max_url_length: int) -> list[str]:
     """The URLs of a ``POST /api/seed`` body, or BadRequest saying what is wrong with it."""
     if not isinstance(doc, dict):
         raise BadRequest(400, 'body must be a JSON object: {"urls": ["http://..."]}')
-    extra = sorted(set(doc) - {"urls"})
+    extra = sorted(set(doc) - {"urls", "recrawl"})
     if extra:
         raise BadRequest(400, f"unknown fields: {extra[:5]}")
     seeds = doc.get("urls")
@@ -88,10 +89,13 @@ def parse_seed_body(doc: object, max_url_length: int) -> list[str]:
         raise BadRequest(400, '"urls" must be a non-empty list of strings')
     if len(seeds) > MAX_SEEDS_PER_REQUEST:
         raise BadRequest(413, f"at most {MAX_SEEDS_PER_REQUEST} URLs per request")
+    if not isinstance(doc.get("recrawl", False), bool):
+        raise BadRequest(400, '"recrawl" must be true or false')
     bad = [u for u in seeds if urls.canonicalize(u, max_length=max_url_length) is None]
     if bad:
         shown = [u[:200] for u in bad[:5]]
-        raise BadRequest(400, f"not crawlable http(s) URLs ({len(bad)}): {shown}")
+        hint = f" ({scheme_hint(bad[0][:200])})" if len(bad) == 1 else ""
+        raise BadRequest(400, f"not crawlable http(s) URLs ({len(bad)}): {shown}{hint}")
     return seeds
 
 
@@ -335,11 +339,10 @@ class StatusServer:
         seeds = parse_seed_body(doc, max_len)
         if self.peer.state != "active":
             raise BadRequest(409, f"peer is {self.peer.state}")
-        try:
-            added = await self.peer.add_seeds(seeds)
-        except ValueError as exc:
-            raise BadRequest(400, str(exc)) from None
-        return _json({"accepted": added})
+        recrawl = bool(doc.get("recrawl", False)) if isinstance(doc, dict) else False
+        verdicts = await self.peer.seed(seeds, recrawl=recrawl)
+        accepted = sum(v.result == "accepted" for v in verdicts)
+        return _json({"accepted": accepted, "seeds": [v.as_dict() for v in verdicts]})
 
     async def api_leave(self, request: web.Request) -> web.Response:
         if self.peer.state not in ("active", "joining"):

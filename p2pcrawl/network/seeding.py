@@ -1,0 +1,94 @@
+"""Seeding with a report: what became of each seed URL, by this peer and by its owner.
+
+:func:`~p2pcrawl.crawl.seeds.check_seed` gives this peer's verdict (scheme, address guard,
+scope, patterns); an accepted seed is then offered to its owner on its own, so the owner's
+answer (new, or already queued or done there) is known per URL rather than summed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from p2pcrawl.crawl import SeedVerdict, check_seed, urls
+from p2pcrawl.crawl.seeds import ACCEPTED, ALREADY_KNOWN
+from p2pcrawl.network.dispatch import to_batches
+from protocol import PeerTimeout, RemoteError
+
+if TYPE_CHECKING:
+    from p2pcrawl.network.peer import Peer
+
+__all__ = ["log_verdicts", "seed_with_report"]
+
+log = logging.getLogger("p2pcrawl.seeds")
+
+
+async def seed_with_report(
+    peer: Peer, seeds: Iterable[str], *, recrawl: bool = False
+) -> list[SeedVerdict]:
+    eng, disp, node = peer.engine, peer.dispatcher, peer.node
+    assert eng is not None and disp is not None and node is not None and peer.ledger is not None
+    settings = peer.config.crawl
+    verdicts = [
+        await check_seed(
+            raw,
+            scope=eng.scope,
+            scope_from_seeds=eng.scope_from_seeds,
+            patterns=eng.links.patterns,
+            allow_private=settings.scope.allow_private,
+            max_url_length=settings.fetch.max_url_length,
+        )
+        for raw in seeds
+    ]
+    ok = [v for v in verdicts if v.result == ACCEPTED and v.canonical is not None]
+    if not ok:
+        return verdicts
+    tasks = eng.seed_tasks([v.canonical for v in ok if v.canonical is not None])
+    if eng.scope_from_seeds and peer.scope_sync is not None:
+        # Published before the seeds travel, so an owner that refreshes its scope on
+        # receiving a seed already finds every seed host there.
+        await peer.scope_sync.publish({urls.hostname_of(t.url) for t in tasks})
+    for v, t in zip(ok, tasks, strict=True):
+        eng.seen.check_and_add(t.fp)
+        owner = await disp.owner_of(t.key)
+        if owner.id == node.me.id:
+            again = recrawl and await peer.ledger.forget_done([t]) > 0
+            new = await peer.intake([t])
+            if again and new:
+                v.reason = "crawled before; queued again (--recrawl)"
+            elif not new:
+                v.result = ALREADY_KNOWN
+                v.reason = "already queued or done here" + (
+                    "" if recrawl else "; --recrawl fetches it again"
+                )
+            continue
+        try:
+            result = await node.store_task(owner, to_batches([t]))
+        except (PeerTimeout, RemoteError, OSError):
+            # The dispatcher retries and re-resolves the owner; what it says is not known.
+            await disp.route([t])
+            v.reason = f"routed; its owner {owner.id.hex()[:8]} did not answer yet"
+            continue
+        if result.refused_keys:
+            await disp.route([t], attempt=1)  # ownership moved meanwhile: look it up afresh
+            v.reason = "routed to its new owner"
+        elif not result.new:
+            v.result = ALREADY_KNOWN
+            v.reason = f"already queued or done at its owner {owner.id.hex()[:8]}" + (
+                " (--recrawl re-queues a URL only on the peer that owns it: "
+                "seed it through that peer's status server)"
+                if recrawl
+                else "; --recrawl fetches it again"
+            )
+    return verdicts
+
+
+def log_verdicts(verdicts: Iterable[SeedVerdict]) -> None:
+    """One log line per seed: info when it will be crawled, a warning when it will not."""
+    for v in verdicts:
+        shown = v.canonical or v.url
+        if v.result == ACCEPTED:
+            log.info("seed %s accepted%s", shown, f" ({v.reason})" if v.reason else "")
+        else:
+            log.warning("seed %s %s: %s", shown, v.result.replace("_", " "), v.reason)
