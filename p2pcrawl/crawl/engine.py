@@ -85,6 +85,8 @@ class Engine:
         self._started = False
         self._fetching = 0  # page fetches under way, reserved against max_pages
         self._refused_hosts: set[str] = set()
+        # Set by whoever watches the network's total (--max-network-pages).
+        self.network_limit_reached = False
         # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
         # the stores, so with only one per fetch slot the fetchers sat idle behind them.
         self._tail_slots = asyncio.Semaphore(TAILS_PER_FETCH * settings.concurrency)
@@ -147,6 +149,8 @@ class Engine:
 
     @property
     def exhausted(self) -> bool:
+        if self.network_limit_reached:
+            return True
         mp = self.settings.scope.max_pages
         # Fetches under way count too, or workers passing this check together overshoot.
         return bool(mp) and self.stats.pages_fetched + self._fetching >= mp

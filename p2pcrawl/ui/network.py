@@ -331,6 +331,7 @@ def format_network(doc: Mapping[str, Any]) -> str:
 
 LOOKUP_TTL_S = 30.0
 VIEW_TTL_S = 1.0  # a page polling every second, from several tabs, costs one round
+NETWORK_LIMIT_EVERY_S = 2.0
 FAST_ANNOUNCE_S = 5.0  # while the routing table changes (a network forming), announce often
 
 
@@ -351,6 +352,7 @@ class NetworkMonitor:
         self._view_lock = asyncio.Lock()
         self._session: Any = None
         self._task: asyncio.Task[None] | None = None
+        self._limit_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         import aiohttp
@@ -360,8 +362,14 @@ class NetworkMonitor:
             headers=headers, timeout=aiohttp.ClientTimeout(total=3.0)
         )
         self._task = asyncio.ensure_future(self._announce_loop())
+        if self.peer.config.crawl.scope.max_network_pages:
+            self._limit_task = asyncio.ensure_future(self._network_limit_loop())
 
     async def aclose(self) -> None:
+        if self._limit_task is not None:
+            self._limit_task.cancel()
+            await asyncio.gather(self._limit_task, return_exceptions=True)
+            self._limit_task = None
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -410,6 +418,36 @@ class NetworkMonitor:
                     # The node closes under us while the peer stops; the next round retries.
                     log.debug("status announcement failed", exc_info=True)
             await asyncio.sleep(1.0)
+
+    async def _network_limit_loop(self) -> None:
+        """--max-network-pages: stop fetching once the peers together fetched that many.
+
+        The total is the network view's, so it counts the peers whose status servers this
+        one reaches, and it is read every few seconds: the crawl may overshoot by what the
+        network fetches in that time.
+        """
+        limit = int(self.peer.config.crawl.scope.max_network_pages)
+        while True:
+            await asyncio.sleep(NETWORK_LIMIT_EVERY_S)
+            engine = self.peer.engine
+            if engine is None or engine.network_limit_reached or self.peer.node is None:
+                continue
+            try:
+                doc = await self.view()
+            except Exception:
+                log.debug("network view for --max-network-pages failed", exc_info=True)
+                continue
+            total = int(doc["totals"]["pages_fetched"])
+            if total >= limit:
+                engine.network_limit_reached = True
+                log.info(
+                    "network page limit reached: %d pages fetched by %d peers "
+                    "(--max-network-pages %d); this peer stops fetching",
+                    total,
+                    doc["peers_reachable"],
+                    limit,
+                )
+                self.peer.events.add("network_limit", pages=total)
 
     # -- the view ----------------------------------------------------------------------------
 

@@ -360,6 +360,7 @@ def settings_from(opts: dict[str, Any]) -> tuple[CrawlSettings, PeerSettings]:
         allow_private=bool(opts.get("allow_private") or False),
         max_depth=int(opts["max_depth"] if opts.get("max_depth") is not None else sc.max_depth),
         max_pages=int(opts.get("max_pages") or 0),
+        max_network_pages=int(opts.get("max_network_pages") or 0),
         include=tuple(opts.get("include") or ()),
         exclude=tuple(opts.get("exclude") or ()),
     )

@@ -10,6 +10,7 @@ import asyncio
 import json
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -154,3 +155,27 @@ async def test_the_network_page_is_served_with_its_own_csp(
     assert "<title>p2pcrawl network</title>" in body
     assert "script-src 'sha256-" in csp and "unsafe-inline" not in csp
     assert resp.headers["Referrer-Policy"] == "no-referrer"
+
+
+async def test_max_network_pages_stops_every_peer_near_the_total(
+    make_web: WebFactory, make_peer: PeerFactory, make_status: StatusFactory
+) -> None:
+    web = await make_web(hosts=2, pages_per_host=60)
+    truth = web.ground_truth()
+    base = crawl_settings_for(web, delay=0.2)  # about ten pages a second in all
+    crawl = replace(base, scope=replace(base.scope, max_network_pages=10))
+    founder = await make_peer(crawl=crawl)
+    joiner = await make_peer(crawl=crawl, bootstrap=((founder.me.host, founder.me.port),))
+    for p in (founder, joiner):
+        await make_status(p)
+    await founder.add_seeds([web.hub_url])
+    deadline = time.monotonic() + 30
+    engines = [p.engine for p in (founder, joiner)]
+    while not all(e is not None and e.network_limit_reached for e in engines):
+        assert time.monotonic() < deadline, [p.status() for p in (founder, joiner)]
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)  # fetches under way end
+    total = sum(int(p.status()["pages_fetched"]) for p in (founder, joiner))  # type: ignore[call-overload]
+    await asyncio.sleep(1.0)
+    assert sum(int(p.status()["pages_fetched"]) for p in (founder, joiner)) == total  # type: ignore[call-overload]
+    assert 10 <= total < len(truth) // 2, total
