@@ -65,6 +65,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     gap = politeness.next_gap(pset, hq.polite.robots_delay, res.elapsed)
     hq.est.observe(None, res.elapsed)
     stats.fetch_hist.observe(res.elapsed)
+    stats.recent.append((time.time(), task.url, res.status, res.error or ""))
     if res.status == 0:
         stats.errors[res.error or "unknown"] += 1
         if res.error == "forbidden":

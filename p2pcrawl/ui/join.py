@@ -9,14 +9,26 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from p2pcrawl.ui.options import EXIT_FAILURE, UsageError, parse_hostport, settings_from
+from p2pcrawl.ui.progress import (
+    Milestones,
+    extended_status,
+    progress_line,
+    summary,
+    summary_lines,
+    warc_output,
+)
 
 __all__ = ["run_join"]
 
 log = logging.getLogger("p2pcrawl")
+
+TTY_PROGRESS_S = 2.0
+LOG_PROGRESS_S = 30.0
 
 
 async def run_join(opts: dict[str, Any]) -> int:
@@ -62,6 +74,7 @@ async def run_join(opts: dict[str, Any]) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
+    started_wall = time.time()
     try:
         await server.start()
         try:
@@ -88,13 +101,20 @@ async def run_join(opts: dict[str, Any]) -> int:
             ),
             flush=True,
         )
-        progress = asyncio.ensure_future(_progress_loop(peer)) if sys.stderr.isatty() else None
+        interval = float(opts.get("progress_interval") or 0) or (
+            TTY_PROGRESS_S if sys.stderr.isatty() else LOG_PROGRESS_S
+        )
+        progress = asyncio.ensure_future(_progress_loop(peer, interval, sys.stderr.isatty()))
         try:
             report = await peer.run()
         finally:
-            if progress is not None:
-                progress.cancel()
-                await asyncio.gather(progress, return_exceptions=True)
+            progress.cancel()
+            await asyncio.gather(progress, return_exceptions=True)
+        warc_dir = config.data_dir / "warc"
+        warc = await asyncio.to_thread(warc_output, warc_dir, started_wall)
+        done = summary(extended_status(peer), time.monotonic() - peer.started, warc)
+        for line in summary_lines(done, str(warc_dir)):
+            print(line, file=sys.stderr, flush=True)
         print(
             json.dumps(
                 {
@@ -104,6 +124,7 @@ async def run_join(opts: dict[str, Any]) -> int:
                     "handed_off_backups": report.backups,
                     "failed": report.failed,
                     "queue_at_leave": report.queue_at_leave,
+                    **done,
                 }
             ),
             flush=True,
@@ -132,14 +153,26 @@ def _resolve_bootstrap(value: str) -> tuple[str, int]:
     return str(infos[0][4][0]), port
 
 
-async def _progress_loop(peer: Any) -> None:
+async def _progress_loop(peer: Any, interval: float, tty: bool) -> None:
+    """A progress line (redrawn on a terminal, logged otherwise) and milestones."""
+    milestones = Milestones(peer.config.crawl.scope.max_pages)
+    last_line = time.monotonic()
+    drawn = False
     while True:
-        await asyncio.sleep(3.0)
-        s = peer.status()
-        sys.stderr.write(
-            f"\r[{s['state']}] peers={s['peers']} queued={s['tasks_queued']} "
-            f"in-flight={s['tasks_in_flight']} fetched={s['pages_fetched']} "
-            f"({s['pages_per_s']}/s) done={s['done']} backups={s['backups_held']} "
-            f"errors={s['errors']}   "
-        )
-        sys.stderr.flush()
+        await asyncio.sleep(min(1.0, interval))
+        st = peer.status()
+        engine = peer.engine
+        for message in milestones.feed(st, bool(engine is not None and engine.exhausted)):
+            if drawn:
+                sys.stderr.write("\n")
+                drawn = False
+            log.info("%s", message)
+        if time.monotonic() - last_line < interval:
+            continue
+        last_line = time.monotonic()
+        if tty:
+            sys.stderr.write("\r" + progress_line(st) + "\x1b[K")
+            sys.stderr.flush()
+            drawn = True
+        else:
+            log.info("progress: %s", progress_line(st))

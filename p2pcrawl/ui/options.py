@@ -84,6 +84,7 @@ def _number(kind: type[int] | type[float], minimum: float, what: str, bound: str
 _positive_int = _number(int, 1, "an integer", "must be at least 1")
 _nonneg_int = _number(int, 0, "an integer", "must not be negative")
 _nonneg_float = _number(float, 0.0, "a number", "must be a finite non-negative number")
+_positive_float = _number(float, 0.1, "a number", "must be at least 0.1")
 
 
 def _add_crawl_options(p: argparse.ArgumentParser) -> None:
@@ -192,6 +193,12 @@ def _add_join_options(join: argparse.ArgumentParser) -> None:
     join.add_argument("--status", metavar="HOST:PORT", help="status server (127.0.0.1:8080)")
     join.add_argument("--status-token", metavar="T", help="required when --status is not loopback")
     join.add_argument("--data", type=Path, metavar="DIR", help="data directory (./p2pcrawl-data)")
+    join.add_argument(
+        "--progress-interval",
+        type=_positive_float,
+        metavar="S",
+        help="seconds between progress lines (2 on a terminal; 30 as log lines otherwise)",
+    )
     _add_crawl_options(join)
 
 

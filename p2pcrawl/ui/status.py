@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from yarl import URL
@@ -32,6 +32,7 @@ from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.seeds import scheme_hint
 from p2pcrawl.ui.metrics import PeerMetrics
 from p2pcrawl.ui.network import NetworkMonitor, announced_address
+from p2pcrawl.ui.progress import extended_status, warc_output
 
 if TYPE_CHECKING:
     from p2pcrawl.network import Peer
@@ -46,6 +47,7 @@ MAX_HOSTS = 500
 MAX_HISTORY_S = 3600
 MAX_EVENTS = 1000
 OWNER_COUNTS_EVERY_S = 5.0  # a GROUP BY over the backup store: not every second
+OUTPUT_SCAN_EVERY_S = 5.0  # a directory listing of the WARC files, in a thread
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -155,6 +157,7 @@ class StatusServer:
         }
         self.network = NetworkMonitor(peer, self.announced_address, token)
         self._backup_owners: dict[str, int] = {}
+        self._output: dict[str, Any] = {}
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
 
@@ -207,11 +210,16 @@ class StatusServer:
             self._runner = None
 
     async def _sample_loop(self) -> None:
-        last_owners = 0.0
+        last_owners = last_output = -OUTPUT_SCAN_EVERY_S
         while True:
             try:
                 await self.peer.refresh_counts()
                 now = time.monotonic()
+                if now - last_output >= OUTPUT_SCAN_EVERY_S:
+                    last_output = now
+                    warc_dir = self.peer.config.data_dir / "warc"
+                    self._output = await asyncio.to_thread(warc_output, warc_dir)
+                    self._output["data_dir"] = str(self.peer.config.data_dir)
                 if now - last_owners >= OWNER_COUNTS_EVERY_S:
                     counts = await self.peer.backup_owners()
                     if counts is not None:
@@ -289,8 +297,9 @@ class StatusServer:
         return _json(await self.network.view())
 
     async def api_status(self, request: web.Request) -> web.Response:
-        doc = dict(self.peer.status())
+        doc = extended_status(self.peer)
         doc["backups_by_owner"] = dict(self._backup_owners)
+        doc["output"] = dict(self._output)
         return _json(doc)
 
     async def api_peers(self, request: web.Request) -> web.Response:
