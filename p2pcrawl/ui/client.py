@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from p2pcrawl.ui.options import UsageError, parse_hostport
@@ -17,14 +18,34 @@ async def _http(method: str, peer: str, path: str, token: str | None, body: Any 
     host, port = parse_hostport(peer)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     timeout = aiohttp.ClientTimeout(total=30)
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as session,
-        session.request(method, f"http://{host}:{port}{path}", json=body, headers=headers) as resp,
-    ):
-        doc = await resp.json(content_type=None)
-        if resp.status >= 400:
-            raise UsageError(f"{peer}: {doc.get('error', resp.status)}")
-        return doc
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.request(
+                method, f"http://{host}:{port}{path}", json=body, headers=headers
+            ) as resp,
+        ):
+            try:
+                doc = await resp.json(content_type=None)
+            except ValueError:
+                raise UsageError(f"{peer} is not a p2pcrawl status server: {_PEER_HINT}") from None
+            if resp.status >= 400:
+                error = doc.get("error", resp.status) if isinstance(doc, dict) else resp.status
+                raise UsageError(f"{peer}: {error}")
+            return doc
+    except aiohttp.ClientConnectorError as exc:
+        # The usual mistake: the UDP --listen port, where nothing answers over TCP.
+        err = exc.os_error
+        reason = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
+        raise UsageError(f"cannot reach {peer}: {reason.lower()}; {_PEER_HINT}") from None
+    except TimeoutError:
+        raise UsageError(f"{peer} did not answer within 30 s") from None
+
+
+_PEER_HINT = (
+    "--peer takes a peer's status server address (its join --status, 127.0.0.1:8080 by "
+    "default), not its UDP --listen address"
+)
 
 
 _RESULT_LABELS = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -13,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from p2pcrawl.crawl import urls
+from p2pcrawl.crawl.seeds import scheme_hint
 from p2pcrawl.ui.options import EXIT_FAILURE, UsageError, parse_hostport, settings_from
 from p2pcrawl.ui.progress import (
     Milestones,
@@ -44,12 +47,16 @@ async def run_join(opts: dict[str, Any]) -> int:
         bootstrap = tuple(_resolve_bootstrap(b) for b in opts.get("bootstrap") or ())
     except argparse.ArgumentTypeError as exc:
         raise UsageError(str(exc)) from exc
+    seeds = tuple(opts.get("seed") or ())
+    bad = [u for u in seeds if urls.canonicalize(u) is None]
+    if bad:
+        raise UsageError(f"--seed {bad[0]!r} is not a crawlable URL: {scheme_hint(bad[0])}")
     crawl, peer_settings = settings_from(opts)
     config = PeerConfig(
         data_dir=Path(opts["data"]),
         listen=listen,
         bootstrap=bootstrap,
-        seeds=tuple(opts.get("seed") or ()),
+        seeds=seeds,
         crawl=crawl,
         peer=peer_settings,
     )
@@ -76,11 +83,20 @@ async def run_join(opts: dict[str, Any]) -> int:
         loop.add_signal_handler(sig, on_signal, sig.name)
     started_wall = time.time()
     try:
-        await server.start()
+        try:
+            await server.start()
+        except OSError as exc:
+            log.error("%s", _bind_error(exc, "TCP", status_addr, "--status"))
+            return EXIT_FAILURE
         try:
             await peer.start()
         except BootstrapError as exc:
             log.error("cannot join: %s", exc)
+            return EXIT_FAILURE
+        except OSError as exc:
+            if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+                raise  # not the bind: a store or the WARC writer, with its own message
+            log.error("%s", _bind_error(exc, "UDP", listen, "--listen"))
             return EXIT_FAILURE
         log.info(
             "peer %s listening on %s:%d (UDP), status at %s",
@@ -138,6 +154,21 @@ async def run_join(opts: dict[str, Any]) -> int:
         await server.aclose()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def _bind_error(exc: OSError, proto: str, addr: tuple[str, int], flag: str) -> str:
+    """One line naming the address, the flag that set it, and what to do."""
+    where = f"{proto} {addr[0]}:{addr[1]} ({flag})"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"cannot listen on {where}: the address is in use, by another peer or program; "
+            f"choose another port with {flag}, or port 0 for any free one"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {where}: no interface of this machine has that address"
+    if exc.errno == errno.EACCES:
+        return f"cannot listen on {where}: permission denied (ports below 1024 need root)"
+    return f"cannot listen on {where}: {exc.strerror or exc}"
 
 
 def _resolve_bootstrap(value: str) -> tuple[str, int]:
