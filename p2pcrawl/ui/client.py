@@ -37,9 +37,10 @@ async def _http(method: str, peer: str, path: str, token: str | None, body: Any 
         # The usual mistake: the UDP --listen port, where nothing answers over TCP.
         err = exc.os_error
         reason = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
-        raise UsageError(f"cannot reach {peer}: {reason.lower()}; {_PEER_HINT}") from None
+        # OSError: the command was right, the peer is not there (exit 1, not 2).
+        raise OSError(f"cannot reach {peer}: {reason.lower()}; {_PEER_HINT}") from None
     except TimeoutError:
-        raise UsageError(f"{peer} did not answer within 30 s") from None
+        raise OSError(f"{peer} did not answer within 30 s") from None
 
 
 _PEER_HINT = (

@@ -66,7 +66,7 @@ async def test_peer_given_the_udp_port_says_which_address_to_use() -> None:
         udp.bind(("127.0.0.1", 0))
         port = udp.getsockname()[1]
         code, _, err = await run_cli("status", "--peer", f"127.0.0.1:{port}")
-    assert code == 2
+    assert code == 1
     line = _one_line(err)
     assert line.startswith(f"p2pcrawl: error: cannot reach 127.0.0.1:{port}: connection refused")
     assert "status server address" in line and "not its UDP --listen address" in line
