@@ -310,7 +310,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--peers", type=_positive_int, default=3, help="number of peers (3)")
     demo.add_argument("--hosts", type=_positive_int, default=8, help="test-web hosts (8)")
     demo.add_argument("--pages", type=_positive_int, default=150, help="pages per host (150)")
-    demo.add_argument("--data", type=Path, metavar="DIR", help="where the peers keep their data")
+    demo.add_argument(
+        "--out",
+        "--data",
+        dest="data",
+        type=Path,
+        metavar="DIR",
+        help="keep the peers' data directories (WARC files included) in DIR/peerN; "
+        "without it they live in a temporary directory deleted at exit",
+    )
     demo.add_argument(
         "--keep-running", action="store_true", help="leave everything up for a browser"
     )
