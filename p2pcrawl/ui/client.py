@@ -71,6 +71,11 @@ def format_seeds(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _counts(counts: Any) -> str:
+    items = sorted((counts or {}).items(), key=lambda kv: -int(kv[1]))
+    return ", ".join(f"{k} {v}" for k, v in items) or "none"
+
+
 def _format_status(s: dict[str, Any]) -> str:
     rows = [
         ("node", str(s["node_id"])[:16]),
@@ -85,8 +90,16 @@ def _format_status(s: dict[str, Any]) -> str:
         ("done", s["done"]),
         ("pages fetched", f"{s['pages_fetched']} ({s.get('pages_per_s', 0)}/s)"),
         ("discovered", s["urls_discovered"]),
-        ("errors", s["errors"]),
+        ("errors", f"{s['errors']} ({_counts(s.get('errors_by_kind'))})"),
+        ("HTTP statuses", _counts(s.get("status_codes"))),
     ]
+    out = s.get("output") or {}
+    if out:
+        rows.append(("WARC", f"{out.get('files', 0)} file(s), {out.get('bytes', 0):,} bytes"))
+        rows.append(("in", out.get("directory", "")))
+    if s.get("max_pages"):
+        reached = " (reached)" if s.get("page_limit_reached") else ""
+        rows.append(("max pages", f"{s['max_pages']} per peer{reached}"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 

@@ -346,7 +346,7 @@ class StatusServer:
             raise BadRequest(400, 'body must be JSON: {"urls": ["http://..."]}') from None
         max_len = self.peer.config.crawl.fetch.max_url_length
         seeds = parse_seed_body(doc, max_len)
-        if self.peer.state != "active":
+        if self.peer.state not in ("active", "finished"):  # a finished crawl takes new seeds
             raise BadRequest(409, f"peer is {self.peer.state}")
         recrawl = bool(doc.get("recrawl", False)) if isinstance(doc, dict) else False
         verdicts = await self.peer.seed(seeds, recrawl=recrawl)
