@@ -126,6 +126,8 @@ async def run_join(opts: dict[str, Any]) -> int:
         finally:
             progress.cancel()
             await asyncio.gather(progress, return_exceptions=True)
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")  # end the progress line
         warc_dir = config.data_dir / "warc"
         warc = await asyncio.to_thread(warc_output, warc_dir, started_wall)
         done = summary(extended_status(peer), time.monotonic() - peer.started, warc)

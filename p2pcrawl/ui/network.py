@@ -40,6 +40,7 @@ __all__ = [
     "decode_announcement",
     "encode_announcement",
     "format_network",
+    "loopback_only",
     "network_view",
 ]
 
@@ -157,6 +158,27 @@ def announced_address(status_host: str, status_port: int, udp_host: str) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"{host}:{status_port}"
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_only(status_addr: str, udp_host: str) -> str | None:
+    """Why ``status_addr`` cannot be reached from here: a loopback status server of a peer
+    on another machine (its UDP address is not loopback) would be this machine's own."""
+    host = status_addr.rpartition(":")[0]
+    if _is_loopback(host) and not _is_loopback(udp_host):
+        return (
+            f"its status server listens on {status_addr}, loopback only; start that peer with "
+            "--status 0.0.0.0:PORT --status-token T to see it here"
+        )
+    return None
 
 
 @dataclass(slots=True)
@@ -348,6 +370,7 @@ class NetworkMonitor:
         self.token = token
         self.announced = 0  # announcements stored (locally at least)
         self._lookups: dict[bytes, tuple[str, float]] = {}
+        self._udp_hosts: dict[bytes, str] = {}
         self._view: tuple[float, dict[str, Any]] | None = None
         self._view_lock = asyncio.Lock()
         self._session: Any = None
@@ -473,6 +496,15 @@ class NetworkMonitor:
         self._lookups[node_id] = (ann.status, now)
         return ann.status
 
+    async def lookup_reachable(self, node_id: bytes) -> str | None:
+        addr = await self.lookup(node_id)
+        udp_host = self._udp_hosts.get(node_id)
+        if addr is not None and udp_host is not None:
+            why = loopback_only(addr, udp_host)
+            if why is not None:
+                raise OSError(why)
+        return addr
+
     async def fetch(self, addr: str) -> dict[str, Any]:
         assert self._session is not None
         async with self._session.get(f"http://{addr}/api/status") as resp:
@@ -488,9 +520,11 @@ class NetworkMonitor:
             if self._view is not None and now - self._view[0] < VIEW_TTL_S:
                 return self._view[1]
             node = self.peer.node
-            others = [p.id for p in node.peers()] if node is not None and node.protocol else []
+            known = node.peers() if node is not None and node.protocol else []
+            self._udp_hosts = {p.id: p.host for p in known}
             me = PeerRow(self.peer.node_id.hex(), self.status_addr(), self.peer.status(), me=True)
-            rows = await collect_rows(me, others, self.lookup, self.fetch)
+            others = [p.id for p in known]
+            rows = await collect_rows(me, others, self.lookup_reachable, self.fetch)
             doc = network_view(rows)
             self._view = (time.monotonic(), doc)
             return doc

@@ -17,6 +17,7 @@ from p2pcrawl.ui.network import (
     decode_announcement,
     encode_announcement,
     format_network,
+    loopback_only,
     network_view,
 )
 
@@ -167,3 +168,11 @@ def test_announcements_fit_a_dht_value(secret: str) -> None:
     raw = encode_announcement(A, "[2001:db8::1]:65535", secret)
     assert len(raw) < 300
     assert decode_announcement(raw, A, secret) is not None
+
+
+def test_a_loopback_status_server_of_a_remote_peer_is_explained() -> None:
+    why = loopback_only("127.0.0.1:8080", "192.0.2.7")
+    assert why is not None and "loopback only" in why and "--status 0.0.0.0:PORT" in why
+    assert loopback_only("127.0.0.1:8080", "127.0.0.1") is None  # all on one machine
+    assert loopback_only("192.0.2.7:8080", "192.0.2.7") is None
+    assert loopback_only("[::1]:8080", "2001:db8::1") is not None
