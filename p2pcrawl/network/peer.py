@@ -28,7 +28,7 @@ from p2pcrawl.network.identity import load_or_create_identity
 from p2pcrawl.network.membership import HandoffReport, Membership
 from p2pcrawl.network.replication import Replication
 from p2pcrawl.network.scopesync import ScopeSync
-from p2pcrawl.network.seeding import log_verdicts, seed_with_report
+from p2pcrawl.network.seeding import Forward, log_verdicts, seed_with_report
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from protocol import CrawlNode, PeerRef, TaskSet
 from storage import BackupStore
@@ -178,9 +178,11 @@ class Peer:
 
     # -- seeds and intake ------------------------------------------------------------------
 
-    async def seed(self, seeds: Iterable[str], *, recrawl: bool = False) -> list[SeedVerdict]:
+    async def seed(
+        self, seeds: Iterable[str], *, recrawl: bool = False, forward: Forward | None = None
+    ) -> list[SeedVerdict]:
         """Seed, and say per URL what became of it (see :mod:`~p2pcrawl.network.seeding`)."""
-        return await seed_with_report(self, seeds, recrawl=recrawl)
+        return await seed_with_report(self, seeds, recrawl=recrawl, forward=forward)
 
     async def add_seeds(self, seeds: Iterable[str]) -> int:
         assert self.engine is not None and self.scope_sync is not None

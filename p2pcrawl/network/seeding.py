@@ -8,8 +8,8 @@ answer (new, or already queued or done there) is known per URL rather than summe
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from p2pcrawl.crawl import SeedVerdict, check_seed, urls
 from p2pcrawl.crawl.seeds import ACCEPTED, ALREADY_KNOWN
@@ -19,13 +19,19 @@ from protocol import PeerTimeout, RemoteError
 if TYPE_CHECKING:
     from p2pcrawl.network.peer import Peer
 
-__all__ = ["log_verdicts", "seed_with_report"]
+__all__ = ["Forward", "log_verdicts", "seed_with_report"]
 
 log = logging.getLogger("p2pcrawl.seeds")
 
 
+# Asks the owner itself (through its status server) to seed one URL again: the owner's own
+# verdict, or None when it cannot be asked. Given by the status server, which knows where
+# the other peers' status servers are.
+Forward = Callable[[bytes, str], Awaitable[dict[str, Any] | None]]
+
+
 async def seed_with_report(
-    peer: Peer, seeds: Iterable[str], *, recrawl: bool = False
+    peer: Peer, seeds: Iterable[str], *, recrawl: bool = False, forward: Forward | None = None
 ) -> list[SeedVerdict]:
     eng, disp, node = peer.engine, peer.dispatcher, peer.node
     assert eng is not None and disp is not None and node is not None and peer.ledger is not None
@@ -74,10 +80,16 @@ async def seed_with_report(
             await disp.route([t], attempt=1)  # ownership moved meanwhile: look it up afresh
             v.reason = "routed to its new owner"
         elif not result.new:
+            short = owner.id.hex()[:8]
+            answer = await forward(owner.id, t.url) if recrawl and forward is not None else None
+            if answer is not None:
+                v.result = str(answer.get("result", ALREADY_KNOWN))
+                v.reason = f"{answer.get('reason') or 'accepted'}, at its owner {short}"
+                continue
             v.result = ALREADY_KNOWN
-            v.reason = f"already queued or done at its owner {owner.id.hex()[:8]}" + (
-                " (--recrawl re-queues a URL only on the peer that owns it: "
-                "seed it through that peer's status server)"
+            v.reason = f"already queued or done at its owner {short}" + (
+                " (its status server could not be asked to fetch it again: seed it there "
+                "with --recrawl)"
                 if recrawl
                 else "; --recrawl fetches it again"
             )

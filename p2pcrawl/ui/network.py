@@ -505,6 +505,28 @@ class NetworkMonitor:
                 raise OSError(why)
         return addr
 
+    async def recrawl_at(self, node_id: bytes, url: str) -> dict[str, Any] | None:
+        """Ask the owner's own status server to seed ``url`` with ``recrawl``; its verdict, or
+        None when it cannot be asked (no announcement, unreachable, refused)."""
+        import aiohttp
+
+        try:
+            addr = await self.lookup_reachable(node_id)
+            if addr is None or self._session is None:
+                return None
+            body = {"urls": [url], "recrawl": True}
+            async with self._session.post(f"http://{addr}/api/seed", json=body) as resp:
+                doc = await resp.json(content_type=None)
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            log.info("asking %s to recrawl %s failed: %s", node_id.hex()[:8], url, exc)
+            return None
+        if resp.status != 200 or not isinstance(doc, dict):
+            return None
+        seeds = doc.get("seeds")
+        if not isinstance(seeds, list) or len(seeds) != 1 or not isinstance(seeds[0], dict):
+            return None
+        return dict(seeds[0])
+
     async def fetch(self, addr: str) -> dict[str, Any]:
         assert self._session is not None
         async with self._session.get(f"http://{addr}/api/status") as resp:

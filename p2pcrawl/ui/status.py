@@ -349,7 +349,7 @@ class StatusServer:
         if self.peer.state not in ("active", "finished"):  # a finished crawl takes new seeds
             raise BadRequest(409, f"peer is {self.peer.state}")
         recrawl = bool(doc.get("recrawl", False)) if isinstance(doc, dict) else False
-        verdicts = await self.peer.seed(seeds, recrawl=recrawl)
+        verdicts = await self.peer.seed(seeds, recrawl=recrawl, forward=self.network.recrawl_at)
         accepted = sum(v.result == "accepted" for v in verdicts)
         return _json({"accepted": accepted, "seeds": [v.as_dict() for v in verdicts]})
 

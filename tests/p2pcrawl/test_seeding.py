@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from p2pcrawl.archive import read_warc_urls
@@ -233,3 +234,35 @@ async def test_include_and_exclude_come_from_the_command_line_and_toml(tmp_path:
     bad = build_parser().parse_args(["join", "--listen", "127.0.0.1:0", "--include", "("])
     with pytest.raises(Exception, match=r"--include '\(' is not a regular expression"):
         settings_from(merge_config(bad))
+
+
+async def test_recrawl_of_a_url_another_peer_owns_asks_that_peer(
+    make_web: WebFactory, make_peer: PeerFactory, make_status: StatusFactory
+) -> None:
+    web = await make_web(hosts=4, pages_per_host=5)
+    crawl = crawl_settings_for(web)
+    founder = await make_peer(crawl=crawl)
+    joiner = await make_peer(crawl=crawl, bootstrap=((founder.me.host, founder.me.port),))
+    servers = {p.node_id: await make_status(p) for p in (founder, joiner)}
+    await founder.seed([web.hub_url])
+    await _wait_quiet(founder)
+    await _wait_quiet(joiner)
+    # Some host belongs to one of the two; seed it again through the other.
+    url = f"http://{web.allow_domains[0]}:{web.port}/"
+    assert founder.dispatcher is not None and founder.engine is not None
+    owner_id = (await founder.dispatcher.owner_of(founder.engine.key_of(url))).id
+    owner, asker = (founder, joiner) if owner_id == founder.node_id else (joiner, founder)
+    before = int(owner.status()["pages_fetched"])  # type: ignore[call-overload]
+    ask = servers[asker.node_id].url + "api/seed"
+    async with aiohttp.ClientSession() as s:
+        async with s.post(ask, json={"urls": [url]}) as resp:
+            plain = (await resp.json())["seeds"][0]
+        async with s.post(ask, json={"urls": [url], "recrawl": True}) as resp:
+            again = (await resp.json())["seeds"][0]
+    short = owner.node_id.hex()[:8]
+    assert plain["result"] == "already_known" and short in plain["reason"], plain
+    assert again["result"] == "accepted", again
+    assert "queued again" in again["reason"] and short in again["reason"], again
+    await asyncio.sleep(0.3)
+    await _wait_quiet(owner)
+    assert owner.status()["pages_fetched"] == before + 1
