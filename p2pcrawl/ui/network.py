@@ -208,7 +208,7 @@ class PeerRow:
         row["state"] = st.get("state") or "unknown"
         # Two lanes' fields, shown when the peer has them.
         row["errors_by_kind"] = st.get("errors_by_kind") or {}
-        row["loop_lag_ms"] = st.get("loop_lag_ms")
+        row["loop_lag_ms"] = st.get("loop_lag_p99_ms")  # p99 of the peer's recent samples
         return row
 
 

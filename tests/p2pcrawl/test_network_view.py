@@ -88,7 +88,7 @@ def _status(node: bytes, state: str, pages: int, **extra: Any) -> dict[str, Any]
 
 def test_the_view_sums_totals_shares_and_the_network_state() -> None:
     me = PeerRow(B.hex(), "127.0.0.1:1", _status(B, "active", 30), me=True)
-    other = PeerRow(A.hex(), "127.0.0.1:2", _status(A, "active", 10, loop_lag_ms=4.0))
+    other = PeerRow(A.hex(), "127.0.0.1:2", _status(A, "active", 10, loop_lag_p99_ms=4.0))
     doc = network_view([other, me], now=5.0)
     assert [p["node_id"] for p in doc["peers"]] == [B.hex(), A.hex()]  # the asked peer first
     assert [p["share"] for p in doc["peers"]] == [0.75, 0.25]
