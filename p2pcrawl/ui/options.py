@@ -272,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     seed.add_argument(
         "--recrawl",
         action="store_true",
-        help="fetch these URLs again even if they were crawled before (on the peer that owns them)",
+        help="fetch these URLs again even if they were crawled before (a URL another peer "
+        "owns is re-seeded through that peer's status server)",
     )
 
     _client_parser(sub, "leave", "ask a running peer to hand off its work and exit")
