@@ -72,6 +72,8 @@ async def run_join(opts: dict[str, Any]) -> int:
     def on_signal(signame: str) -> None:
         nonlocal interrupts
         interrupts += 1
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")  # off the progress line
         if interrupts == 1:
             log.info("%s: leaving gracefully (again to force an immediate exit)", signame)
             peer.request_leave()
@@ -131,7 +133,7 @@ async def run_join(opts: dict[str, Any]) -> int:
         warc_dir = config.data_dir / "warc"
         warc = await asyncio.to_thread(warc_output, warc_dir, started_wall)
         done = summary(extended_status(peer), time.monotonic() - peer.started, warc)
-        for line in summary_lines(done, str(warc_dir)):
+        for line in summary_lines(done, str(warc_dir), str(config.data_dir)):
             print(line, file=sys.stderr, flush=True)
         print(
             json.dumps(

@@ -119,7 +119,7 @@ def summary(st: Mapping[str, Any], duration_s: float, warc: Mapping[str, Any]) -
     }
 
 
-def summary_lines(doc: Mapping[str, Any], warc_dir: str) -> list[str]:
+def summary_lines(doc: Mapping[str, Any], warc_dir: str, data_dir: str = "DATA_DIR") -> list[str]:
     pages, secs = int(doc["pages_fetched"]), float(doc["duration_s"])
     rate = pages / secs if secs > 0 else 0.0
     files = list(doc["warc_files"])
@@ -132,7 +132,7 @@ def summary_lines(doc: Mapping[str, Any], warc_dir: str) -> list[str]:
     if files:
         lines.append(
             f"  WARC: {len(files)} file(s), {_bytes(doc['warc_bytes'])} in {warc_dir}"
-            " (p2pcrawl export DATA_DIR lists what they hold)"
+            f" (p2pcrawl export {data_dir} lists what they hold)"
         )
         lines += [f"    {p}" for p in files]
     else:
