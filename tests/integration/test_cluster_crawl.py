@@ -36,7 +36,10 @@ async def test_default_scope_reaches_every_peer(web: TestWeb, make_cluster: Any)
     founder = (await start_mesh(cluster, 3))[0]
     roots = [f"http://{h}/" for h in web.hosts]
     doc = await cluster.api(founder, "/api/seed", "POST", {"urls": roots})
-    assert doc["accepted"] == len(roots), doc
+    # Seeds are offered one by one while the first is crawled: a front page another seed
+    # already linked to is "already known" at its owner, not lost.
+    results = [v["result"] for v in doc["seeds"]]
+    assert set(results) <= {"accepted", "already_known"} and len(results) == len(roots), doc
     final = await cluster.wait_finished(timeout=90)
     assert sum(1 for s in final if s["pages_fetched"]) >= 2
     counts = await leave_all(cluster)
