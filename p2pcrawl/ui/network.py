@@ -1,33 +1,38 @@
-"""The network view: every peer's status, found through the DHT, and the network's totals.
+"""The network view, live: this peer's status address announced in the DHT, the others'
+looked up and asked for their status (``/network``, ``/api/network``, ``status --network``).
 
-Each peer announces where its status server is in the DHT's value store (Kademlia STORE)
-under ``p2pcrawl/status/v1/<node id>``, refreshed every :data:`ANNOUNCE_EVERY_S`. Any peer
-can then build the whole view: it walks its routing table, looks each node's announcement
-up (Kademlia FIND_VALUE) and asks that status server for ``/api/status``.
-
-In a network with a key (``--secret``) an announcement carries an HMAC over its fields made
-with that key, and one without a valid tag, for another node, or older than
-:data:`ANNOUNCE_MAX_AGE_S` is ignored: a value in the DHT can be stored by any node that
-can reach the store, and the view must not send the operator's token to an address a
-stranger planted. Without a key (loopback networks) announcements are taken as they are.
-
-The status server's token is never announced: a network view asks every peer with the
-token of the server it runs in, so a network whose status servers need a token gives them
-all the same one.
+Any peer can build the whole view: it walks its routing table, looks each node's
+announcement up (Kademlia FIND_VALUE, :mod:`~p2pcrawl.ui.announce`) and asks that status
+server for ``/api/status``, with the token of the server it runs in: a network whose status
+servers need a token gives them all the same one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
-import ipaddress
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
+
+from p2pcrawl.ui.announce import (
+    ANNOUNCE_EVERY_S,
+    ANNOUNCE_MAX_AGE_S,
+    Announcement,
+    announce_key,
+    announced_address,
+    decode_announcement,
+    encode_announcement,
+    loopback_only,
+)
+from p2pcrawl.ui.netview import (
+    MAX_PEERS,
+    PeerRow,
+    collect_rows,
+    format_network,
+    network_state,
+    network_view,
+)
 
 __all__ = [
     "ANNOUNCE_EVERY_S",
@@ -37,319 +42,16 @@ __all__ = [
     "PeerRow",
     "announce_key",
     "announced_address",
+    "collect_rows",
     "decode_announcement",
     "encode_announcement",
     "format_network",
     "loopback_only",
+    "network_state",
     "network_view",
 ]
 
-ANNOUNCE_PREFIX = "p2pcrawl/status/v1/"
-ANNOUNCE_EVERY_S = 60.0
-ANNOUNCE_MAX_AGE_S = 600.0  # ten refreshes missed: the peer is gone or cut off
-MAX_ANNOUNCEMENT_BYTES = 1024
-MAX_PEERS = 256  # a view never asks more status servers than this
-
 log = logging.getLogger(__name__)
-
-# The fields of /api/status a row keeps; the rest stays on the peer's own page.
-_ROW_FIELDS = (
-    "state",
-    "listen",
-    "version",
-    "pages_fetched",
-    "pages_per_s",
-    "tasks_queued",
-    "tasks_in_flight",
-    "backups_held",
-    "done",
-    "errors",
-    "bytes_fetched",
-    "uptime_s",
-)
-_SUMMED = (
-    "pages_fetched",
-    "pages_per_s",
-    "tasks_queued",
-    "tasks_in_flight",
-    "backups_held",
-    "done",
-    "errors",
-    "bytes_fetched",
-)
-
-
-def announce_key(node_id: bytes) -> str:
-    return ANNOUNCE_PREFIX + node_id.hex()
-
-
-@dataclass(frozen=True, slots=True)
-class Announcement:
-    node_id: bytes
-    status: str  # HOST:PORT of the status server, as other peers should reach it
-    at: float  # unix time the peer made it
-
-
-def _tag(secret: str, node_id: bytes, status: str, at: float) -> str:
-    msg = f"{ANNOUNCE_PREFIX}|{node_id.hex()}|{status}|{at:.3f}".encode()
-    return hmac.new(secret.encode("utf-8"), msg, hashlib.sha256).hexdigest()
-
-
-def encode_announcement(node_id: bytes, status: str, secret: str, at: float | None = None) -> str:
-    at = round(time.time() if at is None else at, 3)
-    doc: dict[str, object] = {"node": node_id.hex(), "status": status, "at": at}
-    if secret:
-        doc["mac"] = _tag(secret, node_id, status, at)
-    return json.dumps(doc, separators=(",", ":"))
-
-
-def decode_announcement(
-    raw: object, node_id: bytes, secret: str, now: float | None = None
-) -> Announcement | None:
-    """The announcement ``node_id`` made, or None when ``raw`` is not one (checked: it comes
-    from the network, and with a key it must carry that key's tag and be recent)."""
-    if isinstance(raw, bytes):
-        try:
-            raw = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    if not isinstance(raw, str) or len(raw) > MAX_ANNOUNCEMENT_BYTES:
-        return None
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(doc, dict):
-        return None
-    status, at, node = doc.get("status"), doc.get("at"), doc.get("node")
-    if node != node_id.hex() or not isinstance(status, str) or not _valid_hostport(status):
-        return None
-    if not isinstance(at, int | float) or isinstance(at, bool):
-        return None
-    if secret:
-        mac = doc.get("mac")
-        expected = _tag(secret, node_id, status, float(at))
-        if not isinstance(mac, str) or not hmac.compare_digest(mac, expected):
-            return None
-        now = time.time() if now is None else now
-        if not -ANNOUNCE_MAX_AGE_S / 10 <= now - at <= ANNOUNCE_MAX_AGE_S:
-            return None
-    return Announcement(node_id, status, float(at))
-
-
-def _valid_hostport(value: str) -> bool:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
-        return False
-    return len(host) <= 255 and all(c.isalnum() or c in ".-[]:" for c in host)
-
-
-def _is_wildcard(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_unspecified
-    except ValueError:
-        return False
-
-
-def announced_address(status_host: str, status_port: int, udp_host: str) -> str:
-    """What other peers should dial: a status server bound to every interface is reached
-    at the address the peer is known by in the DHT (its UDP host)."""
-    host = udp_host if _is_wildcard(status_host) else status_host
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"{host}:{status_port}"
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def loopback_only(status_addr: str, udp_host: str) -> str | None:
-    """Why ``status_addr`` cannot be reached from here: a loopback status server of a peer
-    on another machine (its UDP address is not loopback) would be this machine's own."""
-    host = status_addr.rpartition(":")[0]
-    if _is_loopback(host) and not _is_loopback(udp_host):
-        return (
-            f"its status server listens on {status_addr}, loopback only; start that peer with "
-            "--status 0.0.0.0:PORT --status-token T to see it here"
-        )
-    return None
-
-
-@dataclass(slots=True)
-class PeerRow:
-    """One peer in the view: where it is, and its status or why it could not be read."""
-
-    node_id: str
-    status_addr: str | None
-    status: dict[str, Any] | None
-    problem: str = ""
-    me: bool = False
-
-    def as_dict(self, total_pages: int) -> dict[str, Any]:
-        st = self.status or {}
-        pages = int(st.get("pages_fetched") or 0)
-        row: dict[str, Any] = {
-            "node_id": self.node_id,
-            "status_addr": self.status_addr,
-            "page": f"http://{self.status_addr}/" if self.status_addr else None,
-            "me": self.me,
-            "reachable": self.status is not None,
-            "problem": self.problem,
-            "share": round(pages / total_pages, 4) if total_pages else 0.0,
-        }
-        for f in _ROW_FIELDS:
-            row[f] = st.get(f)
-        row["state"] = st.get("state") or "unknown"
-        # Two lanes' fields, shown when the peer has them.
-        row["errors_by_kind"] = st.get("errors_by_kind") or {}
-        row["loop_lag_ms"] = st.get("loop_lag_p99_ms")  # p99 of the peer's recent samples
-        return row
-
-
-def network_state(rows: Sequence[PeerRow]) -> str:
-    """``finished`` once every peer says so and none is unaccounted for; ``unknown`` while a
-    peer cannot be read; otherwise the state most peers are in, ``active`` first."""
-    if any(r.status is None for r in rows):
-        return "unknown"
-    states = [str((r.status or {}).get("state")) for r in rows]
-    if states and all(s == "finished" for s in states):
-        return "finished"
-    for s in ("active", "joining", "leaving", "finished", "stopped"):
-        if s in states:
-            return s
-    return "unknown"
-
-
-def network_view(rows: Sequence[PeerRow], now: float | None = None) -> dict[str, Any]:
-    """``/api/network``: the peers (this one first, then by node ID) and the totals."""
-    ordered = sorted(rows, key=lambda r: (not r.me, r.node_id))
-    totals: dict[str, float] = dict.fromkeys(_SUMMED, 0)
-    for r in ordered:
-        for f in _SUMMED:
-            v = (r.status or {}).get(f)
-            if isinstance(v, int | float) and not isinstance(v, bool):
-                totals[f] += v
-    totals["pages_per_s"] = round(totals["pages_per_s"], 2)
-    total_pages = int(totals["pages_fetched"])
-    return {
-        "generated_at": time.time() if now is None else now,
-        "state": network_state(ordered),
-        "peers_known": len(ordered),
-        "peers_reachable": sum(r.status is not None for r in ordered),
-        "totals": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in totals.items()},
-        "peers": [r.as_dict(total_pages) for r in ordered],
-    }
-
-
-# -- collecting the rows ----------------------------------------------------------------------
-
-Lookup = Callable[[bytes], Awaitable[str | None]]  # node ID -> its status address
-Fetch = Callable[[str], Awaitable[dict[str, Any]]]  # status address -> its /api/status
-
-
-async def collect_rows(
-    me: PeerRow,
-    others: Iterable[bytes],
-    lookup: Lookup,
-    fetch: Fetch,
-    *,
-    concurrency: int = 8,
-    timeout: float = 3.0,
-) -> list[PeerRow]:
-    """This peer's row plus one per other node: looked up, then asked, ``concurrency`` at a
-    time, each bounded by ``timeout``; a failure becomes the row's ``problem``."""
-    gate = asyncio.Semaphore(concurrency)
-    ids = list(dict.fromkeys(others))[: MAX_PEERS - 1]
-
-    async def one(node_id: bytes) -> PeerRow:
-        row = PeerRow(node_id.hex(), None, None)
-        async with gate:
-            try:
-                async with asyncio.timeout(timeout):
-                    row.status_addr = await lookup(node_id)
-                    if row.status_addr is None:
-                        row.problem = "no status address announced in the DHT (yet)"
-                        return row
-                    row.status = await fetch(row.status_addr)
-            except TimeoutError:
-                row.problem = f"no answer within {timeout:.0f} s"
-            except Exception as exc:  # any failure of one peer is that row's, not the view's
-                row.problem = str(exc) or type(exc).__name__
-        if row.status is not None and row.status.get("node_id") not in (None, row.node_id):
-            row.problem = f"{row.status_addr} answers as another node"
-            row.status = None
-        return row
-
-    return [me, *await asyncio.gather(*(one(i) for i in ids))]
-
-
-def _cell(value: Any, kind: str = "") -> str:
-    if value is None:
-        return "-"
-    if kind == "pct":
-        return f"{100 * float(value):.0f}%"
-    if kind == "rate":
-        return f"{float(value):.1f}"
-    return str(value)
-
-
-def format_network(doc: Mapping[str, Any]) -> str:
-    """The view as a terminal table, one peer a line, totals last."""
-    head = ("node", "state", "share", "pages", "pages/s", "queued", "backups", "errors", "page")
-    lines: list[tuple[str, ...]] = [head]
-    for p in doc.get("peers", []):
-        node = str(p.get("node_id", ""))[:8] + ("*" if p.get("me") else "")
-        state = p.get("state") or "unknown"
-        if not p.get("reachable"):
-            lines.append((node, "?", "-", "-", "-", "-", "-", "-", p.get("problem") or ""))
-            continue
-        lines.append(
-            (
-                node,
-                str(state),
-                _cell(p.get("share"), "pct"),
-                _cell(p.get("pages_fetched")),
-                _cell(p.get("pages_per_s"), "rate"),
-                _cell(p.get("tasks_queued")),
-                _cell(p.get("backups_held")),
-                _cell(p.get("errors")),
-                p.get("page") or "",
-            )
-        )
-    t = doc.get("totals", {})
-    lines.append(
-        (
-            "total",
-            str(doc.get("state", "")),
-            "100%" if t.get("pages_fetched") else "-",
-            _cell(t.get("pages_fetched")),
-            _cell(t.get("pages_per_s"), "rate"),
-            _cell(t.get("tasks_queued")),
-            _cell(t.get("backups_held")),
-            _cell(t.get("errors")),
-            f"{doc.get('peers_reachable', 0)}/{doc.get('peers_known', 0)} peers answered",
-        )
-    )
-    widths = [max(len(row[i]) for row in lines) for i in range(len(head) - 1)]
-    right = {2, 3, 4, 5, 6, 7}
-    out = []
-    for row in lines:
-        cells = [
-            row[i].rjust(widths[i]) if i in right else row[i].ljust(widths[i])
-            for i in range(len(head) - 1)
-        ]
-        out.append("  ".join([*cells, row[-1]]).rstrip())
-    out.append("(* = the peer asked)")
-    return "\n".join(out)
-
-
-# -- the live part: announcing this peer, asking the others -----------------------------------
 
 LOOKUP_TTL_S = 30.0
 VIEW_TTL_S = 1.0  # a page polling every second, from several tabs, costs one round
