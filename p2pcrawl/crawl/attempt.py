@@ -69,8 +69,8 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     if res.status == 0:
         stats.errors[res.error or "unknown"] += 1
         if res.error == "forbidden":
-            # The SSRF guard, i.e. this peer's --allow-private: recorded done, the URL would
-            # never be crawled again once the operator allows it.
+            # Refused by this peer's own configuration (the SSRF guard, --allow-private).
+            # Recorded done, the URL would never be crawled once the operator allows it.
             slot.after(res.elapsed, gap)
             engine.note_refused(task.url)
             return Outcome.REFUSED, None
