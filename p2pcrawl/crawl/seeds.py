@@ -17,6 +17,7 @@ import ipaddress
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.patterns import UrlPatterns
@@ -36,6 +37,9 @@ Resolve = Callable[[str], Awaitable[list[str]]]
 
 @dataclass(slots=True)
 class SeedVerdict:
+    ACCEPTED: ClassVar[str] = ACCEPTED
+    ALREADY_KNOWN: ClassVar[str] = ALREADY_KNOWN
+
     url: str  # as given
     result: str  # accepted | invalid | out_of_scope | refused_private | already_known
     reason: str = ""

@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from p2pcrawl.crawl import SeedVerdict, Task, check_seed, urls
-from p2pcrawl.crawl.seeds import ACCEPTED, ALREADY_KNOWN
 from p2pcrawl.network.dispatch import to_batches
 from protocol import PeerTimeout, RemoteError
 
@@ -55,7 +54,7 @@ async def seed_with_report(
             )
 
     verdicts = list(await asyncio.gather(*(verdict(raw) for raw in seeds)))
-    ok = [v for v in verdicts if v.result == ACCEPTED and v.canonical is not None]
+    ok = [v for v in verdicts if v.result == SeedVerdict.ACCEPTED and v.canonical is not None]
     if not ok:
         return verdicts
     tasks = eng.seed_tasks([v.canonical for v in ok if v.canonical is not None])
@@ -87,7 +86,7 @@ async def _offer(
         if again and new:
             v.reason = "crawled before; queued again (--recrawl)"
         elif not new:
-            v.result = ALREADY_KNOWN
+            v.result = SeedVerdict.ALREADY_KNOWN
             v.reason = "already queued or done here" + (
                 "" if recrawl else "; --recrawl fetches it again"
             )
@@ -106,10 +105,10 @@ async def _offer(
         short = owner.id.hex()[:8]
         answer = await forward(owner.id, t.url) if recrawl and forward is not None else None
         if answer is not None:
-            v.result = str(answer.get("result", ALREADY_KNOWN))
+            v.result = str(answer.get("result", SeedVerdict.ALREADY_KNOWN))
             v.reason = f"{answer.get('reason') or 'accepted'}, at its owner {short}"
             return
-        v.result = ALREADY_KNOWN
+        v.result = SeedVerdict.ALREADY_KNOWN
         v.reason = f"already queued or done at its owner {short}" + (
             " (its status server could not be asked to fetch it again: seed it there "
             "with --recrawl)"
@@ -122,7 +121,7 @@ def log_verdicts(verdicts: Iterable[SeedVerdict]) -> None:
     """One log line per seed: info when it will be crawled, a warning when it will not."""
     for v in verdicts:
         shown = v.canonical or v.url
-        if v.result == ACCEPTED:
+        if v.result == SeedVerdict.ACCEPTED:
             log.info("seed %s accepted%s", shown, f" ({v.reason})" if v.reason else "")
         else:
             log.warning("seed %s %s: %s", shown, v.result.replace("_", " "), v.reason)

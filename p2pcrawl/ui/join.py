@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from p2pcrawl.crawl import urls
-from p2pcrawl.crawl.seeds import scheme_hint
+from p2pcrawl.crawl import scheme_hint, urls
 from p2pcrawl.ui.options import EXIT_FAILURE, UsageError, parse_hostport, settings_from
 from p2pcrawl.ui.progress import (
     Milestones,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from p2pcrawl import __version__
-from p2pcrawl.crawl.patterns import UrlPatterns
+from p2pcrawl.crawl import UrlPatterns
 from p2pcrawl.settings import (
     CrawlSettings,
     FetchLimits,

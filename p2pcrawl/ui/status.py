@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from yarl import URL
 
-from p2pcrawl.crawl import urls
-from p2pcrawl.crawl.seeds import scheme_hint
+from p2pcrawl.crawl import scheme_hint, urls
 from p2pcrawl.ui.metrics import PeerMetrics
 from p2pcrawl.ui.network import NetworkMonitor, announced_address
 from p2pcrawl.ui.progress import extended_status, warc_output
