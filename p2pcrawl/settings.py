@@ -51,7 +51,10 @@ class ScopeSettings:
     allow_domains: tuple[str, ...] = ()
     allow_private: bool = False
     max_depth: int = 50
-    max_pages: int = 0  # 0 = unlimited
+    max_pages: int = 0  # pages this peer fetches (each peer counts its own); 0 = unlimited
+    max_network_pages: int = 0  # pages all peers fetch together (approximate); 0 = unlimited
+    include: tuple[str, ...] = ()  # regular expressions; a URL must match one, if any given
+    exclude: tuple[str, ...] = ()  # regular expressions; a URL matching one is left out
 
 
 @dataclass(frozen=True, slots=True)

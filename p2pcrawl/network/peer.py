@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from p2pcrawl import __version__
 from p2pcrawl.archive import WarcWriter
-from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, Task, urls
+from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, SeedVerdict, Task, urls
 from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.handlers import PeerHandler
 from p2pcrawl.network.identity import load_or_create_identity
@@ -29,6 +29,7 @@ from p2pcrawl.network.membership import HandoffReport, Membership
 from p2pcrawl.network.netkey import is_loopback
 from p2pcrawl.network.replication import Replication
 from p2pcrawl.network.scopesync import ScopeSync
+from p2pcrawl.network.seeding import Forward, log_verdicts, seed_with_report
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from protocol import CrawlNode, PeerRef, TaskSet
 from storage import BackupStore
@@ -133,7 +134,7 @@ class Peer:
             # A restart may find tasks whose keys moved while it was down.
             self.membership.kick.set()
             if cfg.seeds:
-                await self.add_seeds(cfg.seeds)
+                log_verdicts(await self.seed(cfg.seeds))
         except BaseException:
             await self.aclose()
             raise
@@ -179,6 +180,12 @@ class Peer:
         return await self.membership.leave()
 
     # -- seeds and intake ------------------------------------------------------------------
+
+    async def seed(
+        self, seeds: Iterable[str], *, recrawl: bool = False, forward: Forward | None = None
+    ) -> list[SeedVerdict]:
+        """Seed, and say per URL what became of it (see :mod:`~p2pcrawl.network.seeding`)."""
+        return await seed_with_report(self, seeds, recrawl=recrawl, forward=forward)
 
     async def add_seeds(self, seeds: Iterable[str]) -> int:
         assert self.engine is not None and self.scope_sync is not None

@@ -43,6 +43,10 @@ class ScopeSync:
             await self.node.set(SCOPE_KEY, value)
 
     async def fetch(self) -> list[str]:
+        if not self.node.peers():
+            # Alone (a founder before anyone joined): only the local copy exists, and asking
+            # the network makes kademlia warn that there is no one to ask.
+            return parse_scope(self.node.storage.get(key_for(SCOPE_KEY)))
         try:
             raw = await self.node.get(SCOPE_KEY)
         except (PeerTimeout, RemoteError, OSError):

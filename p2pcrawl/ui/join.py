@@ -4,19 +4,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from p2pcrawl.crawl import scheme_hint, urls
 from p2pcrawl.ui.options import EXIT_FAILURE, UsageError, parse_hostport, settings_from
+from p2pcrawl.ui.progress import (
+    Milestones,
+    extended_status,
+    progress_line,
+    summary,
+    summary_lines,
+    warc_output,
+)
 
 __all__ = ["run_join"]
 
 log = logging.getLogger("p2pcrawl")
+
+TTY_PROGRESS_S = 2.0
+LOG_PROGRESS_S = 30.0
 
 
 async def run_join(opts: dict[str, Any]) -> int:
@@ -63,12 +77,16 @@ async def run_join(opts: dict[str, Any]) -> int:
     except NetworkKeyError as exc:
         raise UsageError(str(exc)) from exc
     opts = {**opts, "secret": key.secret}
+    seeds = tuple(opts.get("seed") or ())
+    bad = [u for u in seeds if urls.canonicalize(u) is None]
+    if bad:
+        raise UsageError(f"--seed {bad[0]!r} is not a crawlable URL: {scheme_hint(bad[0])}")
     crawl, peer_settings = settings_from(opts)
     config = PeerConfig(
         data_dir=Path(opts["data"]),
         listen=listen,
         bootstrap=bootstrap,
-        seeds=tuple(opts.get("seed") or ()),
+        seeds=seeds,
         crawl=crawl,
         peer=peer_settings,
     )
@@ -84,6 +102,8 @@ async def run_join(opts: dict[str, Any]) -> int:
     def on_signal(signame: str) -> None:
         nonlocal interrupts
         interrupts += 1
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")  # off the progress line
         if interrupts == 1:
             log.info("%s: leaving gracefully (again to force an immediate exit)", signame)
             peer.request_leave()
@@ -93,12 +113,22 @@ async def run_join(opts: dict[str, Any]) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
+    started_wall = time.time()
     try:
-        await server.start()
+        try:
+            await server.start()
+        except OSError as exc:
+            log.error("%s", _bind_error(exc, "TCP", status_addr, "--status"))
+            return EXIT_FAILURE
         try:
             await peer.start()
         except BootstrapError as exc:
             log.error("cannot join: %s", exc)
+            return EXIT_FAILURE
+        except OSError as exc:
+            if exc.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+                raise  # not the bind: a store or the WARC writer, with its own message
+            log.error("%s", _bind_error(exc, "UDP", listen, "--listen"))
             return EXIT_FAILURE
         log.info(
             "peer %s listening on %s:%d (UDP), status at %s",
@@ -125,13 +155,22 @@ async def run_join(opts: dict[str, Any]) -> int:
             sys.stderr.flush()
         # One JSON line on stdout with the bound addresses, so scripts can use port 0.
         print(json.dumps(ready), flush=True)
-        progress = asyncio.ensure_future(_progress_loop(peer)) if sys.stderr.isatty() else None
+        interval = float(opts.get("progress_interval") or 0) or (
+            TTY_PROGRESS_S if sys.stderr.isatty() else LOG_PROGRESS_S
+        )
+        progress = asyncio.ensure_future(_progress_loop(peer, interval, sys.stderr.isatty()))
         try:
             report = await peer.run()
         finally:
-            if progress is not None:
-                progress.cancel()
-                await asyncio.gather(progress, return_exceptions=True)
+            progress.cancel()
+            await asyncio.gather(progress, return_exceptions=True)
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")  # end the progress line
+        warc_dir = config.data_dir / "warc"
+        warc = await asyncio.to_thread(warc_output, warc_dir, started_wall)
+        done = summary(extended_status(peer), time.monotonic() - peer.started, warc)
+        for line in summary_lines(done, str(warc_dir), str(config.data_dir)):
+            print(line, file=sys.stderr, flush=True)
         print(
             json.dumps(
                 {
@@ -141,6 +180,7 @@ async def run_join(opts: dict[str, Any]) -> int:
                     "handed_off_backups": report.backups,
                     "failed": report.failed,
                     "queue_at_leave": report.queue_at_leave,
+                    **done,
                 }
             ),
             flush=True,
@@ -156,6 +196,21 @@ async def run_join(opts: dict[str, Any]) -> int:
             loop.remove_signal_handler(sig)
 
 
+def _bind_error(exc: OSError, proto: str, addr: tuple[str, int], flag: str) -> str:
+    """One line naming the address, the flag that set it, and what to do."""
+    where = f"{proto} {addr[0]}:{addr[1]} ({flag})"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"cannot listen on {where}: the address is in use, by another peer or program; "
+            f"choose another port with {flag}, or port 0 for any free one"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {where}: no interface of this machine has that address"
+    if exc.errno == errno.EACCES:
+        return f"cannot listen on {where}: permission denied (ports below 1024 need root)"
+    return f"cannot listen on {where}: {exc.strerror or exc}"
+
+
 def _resolve_bootstrap(value: str) -> tuple[str, int]:
     import socket
 
@@ -169,14 +224,26 @@ def _resolve_bootstrap(value: str) -> tuple[str, int]:
     return str(infos[0][4][0]), port
 
 
-async def _progress_loop(peer: Any) -> None:
+async def _progress_loop(peer: Any, interval: float, tty: bool) -> None:
+    """A progress line (redrawn on a terminal, logged otherwise) and milestones."""
+    milestones = Milestones(peer.config.crawl.scope.max_pages)
+    last_line = time.monotonic()
+    drawn = False
     while True:
-        await asyncio.sleep(3.0)
-        s = peer.status()
-        sys.stderr.write(
-            f"\r[{s['state']}] peers={s['peers']} queued={s['tasks_queued']} "
-            f"in-flight={s['tasks_in_flight']} fetched={s['pages_fetched']} "
-            f"({s['pages_per_s']}/s) done={s['done']} backups={s['backups_held']} "
-            f"errors={s['errors']}   "
-        )
-        sys.stderr.flush()
+        await asyncio.sleep(min(1.0, interval))
+        st = peer.status()
+        engine = peer.engine
+        for message in milestones.feed(st, bool(engine is not None and engine.exhausted)):
+            if drawn:
+                sys.stderr.write("\n")
+                drawn = False
+            log.info("%s", message)
+        if time.monotonic() - last_line < interval:
+            continue
+        last_line = time.monotonic()
+        if tty:
+            sys.stderr.write("\r" + progress_line(st) + "\x1b[K")
+            sys.stderr.flush()
+            drawn = True
+        else:
+            log.info("progress: %s", progress_line(st))
