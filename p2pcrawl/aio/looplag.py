@@ -42,8 +42,9 @@ class LoopLagMonitor:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        """Sample in a task of its own (for owners without a task set; :meth:`aclose` ends it)."""
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="loop-lag")
+            self._task = asyncio.get_running_loop().create_task(self.run(), name="loop-lag")
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
@@ -67,7 +68,8 @@ class LoopLagMonitor:
         rank = max(0, -(-99 * len(samples) // 100) - 1)
         return LagSnapshot(samples[rank], samples[-1], self._max_ever, len(samples))
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Sample until cancelled."""
         interval = self.interval
         clock = time.monotonic
         while True:

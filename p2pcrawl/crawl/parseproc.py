@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from p2pcrawl.crawl.parse import ParsedPage, extract_links
 from p2pcrawl.crawl.parsebound import DEFAULT_MAX_DEPTH, flatten_deep_nesting
-from p2pcrawl.parse import ParsedPage, extract_links
 
 __all__ = [
     "LOOP_MAX_BYTES",
@@ -173,7 +173,9 @@ class ParseWorkers:
                     answer = await worker.parse(request)
             except TimeoutError:
                 self.killed += 1
-                log.warning("parse of %s overran %.1f s; its process was replaced", url, self.deadline)
+                log.warning(
+                    "parse of %s overran %.1f s; its process was replaced", url, self.deadline
+                )
                 await self._retire(worker)
                 worker = None
                 return BoundedParse(_empty(url), "deadline")

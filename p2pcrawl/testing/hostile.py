@@ -134,7 +134,9 @@ class HostileWeb:
         return {
             "tarpit": [self.url("tarpit", "/tarpit/child.html")],
             "reset": [self.url("reset", f"/reset/child-{i}.html") for i in range(RESET_LINKS)],
-            "bomb": [self.url("bomb", f"/bomb/{where}.html") for where in ("before", "inside", "after")],
+            "bomb": [
+                self.url("bomb", f"/bomb/{where}.html") for where in ("before", "inside", "after")
+            ],
         }
 
     # -- lifecycle ------------------------------------------------------------------------

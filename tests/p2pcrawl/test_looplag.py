@@ -30,7 +30,7 @@ async def test_a_blocked_loop_shows_as_lag() -> None:
     mon.start()
     try:
         await asyncio.sleep(0.05)
-        time.sleep(0.3)  # hold the loop, as a long parse would
+        time.sleep(0.3)  # noqa: ASYNC251 - holding the loop, as a long parse would, is the point
         await asyncio.sleep(0.05)
         assert mon.snapshot().max >= 0.25
     finally:

@@ -104,7 +104,11 @@ async def test_the_worker_parses_bounded_and_a_page_over_the_deadline_is_cut() -
         assert workers.killed == 1 and workers.pids == []
         # A fresh process takes the next page.
         result = await workers.parse(
-            b'<a href="/x">x</a>', "http://a.test/", encoding=None, max_links=10, max_url_length=2048
+            b'<a href="/x">x</a>',
+            "http://a.test/",
+            encoding=None,
+            max_links=10,
+            max_url_length=2048,
         )
         assert result.page.links == ["http://a.test/x"] and result.bound is None
         assert workers.pids and workers.pids != first_pid
