@@ -33,7 +33,9 @@ __all__ = ["LinkFilter", "make_task", "repeats_a_segment", "strip_session_ids"]
 # Per-host memo sizes: a crawl touching more hosts than this starts the memo again.
 MEMO_LIMIT = 100_000
 MAX_SEGMENT_REPEATS = 3
-_DEEP_PATH_SLASHES = 3 + 2 * MAX_SEGMENT_REPEATS  # "http://h" plus the path's slashes
+# "http://" has two slashes; a path with a segment more than MAX_SEGMENT_REPEATS times has
+# at least one more slash than that.
+_DEEP_PATH_SLASHES = 2 + MAX_SEGMENT_REPEATS
 # Session IDs in a query (name=value) or a path parameter (;jsessionid=...).
 _SESSION_ID = re.compile(
     r"(?i)(?:(?<=[?&])|;)(?:jsessionid|phpsessid|aspsessionid[a-z]*|cfid|cftoken|sid|"
