@@ -14,17 +14,44 @@ __all__ = ["run_client"]
 async def _http(method: str, peer: str, path: str, token: str | None, body: Any = None) -> Any:
     import aiohttp
 
-    host, port = parse_hostport(peer)
+    try:
+        host, port = parse_hostport(peer)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(str(exc)) from exc
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     timeout = aiohttp.ClientTimeout(total=30)
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as session,
-        session.request(method, f"http://{host}:{port}{path}", json=body, headers=headers) as resp,
-    ):
-        doc = await resp.json(content_type=None)
-        if resp.status >= 400:
-            raise UsageError(f"{peer}: {doc.get('error', resp.status)}")
-        return doc
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.request(
+                method, f"http://{host}:{port}{path}", json=body, headers=headers
+            ) as resp,
+        ):
+            raw = await resp.read()
+            status, content_type = resp.status, resp.content_type
+    except (aiohttp.ClientError, OSError) as exc:
+        raise NotAPeer(f"cannot reach a peer at {peer}: {exc}") from exc
+    except TimeoutError as exc:
+        raise NotAPeer(f"{peer} did not answer within {timeout.total:g} s") from exc
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    if not isinstance(doc, dict):
+        raise NotAPeer(
+            f"{peer} is not a p2pcrawl status server (it answered {path} with HTTP {status}, "
+            f"{content_type or 'no content type'})"
+        )
+    if status >= 400:
+        raise UsageError(f"{peer}: {doc.get('error', status)}")
+    return doc
+
+
+class NotAPeer(OSError):
+    """The address given with --peer does not answer as a peer's status server."""
+
+
+_STATUS_KEYS = ("node_id", "listen", "state", "uptime_s", "peers", "tasks_queued")
 
 
 def _format_status(s: dict[str, Any]) -> str:
@@ -56,5 +83,8 @@ async def run_client(args: argparse.Namespace) -> int:
         print("leaving: the peer hands off its work and exits")
     else:
         doc = await _http("GET", args.peer, "/api/status", args.token)
+        missing = [k for k in _STATUS_KEYS if k not in doc]
+        if missing:
+            raise NotAPeer(f"{args.peer} answered /api/status without {', '.join(missing)}")
         print(json.dumps(doc, indent=2) if args.json else _format_status(doc))
     return 0

@@ -20,8 +20,9 @@ log = logging.getLogger("p2pcrawl")
 
 
 async def run_join(opts: dict[str, Any]) -> int:
+    from p2pcrawl.crawl.urls import canonicalize
     from p2pcrawl.network import DataDirError, Peer, PeerConfig
-    from p2pcrawl.ui.status import StatusServer
+    from p2pcrawl.ui.status import StatusServer, is_loopback_host
     from protocol import BootstrapError
 
     if not opts.get("listen"):
@@ -33,11 +34,20 @@ async def run_join(opts: dict[str, Any]) -> int:
     except argparse.ArgumentTypeError as exc:
         raise UsageError(str(exc)) from exc
     crawl, peer_settings = settings_from(opts)
+    seeds = tuple(opts.get("seed") or ())
+    for seed in seeds:
+        if canonicalize(seed, max_length=crawl.fetch.max_url_length) is None:
+            raise UsageError(f"--seed {seed!r} is not an http(s) URL that can be crawled")
+    token = opts.get("status_token") or ""
+    if not is_loopback_host(status_addr[0]) and not token:
+        raise UsageError(
+            f"--status {opts['status']} listens beyond loopback; set --status-token too"
+        )
     config = PeerConfig(
         data_dir=Path(opts["data"]),
         listen=listen,
         bootstrap=bootstrap,
-        seeds=tuple(opts.get("seed") or ()),
+        seeds=seeds,
         crawl=crawl,
         peer=peer_settings,
     )
@@ -46,7 +56,7 @@ async def run_join(opts: dict[str, Any]) -> int:
     except DataDirError as exc:
         log.error("%s", exc)
         return EXIT_FAILURE
-    server = StatusServer(peer, *status_addr, token=opts.get("status_token") or "")
+    server = StatusServer(peer, *status_addr, token=token)
     loop = asyncio.get_running_loop()
     interrupts = 0
 

@@ -196,6 +196,12 @@ def _config_options(doc: dict[str, Any], path: Path) -> dict[str, Any]:
         if dest not in flags or dest == "config":
             raise UsageError(f"{path}: unknown option {key!r}")
         for item in value if isinstance(value, list) else [value]:
+            if not isinstance(item, str | int | float | bool):
+                kind = "table" if isinstance(item, dict) else type(item).__name__
+                raise UsageError(
+                    f"{path}: {key} must be a string, number, true/false or a list of them, "
+                    f"not a {kind}"
+                )
             if item is True:
                 argv.append(flags[dest])
             elif item is not False:
@@ -226,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default=None, choices=["debug", "info", "warning", "error"], help="(info)"
     )
     parser.add_argument("--log-json", action="store_true", default=None, help="JSON log lines")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of a failure, not one line"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     join = sub.add_parser(
