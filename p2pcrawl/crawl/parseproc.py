@@ -1,4 +1,4 @@
-"""Parsing off the event loop, with a deadline: ``python -m p2pcrawl.crawl.parseproc``.
+"""Parsing off the event loop, in a process of its own and under a deadline.
 
 selectolax holds the GIL while lexbor builds a tree, so a thread would freeze the event loop
 as surely as parsing on it; a page that takes seconds (deep nesting, a 10 MB body) must
@@ -199,8 +199,10 @@ class ParseWorkers:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-P",
-            "-m",
-            "p2pcrawl.crawl.parseproc",
+            # -c, not -m: the package imports this module, and runpy warns about running a
+            # module that is already imported.
+            "-c",
+            "import sys; from p2pcrawl.crawl.parseproc import main; sys.exit(main())",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             env=env,
