@@ -32,11 +32,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import stop_process  # noqa: E402
+from _common import stop_process
 
-from p2pcrawl.aio import LoopLagMonitor  # noqa: E402
-from p2pcrawl.network import Peer, PeerConfig  # noqa: E402
-from p2pcrawl.settings import (  # noqa: E402
+from p2pcrawl.aio import LoopLagMonitor
+from p2pcrawl.network import Peer, PeerConfig
+from p2pcrawl.settings import (
     CrawlSettings,
     FetchLimits,
     PeerSettings,
