@@ -9,7 +9,7 @@ which is the only way to stop lexbor mid-parse.
 Only pages that could be slow come here (:func:`needs_worker`): one with fewer start tags
 than :data:`LOOP_MAX_START_TAGS` cannot nest deeper than that, and lexbor parses it in a
 few milliseconds at worst, cheaper than a round trip to a process. So ordinary pages cost
-the loop one ``bytes.count`` more than before.
+the loop one ``bytes.count`` more than before (10 us for 30 kB, ~1% of a page's CPU).
 
 Frames on both pipes are a 4-byte little-endian length and a ``marshal``-ed tuple, as for
 the WARC writer process.
@@ -68,8 +68,12 @@ def needs_worker(body: bytes) -> bool:
     """True when parsing ``body`` on the event loop could hold it for long."""
     if len(body) > LOOP_MAX_BYTES:
         return True
-    # Start tags bound the depth; "</" are end tags. Both counts run at memchr speed.
-    return body.count(b"<") - body.count(b"</") > LOOP_MAX_START_TAGS
+    # Start tags bound the depth. Counting "<" runs at ~3 GB/s (10 us for 30 kB); counting
+    # "</" (end tags) is three times slower, so only pages with many tags pay for it.
+    tags = body.count(b"<")
+    if tags <= LOOP_MAX_START_TAGS:
+        return False
+    return tags - body.count(b"</") > LOOP_MAX_START_TAGS
 
 
 def parse_bounded(
