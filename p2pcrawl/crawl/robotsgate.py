@@ -58,7 +58,10 @@ class RobotsGate:
                     break
                 url = nxt
                 continue
-            if res.status:
+            if res.status and res.truncated in ("", "length"):
+                # A robots.txt cut by a timeout or a broken connection may have lost the
+                # very rules that matter: it counts as unreachable, not as the whole file.
+                # Past 500 KiB (RFC 9309 §2.5) the rest may be ignored.
                 status, body = res.status, res.body
             break
         self.stats.robots_fetched += 1

@@ -237,3 +237,38 @@ def test_a_repeating_log_line_is_rate_limited_and_counted() -> None:
         assert "995 similar lines held back" in records[-1].getMessage()
     finally:
         log.removeHandler(handler)
+
+
+# -- robots.txt cut short --------------------------------------------------------------------
+
+
+async def test_a_robots_txt_cut_mid_body_is_unreachable_not_partial(tmp_path: Path) -> None:
+    from aiohttp import web
+
+    from p2pcrawl.testing.hostile import _reset
+    from tests.p2pcrawl.loopback import serve
+
+    rules = b"User-agent: *\n" + b"# padding\n" * 3000 + b"Disallow: /private/\n"
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        if request.raw_path == "/robots.txt":
+            resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+            resp.content_length = len(rules)
+            await resp.prepare(request)
+            await resp.write(rules[:1000])  # the Disallow line never arrives
+            _reset(request)
+            return resp
+        return web.Response(text='<a href="/private/secret.html">x</a>', content_type="text/html")
+
+    async with serve(handler) as served:
+        settings = CrawlSettings(
+            politeness=PolitenessSettings(
+                delay=0.0, politeness_factor=0.0, max_retries=1, robots_error_ttl=0.1
+            ),
+            scope=ScopeSettings(allow_domains=(served.host,), allow_loopback=True),
+        )
+        summary = await crawl([served.base + "/"], settings, tmp_path / "data")
+    # Without the rules, nothing may be fetched: the page waits, then ends unreachable.
+    assert served.paths["/"] == 0 and served.paths["/private/secret.html"] == 0
+    assert served.paths["/robots.txt"] >= 2
+    assert summary.stats.errors["robots_unreachable"] == 1
