@@ -188,6 +188,13 @@ class ParseWorkers:
                 await self._retire(worker)
                 worker = None
                 return BoundedParse(_empty(url), "worker")
+            except asyncio.CancelledError:
+                # Its answer would reach the next page's caller: this process is done.
+                self._all.discard(worker)
+                if worker.proc.returncode is None:
+                    worker.proc.kill()
+                worker = None
+                raise
             self.parsed += 1
             links, canonical, base, nofollow, noindex, seen, rejected, bound, dropped = answer
             page = ParsedPage(list(links), canonical, base, nofollow, noindex, seen, rejected)

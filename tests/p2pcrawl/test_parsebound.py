@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from selectolax.lexbor import LexborHTMLParser
 
 from p2pcrawl.crawl.parsebound import flatten_deep_nesting
@@ -115,3 +116,35 @@ async def test_the_worker_parses_bounded_and_a_page_over_the_deadline_is_cut() -
     finally:
         await workers.aclose()
     assert workers.pids == []
+
+
+async def test_a_cancelled_parse_does_not_leave_its_answer_for_the_next_page() -> None:
+    import asyncio
+
+    workers = ParseWorkers(1, deadline=30.0)
+    try:
+        slow = _bomb(60_000)
+        task = asyncio.ensure_future(
+            workers.parse(
+                slow,
+                "http://a.test/",
+                encoding=None,
+                max_links=10,
+                max_url_length=2048,
+                max_depth=10**9,
+            )
+        )
+        await asyncio.sleep(1.0)  # the process is parsing
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        result = await workers.parse(
+            b'<a href="/next">n</a>',
+            "http://a.test/",
+            encoding=None,
+            max_links=10,
+            max_url_length=2048,
+        )
+        assert result.page.links == ["http://a.test/next"]
+    finally:
+        await workers.aclose()
