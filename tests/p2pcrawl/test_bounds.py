@@ -11,9 +11,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from p2pcrawl.crawl import Scope, is_forbidden_address
-from p2pcrawl.crawl.links import repeats_a_segment, strip_session_ids
-from p2pcrawl.crawl.runner import crawl
+from p2pcrawl.crawl import (
+    Scope,
+    crawl,
+    is_forbidden_address,
+    repeats_a_segment,
+    strip_session_ids,
+)
 from p2pcrawl.settings import (
     CrawlSettings,
     FetchLimits,
@@ -23,9 +27,8 @@ from p2pcrawl.settings import (
     SettingsError,
     bounds,
 )
-from p2pcrawl.ui.connlimit import ConnectionLimits
+from p2pcrawl.ui import ConnectionLimits, StatusServer
 from p2pcrawl.ui.logs import RateLimitFilter
-from p2pcrawl.ui.status import StatusServer
 from tests.conftest import PeerFactory, WebFactory
 
 # -- settings --------------------------------------------------------------------------------

@@ -27,8 +27,8 @@ from p2pcrawl.settings import (
     PolitenessSettings,
     ScopeSettings,
 )
-from p2pcrawl.testing import TestWeb, TestWebConfig
-from p2pcrawl.testing.hostile import GUARD_TARGETS, RESET_LINKS, HostileConfig, HostileWeb
+from p2pcrawl.testing import HostileConfig, HostileWeb, TestWeb, TestWebConfig
+from p2pcrawl.testing.hostile import GUARD_TARGETS, RESET_LINKS
 from p2pcrawl.ui import StatusServer
 
 MAX_RETRIES = 2

@@ -7,8 +7,7 @@ import time
 import pytest
 from selectolax.lexbor import LexborHTMLParser
 
-from p2pcrawl.crawl.parsebound import flatten_deep_nesting
-from p2pcrawl.crawl.parseproc import ParseWorkers, needs_worker, parse_bounded
+from p2pcrawl.crawl import ParseWorkers, flatten_deep_nesting, needs_worker, parse_bounded
 
 
 def _bomb(depth: int, tag: bytes = b"div") -> bytes:
