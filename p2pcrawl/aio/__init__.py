@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from p2pcrawl.aio.batching import Coalescer
 from p2pcrawl.aio.groupcommit import GroupCommit
+from p2pcrawl.aio.looplag import LagSnapshot, LoopLagMonitor
 from protocol import TaskSet
 
-__all__ = ["Coalescer", "GroupCommit", "TaskSet"]
+__all__ = ["Coalescer", "GroupCommit", "LagSnapshot", "LoopLagMonitor", "TaskSet"]

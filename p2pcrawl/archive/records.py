@@ -81,7 +81,8 @@ class FetchRecord:
     request_headers: list[tuple[str, str]]
     response_headers: list[tuple[str, str]]
     body: bytes
-    truncated: bool = False
+    # WARC 1.1 §5.13 WARC-Truncated reason: length, time, disconnect; "" = whole.
+    truncated: str = ""
     ip: str | None = None
     fetched_at: float = 0.0
 
@@ -116,8 +117,8 @@ def serialize_pair(rec: FetchRecord) -> tuple[bytes, bytes] | None:
         [
             ("WARC-Date", date),
             *ip,
-            # WARC 1.0 §5.13: the payload was cut at the configured size limit.
-            *([("WARC-Truncated", "length")] if rec.truncated else []),
+            # WARC 1.1 §5.13: why the payload is shorter than the response.
+            *([("WARC-Truncated", rec.truncated)] if rec.truncated else []),
             ("WARC-Type", "response"),
             ("WARC-Record-ID", response_id),
             ("WARC-Target-URI", rec.url),
@@ -240,8 +241,8 @@ def warcio_pair(rec: FetchRecord) -> tuple[bytes, bytes]:
     if rec.ip:
         warc_headers["WARC-IP-Address"] = rec.ip
     if rec.truncated:
-        # WARC 1.0 §5.13: the payload was cut at the configured size limit.
-        warc_headers["WARC-Truncated"] = "length"
+        # WARC 1.1 §5.13: why the payload is shorter than the response.
+        warc_headers["WARC-Truncated"] = rec.truncated
     protocol = f"HTTP/{rec.http_version}"
     status_line = f"{rec.status} {_clean(rec.reason)}".rstrip()
     http_headers = StatusAndHeaders(

@@ -13,8 +13,10 @@ from p2pcrawl.crawl.engine import Engine, LocalRouter, Router
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult, ForbiddenAddress
 from p2pcrawl.crawl.frontier import Frontier, HostQueue, HostSlot, Task
 from p2pcrawl.crawl.ledger import Ledger, from_stored, to_stored
-from p2pcrawl.crawl.links import LinkFilter, make_task
+from p2pcrawl.crawl.links import LinkFilter, make_task, repeats_a_segment, strip_session_ids
 from p2pcrawl.crawl.parse import ParsedPage, extract_links
+from p2pcrawl.crawl.parsebound import Flattened, flatten_deep_nesting
+from p2pcrawl.crawl.parseproc import BoundedParse, ParseWorkers, needs_worker, parse_bounded
 from p2pcrawl.crawl.patterns import UrlPatterns
 from p2pcrawl.crawl.robots import RobotsCache, RobotsPolicy, policy_from_response
 from p2pcrawl.crawl.runner import CrawlSummary, crawl
@@ -24,12 +26,14 @@ from p2pcrawl.crawl.seen import SeenCache
 from p2pcrawl.crawl.stats import CrawlStats, EventLog, Histogram
 
 __all__ = [
+    "BoundedParse",
     "CrawlStats",
     "CrawlSummary",
     "Engine",
     "EventLog",
     "FetchResult",
     "Fetcher",
+    "Flattened",
     "ForbiddenAddress",
     "Frontier",
     "Histogram",
@@ -38,6 +42,7 @@ __all__ = [
     "Ledger",
     "LinkFilter",
     "LocalRouter",
+    "ParseWorkers",
     "ParsedPage",
     "RobotsCache",
     "RobotsPolicy",
@@ -50,12 +55,17 @@ __all__ = [
     "check_seed",
     "crawl",
     "extract_links",
+    "flatten_deep_nesting",
     "from_stored",
     "is_forbidden_address",
     "make_task",
+    "needs_worker",
     "normalise_domain",
+    "parse_bounded",
     "policy_from_response",
+    "repeats_a_segment",
     "scheme_hint",
+    "strip_session_ids",
     "to_stored",
     "urls",
 ]

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RETRYABLE_ERRORS", "Outcome", "attempt"]
 
-RETRYABLE_ERRORS = frozenset({"timeout", "connect", "protocol"})
+RETRYABLE_ERRORS = frozenset({"timeout", "connect", "protocol", "disconnect"})
 
 
 class Outcome(enum.Enum):
@@ -59,6 +59,9 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         # max-pages was reached while this URL waited: keep it queued for a later run.
         slot.requeue(task)
         return Outcome.WAITING, None
+    if engine.over_host_budget(task.url):
+        stats.budget["host_pages"] += 1
+        return Outcome.FINISH, None
     res = await engine.fetch_page(task.url)
     pset = engine.settings.politeness
     hq = slot.hq
@@ -66,7 +69,9 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     hq.est.observe(None, res.elapsed)
     stats.fetch_hist.observe(res.elapsed)
     stats.recent.append((time.time(), task.url, res.status, res.error or ""))
-    if res.status == 0:
+    if res.status == 0 or res.error == "disconnect":
+        # A connection broken mid-body is an error like a refused one, not a page: retried
+        # with backoff, and only after the last try archived as what arrived.
         stats.errors[res.error or "unknown"] += 1
         if res.error == "forbidden":
             # Refused by this peer's own configuration (the SSRF guard, --allow-private).
@@ -82,8 +87,9 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
                 res.elapsed, max(gap, politeness.backoff_seconds(task.tries, 1.0, pset.max_delay))
             )
             return Outcome.WAITING, None
-        slot.after(res.elapsed, gap)
-        return Outcome.FINISH, None
+        if res.status == 0:
+            slot.after(res.elapsed, gap)
+            return Outcome.FINISH, None
     if res.status in (429, 503) and task.tries < pset.max_retries:
         wait = politeness.retry_after_seconds(
             res.retry_after, time.time(), pset.default_retry_after, pset.max_delay
@@ -98,6 +104,8 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     stats.pages_fetched += 1
     stats.bytes_fetched += len(res.body)
     stats.status[res.status] += 1
+    engine.count_host_page(task.url)
     if res.truncated:
         stats.truncated += 1
+        stats.truncated_by[res.truncated] += 1
     return Outcome.PAGE, res

@@ -13,10 +13,13 @@ route, finish), :mod:`~p2pcrawl.crawl.refill` (the in-RAM window over the task s
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from pathlib import Path
 from typing import Any, Protocol
 
 from p2pcrawl.archive import WarcWriteError, WarcWriter
@@ -26,6 +29,7 @@ from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
 from p2pcrawl.crawl.frontier import Frontier, Task
 from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import LinkFilter
+from p2pcrawl.crawl.parseproc import ParseWorkers
 from p2pcrawl.crawl.refill import WindowRefill
 from p2pcrawl.crawl.robots import RobotsCache
 from p2pcrawl.crawl.robotsgate import RobotsGate
@@ -80,6 +84,14 @@ class Engine:
         self.in_flight: dict[int, Task] = {}
         self.refill = WindowRefill(settings, self.frontier, ledger, self.in_flight, partition)
         self.paused = False  # no new fetches (leaving)
+        # Pages that could hold the loop are parsed in processes, under a deadline.
+        self.parsers = ParseWorkers(settings.parse_workers, deadline=settings.parse_deadline)
+        self._host_pages: collections.Counter[str] = collections.Counter()
+        # Bytes the data directory holds, as last measured (max_disk_bytes), and whether
+        # fetching stopped because of it.
+        self.disk_bytes = 0
+        self.disk_full = False
+        self.data_dir: Path | None = None
         self._tasks = TaskSet("engine")
         self._progress = asyncio.Event()
         self._started = False
@@ -120,6 +132,7 @@ class Engine:
     async def aclose(self) -> None:
         await self._tasks.aclose()
         await self.fetcher.aclose()
+        await self.parsers.aclose()
 
     # -- state -------------------------------------------------------------------------
 
@@ -149,11 +162,20 @@ class Engine:
 
     @property
     def exhausted(self) -> bool:
-        if self.network_limit_reached:
+        if self.network_limit_reached or self.disk_full:
             return True
         mp = self.settings.scope.max_pages
         # Fetches under way count too, or workers passing this check together overshoot.
         return bool(mp) and self.stats.pages_fetched + self._fetching >= mp
+
+    def over_host_budget(self, url: str) -> bool:
+        """The URL's host has had its ``max_pages_per_host`` pages."""
+        cap = self.settings.scope.max_pages_per_host
+        return bool(cap) and self._host_pages[urls.host_of(url)] >= cap
+
+    def count_host_page(self, url: str) -> None:
+        if self.settings.scope.max_pages_per_host:
+            self._host_pages[urls.host_of(url)] += 1
 
     def key_of(self, url: str) -> bytes:
         return self.links.key_of(url)
@@ -204,11 +226,27 @@ class Engine:
 
     async def _housekeeping_loop(self) -> None:
         while True:
+            if self.settings.scope.max_disk_bytes and self.data_dir is not None:
+                await self._check_disk(self.data_dir)
             self.stats.sample()
             self.frontier.prune()
             if self.refill.low() or self.refill.overflowing:
                 self.refill.wanted.set()
             await asyncio.sleep(1.0)
+
+    async def _check_disk(self, data_dir: Path) -> None:
+        """Stop fetching once the data directory holds ``max_disk_bytes`` (kept stopped:
+        what is queued stays queued for a run with more room)."""
+        self.disk_bytes = await asyncio.to_thread(directory_bytes, data_dir)
+        limit = self.settings.scope.max_disk_bytes
+        if self.disk_bytes >= limit and not self.disk_full:
+            self.disk_full = True
+            log.warning(
+                "stopped fetching: the data directory holds %d bytes, --max-disk is %d",
+                self.disk_bytes,
+                limit,
+            )
+            self._progress.set()
 
     # -- the worker ----------------------------------------------------------------------
 
@@ -338,6 +376,18 @@ class Engine:
         await self.ledger.finish(tasks)
         if self.on_finished is not None:
             await self.on_finished(tasks)
+
+
+def directory_bytes(root: Path) -> int:
+    """Bytes of the files under ``root`` (a blocking walk: call it in a thread)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue  # removed meanwhile
+    return total
 
 
 class LocalRouter:

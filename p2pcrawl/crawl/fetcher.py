@@ -37,9 +37,10 @@ class GuardedResolver(AbstractResolver):
     aiohttp never calls the resolver for IP literals, so :meth:`Fetcher.fetch` checks those.
     """
 
-    def __init__(self, allow_private: bool) -> None:
+    def __init__(self, allow_private: bool, allow_loopback: bool = False) -> None:
         self._inner = DefaultResolver()
         self._allow_private = allow_private
+        self._allow_loopback = allow_loopback
         # host -> the address aiohttp will try first, for WARC-IP-Address: the connection
         # object is often released before the caller could ask it for its peer.
         self.addresses: dict[str, str] = {}
@@ -49,7 +50,10 @@ class GuardedResolver(AbstractResolver):
     ) -> list[ResolveResult]:
         results = await self._inner.resolve(host, port, family)
         if not self._allow_private:
-            results = [r for r in results if not is_forbidden_address(r["host"])]
+            loop_ok = self._allow_loopback
+            results = [
+                r for r in results if not is_forbidden_address(r["host"], allow_loopback=loop_ok)
+            ]
             if not results:
                 raise ForbiddenAddress(f"{host} resolves only to private addresses")
         if len(self.addresses) > 10_000:
@@ -69,12 +73,17 @@ class FetchResult:
     headers: list[tuple[str, str]] = field(default_factory=list)
     request_headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes = b""
-    truncated: bool = False
+    # Why the body is shorter than what the server sent or promised, as WARC 1.1's
+    # WARC-Truncated says it: "length" (our size cap), "time" (our timeout), "disconnect"
+    # (the connection broke); "" when the body is whole.
+    truncated: str = ""
     content_type: str = ""
     charset: str | None = None
     elapsed: float = 0.0
     ip: str | None = None
-    error: str | None = None  # timeout | connect | dns | forbidden | protocol | too_large
+    # timeout | connect | dns | forbidden | protocol | disconnect (after the headers: the
+    # partial body is kept, retryable)
+    error: str | None = None
     location: str | None = None
     retry_after: str | None = None
     fetched_at: float = 0.0
@@ -94,7 +103,8 @@ class Fetcher:
     def __init__(self, settings: CrawlSettings) -> None:
         self._settings = settings
         self._session: aiohttp.ClientSession | None = None
-        self._resolver = GuardedResolver(settings.scope.allow_private)
+        scope = settings.scope
+        self._resolver = GuardedResolver(scope.allow_private, scope.allow_loopback)
         self.user_agent = settings.effective_user_agent()
 
     async def start(self) -> None:
@@ -142,8 +152,11 @@ class Fetcher:
         assert self._session is not None, "Fetcher.start() not called"
         limit = self._settings.fetch.max_body_bytes if max_body is None else max_body
         result = FetchResult(url=url, fetched_at=time.time())
-        if not self._settings.scope.allow_private and _forbidden_literal(url):
-            # Seeds and robots.txt redirects reach here without a scope check.
+        scope = self._settings.scope
+        if not scope.allow_private and _forbidden_literal(url, scope.allow_loopback):
+            # Every connection passes here, robots.txt and each of its redirects included;
+            # host names are checked by the resolver, IP literals (which aiohttp never
+            # resolves) here.
             result.error = "forbidden"
             return result
         started = time.monotonic()
@@ -160,21 +173,9 @@ class Fetcher:
                 result.location = resp.headers.get("Location")
                 result.retry_after = resp.headers.get("Retry-After")
                 result.ip = self._peer_ip(resp)
-                chunks: list[bytes] = []
-                size = 0
-                while True:
-                    chunk = await resp.content.read(_READ_CHUNK)
-                    if not chunk:
-                        break
-                    size += len(chunk)
-                    if size > limit:
-                        chunks.append(chunk[: len(chunk) - (size - limit)])
-                        result.truncated = True
-                        # The rest of the body is unread, so the connection cannot be reused.
-                        resp.close()
-                        break
-                    chunks.append(chunk)
-                result.body = b"".join(chunks)
+                result.body, result.truncated = await _read_body(resp, limit)
+                if result.truncated == "disconnect":
+                    result.error = "disconnect"
         except TimeoutError:
             result.error = "timeout"
         except ForbiddenAddress:
@@ -196,10 +197,43 @@ class Fetcher:
         return result
 
 
-def _forbidden_literal(url: str) -> bool:
+async def _read_body(resp: aiohttp.ClientResponse, limit: int) -> tuple[bytes, str]:
+    """The body, up to ``limit`` bytes, and why it is cut short ("" if whole).
+
+    What arrived before a timeout or a broken connection is kept: it is what the server
+    sent, archived with WARC-Truncated, and its links are still worth following.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    reason = ""
+    try:
+        while True:
+            chunk = await resp.content.read(_READ_CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limit:
+                chunks.append(chunk[: len(chunk) - (size - limit)])
+                reason = "length"
+                # The rest of the body is unread, so the connection cannot be reused.
+                resp.close()
+                break
+            chunks.append(chunk)
+    except TimeoutError:
+        reason = "time"
+        resp.close()
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError):
+        # A reset, or a connection closed before the promised Content-Length or the last
+        # chunk.
+        reason = "disconnect"
+        resp.close()
+    return b"".join(chunks), reason
+
+
+def _forbidden_literal(url: str, allow_loopback: bool) -> bool:
     """The URL's host is an IP address the SSRF guard refuses (names go to the resolver)."""
     try:
         host = urlsplit(url).hostname
     except ValueError:
         return False
-    return host is not None and is_forbidden_address(host)
+    return host is not None and is_forbidden_address(host, allow_loopback=allow_loopback)

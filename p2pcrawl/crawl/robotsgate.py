@@ -58,12 +58,21 @@ class RobotsGate:
                     break
                 url = nxt
                 continue
-            if res.status:
+            if res.status and res.truncated in ("", "length"):
+                # A robots.txt cut by a timeout or a broken connection may have lost the
+                # very rules that matter: it counts as unreachable, not as the whole file.
+                # Past 500 KiB (RFC 9309 §2.5) the rest may be ignored.
                 status, body = res.status, res.body
             break
         self.stats.robots_fetched += 1
         if status is None and res.error:
             self.stats.errors[res.error] += 1
+        if res.error == "forbidden" and url != origin + "/robots.txt":
+            # A robots.txt that redirects into an address the guard refuses (a cloud
+            # metadata endpoint, say) was never fetched from there. The file is unavailable,
+            # which RFC 9309 §2.3.1.3 treats as a 4xx: no rules.
+            self.stats.errors["robots_redirect_refused"] += 1
+            status, body = 404, None
         if status is None or status >= 500:
             if len(self._failures) > FAILURE_MEMO_LIMIT:
                 self._failures.clear()

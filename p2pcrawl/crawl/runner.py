@@ -50,6 +50,7 @@ async def crawl(
             )
             await warc.start()
         engine = Engine(settings, ledger, warc=warc, partition=partition)
+        engine.data_dir = data_dir
         await engine.start()
         await engine.add_seeds(seeds)
         while not (engine.idle or (engine.exhausted and not engine.in_flight)):

@@ -49,13 +49,21 @@ class CrawlStats:
     robots_fetched: int = 0
     redirects: int = 0
     redirect_limit: int = 0
-    truncated: int = 0
+    truncated: int = 0  # pages archived with a cut body; by reason in truncated_by
     non_html: int = 0
     retries: int = 0
     nofollow_pages: int = 0
     skipped_done: int = 0  # queued URLs found already done before fetching
     status: Counter[int] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
+    # WARC-Truncated reason (length, time, disconnect) -> pages archived so.
+    truncated_by: Counter[str] = field(default_factory=Counter)
+    # Parse bound hit (depth, deadline, worker) -> pages; parsed_in_worker: off the loop.
+    parse_bounded: Counter[str] = field(default_factory=Counter)
+    parsed_in_worker: int = 0
+    # URLs not queued because of a budget or a trap rule (host_pages, host_urls,
+    # repeating_path, session_id) -> count; session_id counts IDs stripped, not URLs lost.
+    budget: Counter[str] = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)
     fetch_hist: Histogram = field(
         default_factory=lambda: Histogram(

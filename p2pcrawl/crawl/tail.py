@@ -6,7 +6,6 @@ as done only once its record is on disk (a crash before that leaves the URL queu
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from p2pcrawl.archive import FetchRecord
@@ -14,14 +13,12 @@ from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.fetcher import FetchResult
 from p2pcrawl.crawl.frontier import Task
 from p2pcrawl.crawl.parse import extract_links
+from p2pcrawl.crawl.parseproc import needs_worker
 
 if TYPE_CHECKING:
     from p2pcrawl.crawl.engine import Engine
 
-__all__ = ["PARSE_IN_THREAD_BYTES", "page_tail", "to_record"]
-
-# Parsing a page this large would hold the event loop for tens of milliseconds.
-PARSE_IN_THREAD_BYTES = 1 << 20
+__all__ = ["page_tail", "to_record"]
 
 
 async def page_tail(engine: Engine, task: Task, res: FetchResult) -> None:
@@ -30,6 +27,8 @@ async def page_tail(engine: Engine, task: Task, res: FetchResult) -> None:
     links = engine.links
     # A redirect target is the same document moved: it keeps the source's depth.
     fresh = links.tasks(_redirect_target(engine, task, res), task.depth, task.hops + 1)
+    # A truncated HTML body is parsed too: lexbor closes what was left open, and the links
+    # that arrived are as real as those of a whole page.
     if res.is_html and 200 <= res.status < 300:
         fresh += links.tasks(await _parse(engine, task, res), task.depth + 1, 0)
     elif 200 <= res.status < 300:
@@ -59,16 +58,22 @@ def _redirect_target(engine: Engine, task: Task, res: FetchResult) -> list[str]:
 
 async def _parse(engine: Engine, task: Task, res: FetchResult) -> list[str]:
     limits = engine.settings.fetch
-    if len(res.body) > PARSE_IN_THREAD_BYTES:
-        page = await asyncio.to_thread(
-            extract_links,
+    stats = engine.stats
+    if needs_worker(res.body):
+        # Large or tag-heavy: parsed in a process, nesting capped, under a deadline.
+        bounded = await engine.parsers.parse(
             res.body,
             task.url,
             encoding=res.charset,
             max_links=limits.max_links_per_page,
             max_url_length=limits.max_url_length,
         )
+        stats.parsed_in_worker += 1
+        if bounded.bound is not None:
+            stats.parse_bounded[bounded.bound] += 1
+        page = bounded.page
     else:
+        # Fewer start tags than the loop can afford to nest: parsed here, as fast as before.
         page = extract_links(
             res.body,
             task.url,
@@ -76,7 +81,6 @@ async def _parse(engine: Engine, task: Task, res: FetchResult) -> list[str]:
             max_links=limits.max_links_per_page,
             max_url_length=limits.max_url_length,
         )
-    stats = engine.stats
     stats.html_parsed += 1
     stats.links_extracted += len(page.links)
     if page.nofollow:

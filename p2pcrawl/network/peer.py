@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from p2pcrawl import __version__
+from p2pcrawl.aio import LoopLagMonitor
 from p2pcrawl.archive import WarcWriter
 from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, SeedVerdict, Task, urls
 from p2pcrawl.network.dispatch import Dispatcher
@@ -73,6 +74,8 @@ class Peer:
         self._leave_requested = asyncio.Event()
         self._backup_count = 0
         self.membership = Membership(self)
+        # How late the event loop runs: every RPC reply and status answer waits that long.
+        self.loop_lag = LoopLagMonitor()
 
     # -- start and stop --------------------------------------------------------------------
 
@@ -113,6 +116,7 @@ class Peer:
                 on_finished=self.replication.finished,
                 on_failure=self._engine_failed,
             )
+            self.engine.data_dir = cfg.data_dir  # measured against --max-disk
             self.scope_sync = ScopeSync(
                 self.node, self.engine, trusted=bool(ps.secret) or is_loopback(cfg.listen[0])
             )
@@ -123,6 +127,7 @@ class Peer:
             if cfg.bootstrap:
                 peers = await self.node.join(list(cfg.bootstrap))
                 self.events.add("joined", peers=len(peers))
+            self.spawn(self.loop_lag.run(), "loop-lag")
             self.spawn(self.membership.rebalance_loop(), "rebalance")
             self.spawn(self.membership.republish_loop(), "republish")
             if self.engine.scope_from_seeds:
@@ -271,6 +276,20 @@ class Peer:
             + (self.replication.pending if self.replication else 0),
             "uptime_s": round(time.monotonic() - self.started, 3),
             "handoff": self.handoff.as_dict(),
+            **self._hostile_status(),
+        }
+
+    def _hostile_status(self) -> dict[str, object]:
+        """Loop lag and what the bounds on hostile input did (status page and /metrics)."""
+        lag = self.loop_lag.snapshot()
+        stats = self.engine.stats if self.engine else None
+        return {
+            "loop_lag_p99_ms": round(lag.p99 * 1000, 1),
+            "loop_lag_max_ms": round(lag.max * 1000, 1),
+            "truncated_by": dict(stats.truncated_by) if stats else {},
+            "parse_bounded": dict(stats.parse_bounded) if stats else {},
+            "budget": dict(stats.budget) if stats else {},
+            "disk_full": bool(self.engine and self.engine.disk_full),
         }
 
     def top_hosts(self, limit: int) -> list[dict[str, object]]:

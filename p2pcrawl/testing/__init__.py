@@ -5,6 +5,15 @@ harness that runs real peer processes on loopback. Tests, benchmarks, examples a
 from __future__ import annotations
 
 from p2pcrawl.testing.cluster import Cluster, PeerProc
+from p2pcrawl.testing.hostile import HostileConfig, HostileWeb
 from p2pcrawl.testing.web import TestWeb, TestWebConfig, canonical_target
 
-__all__ = ["Cluster", "PeerProc", "TestWeb", "TestWebConfig", "canonical_target"]
+__all__ = [
+    "Cluster",
+    "HostileConfig",
+    "HostileWeb",
+    "PeerProc",
+    "TestWeb",
+    "TestWebConfig",
+    "canonical_target",
+]

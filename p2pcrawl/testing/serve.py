@@ -34,6 +34,9 @@ def _parse_args(argv: list[str] | None) -> TestWebConfig:
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--port", type=int, default=0, help="0 = choose")
     parser.add_argument("--first-ip", type=int, default=d.first_ip)
+    parser.add_argument(
+        "--hostile", action="store_true", help="also serve the hostile hosts (crawl_domains)"
+    )
     a = parser.parse_args(argv)
     return TestWebConfig(
         hosts=a.hosts,
@@ -47,6 +50,7 @@ def _parse_args(argv: list[str] | None) -> TestWebConfig:
         large_page_bytes=a.large_page_bytes,
         port=a.port,
         first_ip=a.first_ip,
+        hostile=a.hostile,
     )
 
 
@@ -60,6 +64,7 @@ async def _serve(config: TestWebConfig) -> None:
             "hub": testweb.hub_url,
             "hosts": testweb.hosts,
             "allow_domains": testweb.allow_domains,
+            "crawl_domains": testweb.crawl_domains,
             "port": testweb.port,
         }
         sys.stdout.write(json.dumps(line) + "\n")

@@ -55,6 +55,7 @@ from p2pcrawl.testing.content import (
     lognormal_mu,
     make_text,
 )
+from p2pcrawl.testing.hostile import HostileConfig, HostileWeb
 
 __all__ = ["TestWeb", "TestWebConfig", "canonical_target"]
 
@@ -96,6 +97,10 @@ class TestWebConfig:
     large_page_bytes: int = 12 * 1024 * 1024  # 0 = no large page
     port: int = 0  # 0 = choose on start
     first_ip: int = 2  # hosts are 127.0.0.{first_ip + i}
+    # Also serve the hostile hosts (p2pcrawl.testing.hostile) and link the hub to them. They
+    # are outside the ground truth; crawl them by putting crawl_domains in scope.
+    hostile: bool = False
+    hostile_config: HostileConfig | None = None
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.pages_per_host < 1:
@@ -103,6 +108,9 @@ class TestWebConfig:
         # 127.0.0.250 is the out-of-scope loopback host the pages link to.
         if self.first_ip < 1 or self.first_ip + self.hosts > 250:
             raise ValueError("hosts must fit in 127.0.0.1 .. 127.0.0.249")
+        hostile_ip = (self.hostile_config or HostileConfig()).first_ip
+        if self.hostile and self.first_ip + self.hosts > hostile_ip:
+            raise ValueError(f"with hostile hosts, hosts must end below 127.0.0.{hostile_ip}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,13 +185,24 @@ class TestWeb:
         self._root_extras: tuple[str, ...] = ()
         self._answer = functools.lru_cache(maxsize=_RENDER_CACHE)(self._render)
         self._runners: list[web.ServerRunner] = []
-        if config.port:
+        self.hostile: HostileWeb | None = None
+        if config.hostile:
+            self.hostile = HostileWeb(config.hostile_config or HostileConfig())
+        if config.port and not config.hostile:
             self._set_port(config.port)
+
+    @property
+    def crawl_domains(self) -> list[str]:
+        """What a crawl of this web puts in scope: its hosts, and the hostile ones if any."""
+        extra = self.hostile.allow_domains if self.hostile is not None else []
+        return self.allow_domains + extra
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Bind every host on one shared port, retrying if another process holds it."""
+        if self.hostile is not None:
+            await self.hostile.start()  # first: the hub links to it
         for _attempt in range(_BIND_ATTEMPTS):
             port = self.config.port
             try:
@@ -213,6 +232,8 @@ class TestWeb:
             # One runner failing to close must not leak the others' sockets.
             with contextlib.suppress(Exception):
                 await runner.cleanup()
+        if self.hostile is not None:
+            await self.hostile.aclose()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -316,6 +337,10 @@ class TestWeb:
         self.request_counts.clear()
         self.robots_counts.clear()
         roots = tuple(_Link(b + "/", b + "/") for b in self._bases)
+        if self.hostile is not None and self.hostile.port:
+            # target None: outside the ground truth (what a crawl does with them is the
+            # hostile tests' business).
+            roots += tuple(_Link(url, None) for url in self.hostile.entry_urls())
         if not self.config.features:
             self._hub_extras = roots
             return

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from p2pcrawl.ui.cli import main
+from p2pcrawl.ui.connlimit import ConnectionLimits
 from p2pcrawl.ui.metrics import PeerMetrics
 from p2pcrawl.ui.status import StatusServer
 
-__all__ = ["PeerMetrics", "StatusServer", "main"]
+__all__ = ["ConnectionLimits", "PeerMetrics", "StatusServer", "main"]

@@ -15,7 +15,10 @@ __all__ = ["run_client"]
 async def _http(method: str, peer: str, path: str, token: str | None, body: Any = None) -> Any:
     import aiohttp
 
-    host, port = parse_hostport(peer)
+    try:
+        host, port = parse_hostport(peer)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(str(exc)) from exc
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     timeout = aiohttp.ClientTimeout(total=30)
     try:
@@ -25,23 +28,36 @@ async def _http(method: str, peer: str, path: str, token: str | None, body: Any 
                 method, f"http://{host}:{port}{path}", json=body, headers=headers
             ) as resp,
         ):
-            try:
-                doc = await resp.json(content_type=None)
-            except ValueError:
-                raise UsageError(f"{peer} is not a p2pcrawl status server: {_PEER_HINT}") from None
-            if resp.status >= 400:
-                error = doc.get("error", resp.status) if isinstance(doc, dict) else resp.status
-                raise UsageError(f"{peer}: {error}")
-            return doc
+            raw = await resp.read()
+            status, content_type = resp.status, resp.content_type
     except aiohttp.ClientConnectorError as exc:
         # The usual mistake: the UDP --listen port, where nothing answers over TCP.
         err = exc.os_error
         reason = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
-        # OSError: the command was right, the peer is not there (exit 1, not 2).
-        raise OSError(f"cannot reach {peer}: {reason.lower()}; {_PEER_HINT}") from None
-    except TimeoutError:
-        raise OSError(f"{peer} did not answer within 30 s") from None
+        raise NotAPeer(f"cannot reach {peer}: {reason.lower()}; {_PEER_HINT}") from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise NotAPeer(f"cannot reach a peer at {peer}: {exc}") from exc
+    except TimeoutError as exc:
+        raise NotAPeer(f"{peer} did not answer within {timeout.total:g} s") from exc
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    if not isinstance(doc, dict):
+        raise NotAPeer(
+            f"{peer} is not a p2pcrawl status server (it answered {path} with HTTP {status}, "
+            f"{content_type or 'no content type'}): {_PEER_HINT}"
+        )
+    if status >= 400:
+        raise UsageError(f"{peer}: {doc.get('error', status)}")
+    return doc
 
+
+class NotAPeer(OSError):
+    """The address given with --peer does not answer as a peer's status server."""
+
+
+_STATUS_KEYS = ("node_id", "listen", "state", "uptime_s", "peers", "tasks_queued")
 
 _PEER_HINT = (
     "--peer takes a peer's status server address (its join --status, 127.0.0.1:8080 by "
@@ -121,5 +137,8 @@ async def run_client(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2) if args.json else format_network(doc))
     else:
         doc = await _http("GET", args.peer, "/api/status", args.token)
+        missing = [k for k in _STATUS_KEYS if k not in doc]
+        if missing:
+            raise NotAPeer(f"{args.peer} answered /api/status without {', '.join(missing)}")
         print(json.dumps(doc, indent=2) if args.json else _format_status(doc))
     return 0

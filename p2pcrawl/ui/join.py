@@ -43,7 +43,7 @@ async def run_join(opts: dict[str, Any]) -> int:
         is_loopback,
         join_command,
     )
-    from p2pcrawl.ui.status import StatusServer
+    from p2pcrawl.ui.status import StatusServer, is_loopback_host
     from protocol import BootstrapError
 
     if not opts.get("listen"):
@@ -77,11 +77,16 @@ async def run_join(opts: dict[str, Any]) -> int:
     except NetworkKeyError as exc:
         raise UsageError(str(exc)) from exc
     opts = {**opts, "secret": key.secret}
-    seeds = tuple(opts.get("seed") or ())
-    bad = [u for u in seeds if urls.canonicalize(u) is None]
-    if bad:
-        raise UsageError(f"--seed {bad[0]!r} is not a crawlable URL: {scheme_hint(bad[0])}")
     crawl, peer_settings = settings_from(opts)
+    seeds = tuple(opts.get("seed") or ())
+    for seed in seeds:
+        if urls.canonicalize(seed, max_length=crawl.fetch.max_url_length) is None:
+            raise UsageError(f"--seed {seed!r} is not a crawlable URL: {scheme_hint(seed)}")
+    token = opts.get("status_token") or ""
+    if not is_loopback_host(status_addr[0]) and not token:
+        raise UsageError(
+            f"--status {opts['status']} listens beyond loopback; set --status-token too"
+        )
     config = PeerConfig(
         data_dir=Path(opts["data"]),
         listen=listen,
@@ -95,7 +100,7 @@ async def run_join(opts: dict[str, Any]) -> int:
     except DataDirError as exc:
         log.error("%s", exc)
         return EXIT_FAILURE
-    server = StatusServer(peer, *status_addr, token=opts.get("status_token") or "")
+    server = StatusServer(peer, *status_addr, token=token)
     loop = asyncio.get_running_loop()
     interrupts = 0
 

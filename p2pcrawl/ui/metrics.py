@@ -54,7 +54,8 @@ _CRAWL_COUNTERS = (
     ("p2pcrawl_seen_cache_hits", "Links dropped by the seen cache", "seen_cache_hits"),
     ("p2pcrawl_redirects", "Redirects followed", "redirects"),
     ("p2pcrawl_retries", "Fetches retried", "retries"),
-    ("p2pcrawl_truncated", "Bodies cut at the size limit", "truncated"),
+    ("p2pcrawl_truncated", "Pages archived with a cut body (WARC-Truncated)", "truncated"),
+    ("p2pcrawl_parsed_in_worker", "Pages parsed in a parse process", "parsed_in_worker"),
     ("p2pcrawl_non_html", "Responses that were not HTML", "non_html"),
 )
 
@@ -98,6 +99,22 @@ class _Collector:
             c.add_metric([], float(getattr(s, attr)))
             yield c
         yield _labelled_counter("p2pcrawl_fetch_errors", "Fetch errors", "kind", s.errors)
+        yield _labelled_counter(
+            "p2pcrawl_truncated_by", "Pages archived truncated, by reason", "reason", s.truncated_by
+        )
+        yield _labelled_counter(
+            "p2pcrawl_parse_bounded", "Parses that hit a bound, by bound", "bound", s.parse_bounded
+        )
+        yield _labelled_counter(
+            "p2pcrawl_budget", "URLs held back by a budget or trap rule", "rule", s.budget
+        )
+        lag = peer.loop_lag.snapshot()
+        yield _gauge(
+            "p2pcrawl_loop_lag_p99_seconds", "Event-loop lag, p99 of recent samples", lag.p99
+        )
+        yield _gauge(
+            "p2pcrawl_loop_lag_max_seconds", "Event-loop lag, max of recent samples", lag.max
+        )
         yield _labelled_counter(
             "p2pcrawl_http_responses",
             "HTTP responses by status code",

@@ -19,6 +19,7 @@ from p2pcrawl.settings import (
     PeerSettings,
     PolitenessSettings,
     ScopeSettings,
+    bounds,
 )
 
 __all__ = [
@@ -81,6 +82,23 @@ def _number(kind: type[int] | type[float], minimum: float, what: str, bound: str
     return convert
 
 
+def _size(v: str) -> int:
+    """Bytes, with an optional K, M, G or T suffix (powers of 1024): "500M", "2G"."""
+    text = v.strip().upper().removesuffix("B").removesuffix("I")
+    scale = 1
+    if text[-1:] in _SIZE_SUFFIXES:
+        scale = _SIZE_SUFFIXES[text[-1]]
+        text = text[:-1]
+    try:
+        n = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {v!r} (bytes, or 500M, 2G...)") from None
+    if not 0 <= n < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a non-negative size: {v!r}")
+    return int(n * scale)
+
+
+_SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _positive_int = _number(int, 1, "an integer", "must be at least 1")
 _nonneg_int = _number(int, 0, "an integer", "must not be negative")
 _nonneg_float = _number(float, 0.0, "a number", "must be a finite non-negative number")
@@ -103,7 +121,19 @@ def _add_crawl_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="allow URLs that resolve to loopback/private/link-local addresses",
     )
-    g.add_argument("--concurrency", type=_positive_int, metavar="N", help="parallel fetches (32)")
+    g.add_argument(
+        "--allow-loopback",
+        action="store_true",
+        default=None,
+        help="allow this machine's loopback addresses only (127.0.0.0/8, ::1); every other "
+        "non-global address stays refused",
+    )
+    g.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        metavar="N",
+        help=f"parallel fetches (32; {bounds(CrawlSettings, 'concurrency')})",
+    )
     g.add_argument(
         "--delay",
         type=_nonneg_float,
@@ -144,6 +174,25 @@ def _add_crawl_options(p: argparse.ArgumentParser) -> None:
         help="never crawl URLs matching this regular expression; wins over --include (repeatable)",
     )
     g.add_argument("--max-depth", type=_nonneg_int, metavar="N", help="link depth limit (50)")
+    g.add_argument(
+        "--max-pages-per-host",
+        type=_nonneg_int,
+        metavar="N",
+        help="pages fetched from one host at most (100000; 0: no limit)",
+    )
+    g.add_argument(
+        "--max-urls-per-host",
+        type=_nonneg_int,
+        metavar="N",
+        help="URLs of one host this peer queues at most, so a trap cannot fill the disk "
+        "(250000; 0: no limit)",
+    )
+    g.add_argument(
+        "--max-disk",
+        type=_size,
+        metavar="SIZE",
+        help="stop fetching once the data directory holds this much (500M, 20G; 0: no limit)",
+    )
     g.add_argument(
         "--max-body", type=_positive_int, metavar="BYTES", help="truncate bodies past this (10 MiB)"
     )
@@ -247,6 +296,12 @@ def _config_options(doc: dict[str, Any], path: Path) -> dict[str, Any]:
         if dest not in flags or dest == "config":
             raise UsageError(f"{path}: unknown option {key!r}")
         for item in value if isinstance(value, list) else [value]:
+            if not isinstance(item, str | int | float | bool):
+                kind = "table" if isinstance(item, dict) else type(item).__name__
+                raise UsageError(
+                    f"{path}: {key} must be a string, number, true/false or a list of them, "
+                    f"not a {kind}"
+                )
             if item is True:
                 argv.append(flags[dest])
             elif item is not False:
@@ -277,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default=None, choices=["debug", "info", "warning", "error"], help="(info)"
     )
     parser.add_argument("--log-json", action="store_true", default=None, help="JSON log lines")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of a failure, not one line"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     join = sub.add_parser(
@@ -398,6 +456,18 @@ def settings_from(opts: dict[str, Any]) -> tuple[CrawlSettings, PeerSettings]:
         max_network_pages=int(opts.get("max_network_pages") or 0),
         include=tuple(opts.get("include") or ()),
         exclude=tuple(opts.get("exclude") or ()),
+        allow_loopback=bool(opts.get("allow_loopback") or False),
+        max_pages_per_host=int(
+            opts["max_pages_per_host"]
+            if opts.get("max_pages_per_host") is not None
+            else sc.max_pages_per_host
+        ),
+        max_urls_per_host=int(
+            opts["max_urls_per_host"]
+            if opts.get("max_urls_per_host") is not None
+            else sc.max_urls_per_host
+        ),
+        max_disk_bytes=int(opts.get("max_disk") or 0),
     )
     try:
         UrlPatterns(scope.include, scope.exclude)

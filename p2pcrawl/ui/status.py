@@ -29,6 +29,7 @@ from aiohttp import web
 from yarl import URL
 
 from p2pcrawl.crawl import scheme_hint, urls
+from p2pcrawl.ui.connlimit import ConnectionLimits, GuardedServer
 from p2pcrawl.ui.metrics import PeerMetrics
 from p2pcrawl.ui.network import NetworkMonitor, announced_address
 from p2pcrawl.ui.progress import extended_status, warc_output
@@ -139,7 +140,15 @@ def _csp_hash(html: str, tag: str) -> str:
 
 
 class StatusServer:
-    def __init__(self, peer: Peer, host: str, port: int, *, token: str = "") -> None:
+    def __init__(
+        self,
+        peer: Peer,
+        host: str,
+        port: int,
+        *,
+        token: str = "",
+        limits: ConnectionLimits | None = None,
+    ) -> None:
         if not is_loopback_host(host) and not token:
             raise ValueError(
                 f"--status {host}:{port} listens beyond loopback; set --status-token too"
@@ -158,6 +167,8 @@ class StatusServer:
         self._backup_owners: dict[str, int] = {}
         self._output: dict[str, Any] = {}
         self._runner: web.AppRunner | None = None
+        self.limits = limits or ConnectionLimits()
+        self.connections: GuardedServer | None = None
         self._sampler: asyncio.Task[None] | None = None
 
     @property
@@ -190,10 +201,15 @@ class StatusServer:
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        if self.port == 0 and self._runner.addresses:
-            self.port = int(self._runner.addresses[0][1])
+        assert self._runner.server is not None
+        # Not a TCPSite: aiohttp's server has no header timeout and no connection cap.
+        self.connections = GuardedServer(self._runner.server, self.limits)
+        try:
+            self.port = await self.connections.start(self.host, self.port)
+        except BaseException:
+            await self._runner.cleanup()
+            self._runner = None
+            raise
         self._sampler = asyncio.ensure_future(self._sample_loop())
         await self.network.start()
 
@@ -204,6 +220,8 @@ class StatusServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sampler
             self._sampler = None
+        if self.connections is not None:
+            await self.connections.aclose()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
