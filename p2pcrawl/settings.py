@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from protocol import NodeConfig
+from protocol import MAX_URL_LENGTH, NodeConfig
 
 Policy = Literal["breadth-first", "performance-first", "crawl-capability"]
 Partition = Literal["host", "url"]
@@ -19,14 +19,15 @@ DEFAULT_USER_AGENT_NAME = "p2pcrawl"
 
 @dataclass(frozen=True, slots=True)
 class FetchLimits:
-    """HTTP client limits (seed 004: one persistent connection per server)."""
+    """HTTP client limits (High-performance crawl scheduling: one persistent connection per
+    server)."""
 
     connect_timeout: float = 10.0
     read_timeout: float = 30.0
     total_timeout: float = 60.0
     max_body_bytes: int = 10 * 1024 * 1024
     max_redirects: int = 5
-    max_url_length: int = 2048
+    max_url_length: int = MAX_URL_LENGTH
     max_links_per_page: int = 5000
     max_header_bytes: int = 64 * 1024
 
@@ -67,7 +68,7 @@ class CrawlSettings:
     scope: ScopeSettings = field(default_factory=ScopeSettings)
     frontier_window: int = 100_000  # URLs held in RAM; the rest wait in the task store
     host_queue_window: int = 1_000  # URLs per host held in RAM
-    seen_cache_size: int = 1 << 18  # seed 002: ~2^18 entries remove most repeats
+    seen_cache_size: int = 1 << 18  # ~2^18 entries remove most repeats (Mercator)
     warc: bool = True
     warc_max_bytes: int = 1024 * 1024 * 1024
 

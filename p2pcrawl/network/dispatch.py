@@ -1,4 +1,6 @@
-"""Routing discovered URLs to their owners (seed 001: key -> FIND_NODE -> STORE_TASK).
+"""Routing discovered URLs to their owners: key -> FIND_NODE -> STORE_TASK.
+
+The flow of "Distributed Crawler Based on the Improved Kademlia Protocol", §2.3.
 
 Links for the same owner are gathered for a few milliseconds and sent as one batched
 STORE_TASK, so a page's ~50 links cost one message per owner, not one per URL. A caller's

@@ -186,7 +186,8 @@ class Cluster:
         return out
 
     async def wait_finished(self, timeout: float, quiet: float = 3.0) -> list[dict[str, Any]]:
-        """DESIGN.md: every peer idle with no RPC in transit for ``quiet`` seconds."""
+        """Every peer idle with no RPC in transit for ``quiet`` seconds (docs/architecture.md,
+        "Finished")."""
         deadline = time.monotonic() + timeout
         quiet_since: float | None = None
         last: list[dict[str, Any]] = []

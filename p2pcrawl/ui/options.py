@@ -125,7 +125,7 @@ def _add_crawl_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--policy",
         choices=["breadth-first", "performance-first", "crawl-capability"],
-        help="host scheduling policy (seed 004; breadth-first)",
+        help="host scheduling policy (High-performance crawl scheduling, §4; breadth-first)",
     )
     g.add_argument(
         "--partition", choices=["host", "url"], help="DHT key: the URL's host or the URL (host)"
