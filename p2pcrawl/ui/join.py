@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from p2pcrawl.ui.options import EXIT_FAILURE, UsageError, parse_hostport, settings_from
+from protocol import TaskSet
 
 __all__ = ["run_join"]
 
@@ -88,13 +89,13 @@ async def run_join(opts: dict[str, Any]) -> int:
             ),
             flush=True,
         )
-        progress = asyncio.ensure_future(_progress_loop(peer)) if sys.stderr.isatty() else None
+        progress = TaskSet("join")
+        if sys.stderr.isatty():
+            progress.spawn(_progress_loop(peer), "progress")
         try:
             report = await peer.run()
         finally:
-            if progress is not None:
-                progress.cancel()
-                await asyncio.gather(progress, return_exceptions=True)
+            await progress.aclose()
         print(
             json.dumps(
                 {

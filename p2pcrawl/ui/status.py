@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import hashlib
 import hmac
 import ipaddress
@@ -30,6 +29,7 @@ from yarl import URL
 
 from p2pcrawl.crawl import urls
 from p2pcrawl.ui.metrics import PeerMetrics
+from protocol import TaskSet
 
 if TYPE_CHECKING:
     from p2pcrawl.network import Peer
@@ -160,7 +160,7 @@ class StatusServer:
         }
         self._backup_owners: dict[str, int] = {}
         self._runner: web.AppRunner | None = None
-        self._sampler: asyncio.Task[None] | None = None
+        self._tasks: TaskSet | None = None
 
     @property
     def url(self) -> str:
@@ -187,14 +187,13 @@ class StatusServer:
         await site.start()
         if self.port == 0 and self._runner.addresses:
             self.port = int(self._runner.addresses[0][1])
-        self._sampler = asyncio.ensure_future(self._sample_loop())
+        self._tasks = TaskSet("status")
+        self._tasks.spawn(self._sample_loop(), "sampler")
 
     async def aclose(self) -> None:
-        if self._sampler is not None:
-            self._sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sampler
-            self._sampler = None
+        if self._tasks is not None:
+            await self._tasks.aclose()
+            self._tasks = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
