@@ -43,8 +43,7 @@ async def test_callers_during_a_flush_join_the_next_one() -> None:
     store.release.clear()
     gc = Coalescer[str | None, int, int](store.flush)
     first = asyncio.ensure_future(gc.submit(None, [1]))
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
+    await store.started.wait()
     assert store.flushes == [[1]]
     later = [asyncio.ensure_future(gc.submit(None, [i])) for i in (2, 3, 4)]
     await asyncio.sleep(0)
@@ -69,8 +68,7 @@ async def test_a_cancelled_caller_does_not_cancel_the_flush() -> None:
     gc = Coalescer[str | None, int, int](store.flush)
     gone = asyncio.ensure_future(gc.submit(None, [1]))
     stays = asyncio.ensure_future(gc.submit(None, [2]))
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
+    await store.started.wait()
     gone.cancel()
     store.release.set()
     assert await stays == [4]

@@ -323,8 +323,7 @@ async def test_cancelled_call_leaves_nothing_outstanding(make_node: NodeFactory)
     a = await make_node(rpc_timeout=5.0)
     silent = PeerRef(new_node_id(), "127.0.0.1", free_port())
     task = asyncio.create_task(a.refresh_task(silent))
-    await asyncio.sleep(0.05)
-    assert a.stats()["outstanding"] == 1
+    await eventually(lambda: a.stats()["outstanding"] == 1)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

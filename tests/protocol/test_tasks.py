@@ -43,8 +43,10 @@ async def test_aclose_cancels_after_the_deadline() -> None:
 async def test_a_task_that_ignores_cancellation_does_not_hang_aclose() -> None:
     ts = TaskSet("t")
     release = asyncio.Event()
+    running = asyncio.Event()
 
     async def stubborn() -> None:
+        running.set()
         while not release.is_set():
             try:
                 await release.wait()
@@ -53,7 +55,7 @@ async def test_a_task_that_ignores_cancellation_does_not_hang_aclose() -> None:
 
     task = ts.spawn(stubborn(), "stubborn")
     assert task is not None
-    await asyncio.sleep(0)  # let it start, or cancelling kills it before its first line
+    await running.wait()  # started: cancelling earlier would kill it before its first line
     await ts.aclose(timeout=0.0, grace=0.05)
     assert not task.done()  # given up on, not waited for forever
     release.set()
@@ -63,9 +65,11 @@ async def test_a_task_that_ignores_cancellation_does_not_hang_aclose() -> None:
 async def test_the_callers_cancellation_wins() -> None:
     ts = TaskSet("t")
     inner_cancelled = asyncio.Event()
+    waiting = asyncio.Event()
 
     async def forever() -> None:
         try:
+            waiting.set()
             await asyncio.Event().wait()
         except asyncio.CancelledError:
             inner_cancelled.set()
@@ -73,7 +77,7 @@ async def test_the_callers_cancellation_wins() -> None:
 
     ts.spawn(forever(), "forever")
     closer = asyncio.ensure_future(ts.aclose(timeout=60.0))
-    await asyncio.sleep(0)
+    await waiting.wait()
     closer.cancel()
     with pytest.raises(asyncio.CancelledError):
         await closer
