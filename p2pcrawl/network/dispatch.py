@@ -185,6 +185,9 @@ class Dispatcher:
         for it in items:
             if refused is None or it.task.key in refused:
                 again[(it.attempt, it.first_try)].append(it.task)
+        if again and self._retries.closed:
+            # Shutting down: nothing will carry these on, so no caller may take them as sent.
+            raise RuntimeError("dispatcher closed with URLs left to re-route")
         retry: dict[tuple[int, float], asyncio.Task[None] | None] = {}
         for (attempt, first_try), ts in again.items():
             self.rerouted += len(ts)
