@@ -28,6 +28,8 @@ from protocol import TaskSet
 
 __all__ = ["Coalescer"]
 
+MAX_IDLE_LANES = 1024
+
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 R = TypeVar("R")
@@ -89,7 +91,7 @@ class Coalescer(Generic[K, T, R]):
         if self._max is not None and len(state.items) >= self._max:
             state.full.set()
         if state.runner is None:
-            state.runner = self._runners.spawn(self._run(lane, state), f"{lane}")
+            state.runner = self._runners.spawn(self._run(lane, state), "flush")
             if state.runner is None:  # closing: the runners refuse work
                 raise RuntimeError("Coalescer is closed")
         # shield: a cancelled caller leaves its lane-mates' flush alone.
@@ -97,10 +99,16 @@ class Coalescer(Generic[K, T, R]):
         return results[start : start + len(items)]
 
     async def _wait_window(self, state: _Lane[T, R]) -> None:
-        if self._window and not state.full.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._window):
-                    await state.full.wait()
+        if not self._window or state.full.is_set():
+            return
+        if self._max is None:
+            # Nothing but kick() can close it early, and a plain sleep is the cheapest wait
+            # on a path taken once per flush of every page (the ledger's).
+            await asyncio.sleep(self._window)
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._window):
+                await state.full.wait()
 
     async def _run(self, lane: K, state: _Lane[T, R]) -> None:
         current: asyncio.Future[list[R]] | None = None
@@ -137,11 +145,13 @@ class Coalescer(Generic[K, T, R]):
         finally:
             # No await between the loop's test and here, so no item is left unseen.
             state.runner = None
-            if self._lanes.get(lane) is state and not state.items:
-                del self._lanes[lane]
+            # Idle lanes are kept for the next burst, up to a bound (one per peer in practice).
+            if len(self._lanes) > MAX_IDLE_LANES and not state.items:
+                self._lanes.pop(lane, None)
 
     def kick(self) -> None:
-        """Close every open window now."""
+        """Close every open window now (a window of a coalescer without ``max_items`` is a
+        plain sleep of a few milliseconds, and runs out by itself)."""
         for state in self._lanes.values():
             state.full.set()
 
