@@ -3,11 +3,12 @@
 The CLI builds these from flags; tests build them directly. All are frozen so a running
 component can never see a limit change under it.
 
-A field is also a command-line flag and a TOML key when its metadata has a ``help``
-(:func:`option` writes that metadata): ``p2pcrawl/ui/options.py`` generates the argparse
-options and the config loader from these dataclasses, so adding a flag is adding a field.
-Ranges (``min``/``max``) in the metadata are checked by ``__post_init__`` (:func:`validate`),
-for settings built in code as much as for flags.
+A field is also a command-line flag and a TOML key when its metadata has a ``help`` (and no
+``"flag": False``); :func:`option` writes that metadata, and a plain ``field(metadata={"min":
+..., "max": ..., "help": ...})`` does the same: ``p2pcrawl/ui/options.py`` generates the
+argparse options and the config loader from these dataclasses, so adding a flag is adding a
+field. Ranges (``min``/``max``) in the metadata are checked by ``__post_init__``
+(:func:`validate`), for settings built in code as much as for flags.
 """
 
 from __future__ import annotations

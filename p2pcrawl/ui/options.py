@@ -149,7 +149,7 @@ def setting_flags(roots: tuple[type, ...] = SETTINGS_ROOTS) -> list[SettingFlag]
             hint = hints[f.name]
             if dataclasses.is_dataclass(hint):
                 walk(hint)  # type: ignore[arg-type]
-            elif "help" in f.metadata:
+            elif "help" in f.metadata and f.metadata.get("flag") is not False:
                 kind, choices = _kind(hint)
                 out.append(SettingFlag(cls, f, kind, f.metadata.get("choices") or choices))
 

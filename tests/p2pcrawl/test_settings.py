@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -87,6 +87,8 @@ class Extra:
     burst: int = option(4, "requests per burst", min=1, max=64, metavar="N")
     quiet: bool = option(False, "say less")
     plain: int = 3  # no help: not a flag
+    ranged: float = field(default=0.5, metadata={"min": 0.0, "max": 1.0})  # checked, no flag
+    hidden: int = field(default=1, metadata={"min": 1, "help": "code only", "flag": False})
 
     def __post_init__(self) -> None:
         validate(self)
@@ -100,3 +102,7 @@ def test_a_field_with_metadata_is_a_flag_with_its_range() -> None:
     ]
     with pytest.raises(SettingsError, match="--burst: must be from 1 to 64"):
         Extra(burst=65)
+    with pytest.raises(SettingsError, match=r"--ranged: must be a finite number from 0\.0 to 1"):
+        Extra(ranged=2.0)
+    with pytest.raises(SettingsError, match="must be at least 1"):
+        Extra(hidden=0)
