@@ -1,6 +1,7 @@
 """Dispatch throughput: how many URL tasks per second one peer can hand to another.
 
-Seed 001 sends every discovered URL to its owner with its own STORE_TASK RPC. This benchmark
+"Distributed Crawler Based on the Improved Kademlia Protocol"
+(§2.3) sends every discovered URL to its owner with its own STORE_TASK RPC. This benchmark
 runs two CrawlNodes on loopback UDP -- the receiver in a separate process, so sender and
 receiver don't share a core -- and measures, in one run:
 

@@ -1,4 +1,4 @@
-"""Benchmark the done record: SQLite on disk behind the in-RAM DSBF (seeds 002, 003).
+"""Benchmark the done record: SQLite on disk behind the in-RAM DSBF (docs/references.md).
 
     python benchmarks/done_record.py              # 10 M URLs (a few minutes)
     python benchmarks/done_record.py --n 1000000  # quick run

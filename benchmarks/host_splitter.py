@@ -1,4 +1,4 @@
-"""Seed 002's host-splitter cache on the test web: hit rate and messages saved per page.
+"""Mercator's host-splitter cache on the test web: hit rate and messages saved per page.
 
 Every link a page yields would otherwise cost a dedup probe at its owner and, for links to
 hosts owned elsewhere, a URL in a STORE_TASK message. The cache of recently routed URL

@@ -3,29 +3,28 @@
 The CLI builds these from flags; tests build them directly. All are frozen so a running
 component can never see a limit change under it.
 
-Every numeric setting carries its range as field metadata (``min``/``max``, ``gt`` for a
-strict lower bound, and ``help``), checked when the dataclass is built: an absurd value
-(``concurrency = 10**9``, an interval of 0 that would spin a core) is refused with one clear
-:class:`SettingsError`, whichever way the settings were made (flags, TOML, code).
+A field is also a command-line flag and a TOML key when its metadata has a ``help`` (and no
+``"flag": False``); :func:`option` writes that metadata, and a plain ``field(metadata={"min":
+..., "max": ..., "help": ...})`` does the same: ``p2pcrawl/ui/options.py`` generates the
+argparse options and the config loader from these dataclasses, so adding a flag is adding a
+field. Every numeric setting has a range (``min``/``max``, ``gt`` for a strict lower
+bound), checked by ``__post_init__`` (:func:`validate`) whichever way the settings were made
+(flags, TOML, code): an absurd value (``concurrency = 10**9``, an interval of 0 that would
+spin a core) is refused with one clear :class:`SettingsError`. A ranged field that is not a
+flag says ``flag=False``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from protocol import NodeConfig
-
-Policy = Literal["breadth-first", "performance-first", "crawl-capability"]
-Partition = Literal["host", "url"]
-
-DEFAULT_USER_AGENT_NAME = "p2pcrawl"
-
-KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
-DAY = 86400.0
+from protocol import MAX_URL_LENGTH, NodeConfig
 
 __all__ = [
+    "DEFAULT_USER_AGENT_NAME",
     "CrawlSettings",
     "FetchLimits",
     "Partition",
@@ -35,162 +34,300 @@ __all__ = [
     "ScopeSettings",
     "SettingsError",
     "bounds",
+    "option",
+    "validate",
 ]
+
+Policy = Literal["breadth-first", "performance-first", "crawl-capability"]
+Partition = Literal["host", "url"]
+
+DEFAULT_USER_AGENT_NAME = "p2pcrawl"
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+DAY = 86400.0
 
 
 class SettingsError(ValueError):
-    """A setting outside its documented range or of the wrong type."""
+    """A setting out of its range; the message names the flag and the range."""
 
 
-def bounded(
+def option(
     default: Any,
+    help: str,
     *,
     min: float | None = None,
     max: float | None = None,
     gt: float | None = None,
-    help: str = "",
+    flag: str | bool | None = None,
+    size: bool = False,
+    metavar: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    default_text: str | None = None,
+    group: str | None = None,
 ) -> Any:
-    """A dataclass field with its range: ``min <= value <= max``, ``value > gt``."""
-    return field(default=default, metadata={"min": min, "max": max, "gt": gt, "help": help})
+    """A settings field that is also a flag and a TOML key.
+
+    ``flag`` defaults to the field name with dashes (``max_pages`` -> ``--max-pages``);
+    ``default_text`` replaces the default shown in ``--help`` (an empty string shows none); a
+    ``bool`` field is a switch (``flag="--no-warc"`` on a field that defaults to True makes the
+    switch turn it off); a ``tuple[str, ...]`` field is a repeatable flag; ``flag=False``
+    keeps a ranged field out of the command line; ``size`` takes ``500M``, ``2G`` as well as
+    bytes.
+    """
+    meta: dict[str, Any] = {"help": help}
+    for key, value in (
+        ("min", min),
+        ("max", max),
+        ("gt", gt),
+        ("flag", flag),
+        ("metavar", metavar),
+        ("choices", choices),
+        ("default_text", default_text),
+        ("group", group),
+    ):
+        if value is not None:
+            meta[key] = value
+    if size:
+        meta["size"] = True
+    return field(default=default, metadata=meta)
+
+
+def flag_of(f: dataclasses.Field[Any]) -> str:
+    flag = f.metadata.get("flag")
+    return flag if isinstance(flag, str) else "--" + f.name.replace("_", "-")
+
+
+def range_error(f: dataclasses.Field[Any], value: object) -> str | None:
+    """Why ``value`` is out of ``f``'s range (``None`` if it is in range or has none)."""
+    lo, hi, gt = f.metadata.get("min"), f.metadata.get("max"), f.metadata.get("gt")
+    if lo is None and hi is None and gt is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"not a number: {value!r}"
+    whole = isinstance(f.default, int) and not isinstance(f.default, bool)
+    if whole and not isinstance(value, int):
+        return f"not a whole number: {value!r}"
+    is_float = isinstance(value, float)
+    if gt is not None and not value > gt:
+        return f"must be greater than {gt:g}" + (f" and at most {hi:g}" if hi is not None else "")
+    if is_float and not math.isfinite(value):
+        return _bound_text(lo, hi, is_float)
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        return _bound_text(lo, hi, is_float)
+    return None
+
+
+def _bound_text(lo: float | None, hi: float | None, is_float: bool) -> str:
+    if is_float:
+        if hi is None:
+            return (
+                "must be a finite non-negative number"
+                if lo == 0
+                else f"must be a finite number of at least {lo:g}"
+            )
+        return f"must be a finite number from {lo if lo is not None else '-inf'} to {hi:g}"
+    if hi is None:
+        return "must not be negative" if lo == 0 else f"must be at least {lo}"
+    if lo is None:
+        return f"must be at most {hi}"
+    return f"must be from {lo} to {hi}"
 
 
 def bounds(cls: type, name: str) -> str:
-    """The documented range of ``cls.name``, as text for help and errors ("1..4096")."""
-    meta = {f.name: f.metadata for f in fields(cls)}[name]
-    return _range_text(meta)
-
-
-def _range_text(meta: Any) -> str:
-    low = f"> {meta['gt']:g}" if meta.get("gt") is not None else None
-    if meta.get("min") is not None:
-        low = f"{meta['min']:g}"
-    high = f"{meta['max']:g}" if meta.get("max") is not None else None
+    """The documented range of ``cls.name`` as text ("1 .. 4096"), "any" if it has none."""
+    meta = {f.name: f.metadata for f in dataclasses.fields(cls)}[name]
+    lo, hi, gt = meta.get("min"), meta.get("max"), meta.get("gt")
+    low = f"{lo:g}" if lo is not None else (f"> {gt:g}" if gt is not None else None)
+    high = f"{hi:g}" if hi is not None else None
     if low and high:
-        return f"{low} .. {high}" if not low.startswith(">") else f"{low} and <= {high}"
+        return f"{low} .. {high}"
     return low or (f"<= {high}" if high else "any")
 
 
-def _validate(obj: Any) -> None:
-    """Check every bounded field of ``obj`` (called from ``__post_init__``)."""
-    for f in fields(obj):
-        meta = f.metadata
-        if "help" not in meta:
-            continue
-        value = getattr(obj, f.name)
-        what = f"{type(obj).__name__}.{f.name}"
-        want_int = isinstance(f.default, int) and not isinstance(f.default, bool)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise SettingsError(f"{f.name} must be a number, not {value!r} ({what})")
-        if want_int and not isinstance(value, int):
-            raise SettingsError(f"{f.name} must be a whole number, not {value!r} ({what})")
-        ok = math.isfinite(value)
-        if meta["min"] is not None and value < meta["min"]:
-            ok = False
-        if meta["max"] is not None and value > meta["max"]:
-            ok = False
-        if meta["gt"] is not None and not value > meta["gt"]:
-            ok = False
-        if not ok:
-            raise SettingsError(
-                f"{f.name} must be {_range_text(meta)}, not {value!r} ({what}: {meta['help']})"
-            )
+def validate(obj: object) -> None:
+    """Check every ranged field of a settings dataclass (called by ``__post_init__``)."""
+    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+        why = range_error(f, getattr(obj, f.name))
+        if why is not None:
+            where = f"{type(obj).__name__}.{f.name}"
+            raise SettingsError(f"{flag_of(f)}: {why}: {getattr(obj, f.name)!r} ({where})")
 
 
 @dataclass(frozen=True, slots=True)
 class FetchLimits:
-    """HTTP client limits (seed 004: one persistent connection per server)."""
+    """HTTP client limits (High-performance crawl scheduling: one persistent connection per
+    server)."""
 
-    connect_timeout: float = bounded(10.0, gt=0, max=600, help="seconds to connect")
-    read_timeout: float = bounded(30.0, gt=0, max=3600, help="seconds between body reads")
-    total_timeout: float = bounded(60.0, gt=0, max=DAY, help="seconds for a whole response")
-    max_body_bytes: int = bounded(10 * MIB, min=KIB, max=GIB, help="body bytes kept")
-    max_redirects: int = bounded(5, min=0, max=50, help="redirect hops followed")
-    max_url_length: int = bounded(2048, min=64, max=64 * KIB, help="longest URL kept")
-    max_links_per_page: int = bounded(5000, min=0, max=1_000_000, help="links taken per page")
-    max_header_bytes: int = bounded(64 * KIB, min=KIB, max=16 * MIB, help="header line size")
+    connect_timeout: float = option(10.0, "seconds to connect", gt=0, max=600, flag=False)
+    read_timeout: float = option(30.0, "seconds between body reads", gt=0, max=3600, flag=False)
+    total_timeout: float = option(60.0, "seconds for a whole response", gt=0, max=DAY, flag=False)
+    max_body_bytes: int = option(
+        10 * MIB,
+        "truncate bodies past this",
+        min=1,
+        max=GIB,
+        flag="--max-body",
+        metavar="BYTES",
+        default_text="10 MiB",
+        size=True,
+    )
+    max_redirects: int = option(5, "redirect hops", min=0, max=50, metavar="N")
+    max_url_length: int = option(
+        MAX_URL_LENGTH, "longest URL kept", min=64, max=64 * KIB, flag=False
+    )
+    max_links_per_page: int = option(5000, "links taken per page", min=0, max=1_000_000, flag=False)
+    max_header_bytes: int = option(64 * KIB, "header line size", min=KIB, max=16 * MIB, flag=False)
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate(self)
 
 
 @dataclass(frozen=True, slots=True)
 class PolitenessSettings:
     """Per-host gap rules (Mercator: wait a multiple of the last response time)."""
 
-    delay: float = bounded(1.0, min=0, max=DAY, help="minimum seconds between requests to a host")
-    politeness_factor: float = bounded(5.0, min=0, max=1000, help="multiple of response time")
-    max_delay: float = bounded(120.0, min=0, max=7 * DAY, help="longest per-host wait")
-    default_retry_after: float = bounded(60.0, min=0, max=7 * DAY, help="429/503 wait")
-    robots_ttl: float = bounded(DAY, gt=0, max=30 * DAY, help="seconds robots.txt is kept")
-    robots_error_ttl: float = bounded(600.0, gt=0, max=30 * DAY, help="failed robots.txt wait")
-    max_retries: int = bounded(3, min=0, max=100, help="retries of a failed fetch")
+    delay: float = option(
+        1.0, "minimum gap between requests to a host", min=0.0, max=DAY, metavar="S"
+    )
+    politeness_factor: float = option(
+        5.0,
+        "wait F times the host's last response time before the next request",
+        min=0.0,
+        max=1000,
+        metavar="F",
+    )
+    max_delay: float = option(120.0, "longest per-host wait", min=0, max=7 * DAY, flag=False)
+    default_retry_after: float = option(60.0, "429/503 wait", min=0, max=7 * DAY, flag=False)
+    robots_ttl: float = option(DAY, "seconds robots.txt is kept", gt=0, max=30 * DAY, flag=False)
+    robots_error_ttl: float = option(
+        600.0, "failed robots.txt wait", gt=0, max=30 * DAY, flag=False
+    )
+    max_retries: int = option(3, "retries of a failed fetch", min=0, max=100, flag=False)
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate(self)
 
 
 @dataclass(frozen=True, slots=True)
 class ScopeSettings:
     """What may be fetched at all."""
 
-    allow_domains: tuple[str, ...] = ()
-    allow_private: bool = False
+    allow_domains: tuple[str, ...] = option(
+        (),
+        "crawl this domain and its subdomains; an IP or host name matches that host on any port",
+        flag="--allow-domain",
+        metavar="D",
+        default_text="repeatable; default: the seeds' hosts",
+    )
+    allow_private: bool = option(
+        False, "allow URLs that resolve to loopback/private/link-local addresses"
+    )
     # Loopback only (127.0.0.0/8, ::1): servers on this machine, while every other
     # non-global address stays refused.
-    allow_loopback: bool = False
-    max_depth: int = bounded(50, min=0, max=100_000, help="link depth from a seed")
-    max_pages: int = bounded(
+    allow_loopback: bool = option(
+        False,
+        "allow this machine's loopback addresses only (127.0.0.0/8, ::1); every other "
+        "non-global address stays refused",
+    )
+    max_pages: int = option(
         0,
+        "this peer stops fetching after N pages; each peer counts its own, so a network of P "
+        "peers fetches at most P x N",
         min=0,
         max=10**15,
-        help="pages this peer fetches (each peer counts its own); 0 = unlimited",
+        metavar="N",
+        default_text="0: no limit",
     )
-    max_network_pages: int = bounded(
-        0, min=0, max=10**15, help="pages all peers fetch together (approximate); 0 = unlimited"
+    max_network_pages: int = option(
+        0,
+        "every peer stops fetching once the network view counts N pages fetched by all peers "
+        "together; checked every few seconds, so it may overshoot",
+        min=0,
+        max=10**15,
+        metavar="N",
+        default_text="0: no limit",
     )
-    include: tuple[str, ...] = ()  # regular expressions; a URL must match one, if any given
-    exclude: tuple[str, ...] = ()  # regular expressions; a URL matching one is left out
+    include: tuple[str, ...] = option(
+        (),
+        "crawl only URLs matching one of these regular expressions",
+        metavar="REGEX",
+        default_text="repeatable",
+    )
+    exclude: tuple[str, ...] = option(
+        (),
+        "never crawl URLs matching this regular expression; wins over --include",
+        metavar="REGEX",
+        default_text="repeatable",
+    )
+    max_depth: int = option(50, "link depth limit", min=0, max=100_000, metavar="N")
     # Per-host budgets (Heritrix's queue budgets, StormCrawler's max URLs per host): one
     # host, a trap or a huge site, cannot take the whole crawl or fill the disk.
-    max_pages_per_host: int = bounded(
-        100_000, min=0, max=10**12, help="pages fetched per host; 0 = unlimited"
+    max_pages_per_host: int = option(
+        100_000, "pages fetched from one host at most (0: no limit)", min=0, max=10**12, metavar="N"
     )
-    max_urls_per_host: int = bounded(
-        250_000, min=0, max=10**12, help="URLs admitted per host by this peer; 0 = unlimited"
+    max_urls_per_host: int = option(
+        250_000,
+        "URLs of one host this peer queues at most, so a trap cannot fill the disk (0: no limit)",
+        min=0,
+        max=10**12,
+        metavar="N",
     )
-    max_disk_bytes: int = bounded(
-        0, min=0, max=1 << 60, help="data directory size at which fetching stops; 0 = no limit"
+    max_disk_bytes: int = option(
+        0,
+        "stop fetching once the data directory holds this much (500M, 20G)",
+        min=0,
+        max=1 << 60,
+        flag="--max-disk",
+        metavar="SIZE",
+        default_text="0: no limit",
+        size=True,
     )
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate(self)
 
 
 @dataclass(frozen=True, slots=True)
 class CrawlSettings:
     """Everything the crawl engine needs."""
 
-    concurrency: int = bounded(32, min=1, max=4096, help="fetches under way at once")
-    policy: Policy = "breadth-first"
-    user_agent: str = ""
-    contact_url: str = ""
+    concurrency: int = option(32, "parallel fetches", min=1, max=4096, metavar="N")
+    policy: Policy = option(
+        "breadth-first",
+        "host scheduling policy, after High-performance crawl scheduling §4",
+        choices=("breadth-first", "performance-first", "crawl-capability"),
+    )
+    user_agent: str = option(
+        "", "User-Agent", metavar="UA", default_text=f"{DEFAULT_USER_AGENT_NAME}/VERSION"
+    )
+    contact_url: str = option("", "contact URL added to the User-Agent", metavar="URL")
     fetch: FetchLimits = field(default_factory=FetchLimits)
     politeness: PolitenessSettings = field(default_factory=PolitenessSettings)
     scope: ScopeSettings = field(default_factory=ScopeSettings)
     # URLs held in RAM; the rest wait in the task store.
-    frontier_window: int = bounded(100_000, min=16, max=100_000_000, help="URLs held in RAM")
-    host_queue_window: int = bounded(1_000, min=1, max=10_000_000, help="URLs per host in RAM")
-    # Seed 002: ~2^18 entries remove most repeats.
-    seen_cache_size: int = bounded(1 << 18, min=0, max=1 << 28, help="recently seen URLs")
-    warc: bool = True
-    warc_max_bytes: int = bounded(GIB, min=MIB, max=1 << 40, help="bytes per WARC file")
+    frontier_window: int = option(100_000, "URLs held in RAM", min=16, max=100_000_000, flag=False)
+    host_queue_window: int = option(
+        1_000, "URLs per host in RAM", min=1, max=10_000_000, flag=False
+    )
+    # Mercator: ~2^18 entries remove most repeats.
+    seen_cache_size: int = option(1 << 18, "recently seen URLs", min=0, max=1 << 28, flag=False)
+    warc: bool = option(True, "do not write WARC files", flag="--no-warc")
+    warc_max_bytes: int = option(
+        GIB,
+        "rotate WARC files",
+        min=MIB,
+        max=1 << 40,
+        metavar="BYTES",
+        default_text="1 GiB",
+        size=True,
+    )
     # Pages that could hold the event loop are parsed in these processes, each page under
     # a deadline (p2pcrawl.crawl.parseproc).
-    parse_workers: int = bounded(1, min=1, max=64, help="parse processes")
-    parse_deadline: float = bounded(10.0, gt=0, max=3600, help="seconds one parse may take")
+    parse_workers: int = option(1, "parse processes", min=1, max=64, flag=False)
+    parse_deadline: float = option(10.0, "seconds one parse may take", gt=0, max=3600, flag=False)
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate(self)
 
     def effective_user_agent(self) -> str:
         from p2pcrawl import __version__
@@ -203,39 +340,79 @@ class CrawlSettings:
         return ua
 
 
+_NET = "network tuning"
+
+
 @dataclass(frozen=True, slots=True)
 class PeerSettings:
     """The peer's place in the DHT."""
 
-    partition: Partition = "host"
-    replicas: int = bounded(2, min=0, max=16, help="backup copies per task")
-    ksize: int = bounded(20, min=2, max=1000, help="Kademlia bucket size")
-    alpha: int = bounded(3, min=1, max=64, help="parallel lookups")
-    secret: str = ""
-    rpc_timeout: float = bounded(2.0, gt=0, max=300, help="seconds to wait for an RPC reply")
-    failures_before_evict: int = bounded(3, min=1, max=1000, help="failed RPCs before eviction")
+    partition: Partition = option(
+        "host",
+        "DHT key: the URL's host or the URL",
+        choices=("host", "url"),
+        group="crawl options",
+    )
+    replicas: int = option(
+        2, "backup copies per task", min=0, max=16, metavar="R", group="crawl options"
+    )
+    ksize: int = option(20, "Kademlia bucket size", min=2, max=1000, flag=False)
+    alpha: int = option(3, "parallel lookups", min=1, max=64, flag=False)
+    secret: str = option(
+        "",
+        "network key: datagrams without it are dropped. Required when --listen is not "
+        "loopback; a founder without one generates it, stores it in DATA/network.key and "
+        "prints the join command",
+        metavar="S",
+        group="crawl options",
+    )
+    rpc_timeout: float = option(2.0, "RPC reply timeout", gt=0, max=300, metavar="S", group=_NET)
+    failures_before_evict: int = option(
+        3,
+        "consecutive failed RPCs before a peer is considered gone",
+        min=1,
+        max=1000,
+        metavar="N",
+        group=_NET,
+    )
     # Intervals have floors: 0 would make an idle peer spin a core.
-    ping_interval: float = bounded(5.0, min=0.05, max=DAY, help="seconds between pings")
-    refresh_interval: float = bounded(60.0, min=0.5, max=DAY, help="routing-table refresh")
-    republish_interval: float = bounded(30.0, min=0.5, max=DAY, help="backup re-publishing")
-    dispatch_batch: int = bounded(256, min=1, max=1_000_000, help="tasks per routed batch")
-    dispatch_flush_s: float = bounded(0.05, gt=0, max=60, help="seconds a batch may wait")
-    handoff_timeout: float = bounded(30.0, gt=0, max=DAY, help="seconds for a hand-off")
+    ping_interval: float = option(5.0, "liveness pings", min=0.05, max=DAY, metavar="S", group=_NET)
+    refresh_interval: float = option(
+        60.0, "routing-table refresh", min=0.5, max=DAY, metavar="S", group=_NET
+    )
+    republish_interval: float = option(
+        30.0,
+        "how often backups of vanished owners are re-published",
+        min=0.5,
+        max=DAY,
+        metavar="S",
+        group=_NET,
+    )
+    dispatch_batch: int = option(256, "tasks per routed batch", min=1, max=1_000_000, flag=False)
+    dispatch_flush_s: float = option(0.05, "seconds a batch may wait", gt=0, max=60, flag=False)
+    handoff_timeout: float = option(30.0, "seconds for a hand-off", gt=0, max=DAY, flag=False)
     # A new ID takes over hosts only after others have seen it live this long
     # (docs/security.md). Off by default: the newcomer counts itself owner at once, and a
     # replica that already counts it established re-publishes the old owner's backups to
     # it, so it and the old owner crawl the same hosts during the wait (duplicate fetches).
-    min_peer_age: float = bounded(0.0, min=0, max=DAY, help="seconds before a new ID owns hosts")
-    # STORE_TASK intake per sender (tasks/s, burst) before it is answered "busy" and retries.
-    sender_tasks_per_s: float = bounded(
-        5_000.0, gt=0, max=10**9, help="tasks/s a sender may add before busy"
+    min_peer_age: float = option(
+        0.0,
+        "seconds a new peer must stay live before others hand it hosts (0: off)",
+        min=0,
+        max=DAY,
+        metavar="S",
+        group=_NET,
     )
-    sender_tasks_burst: float = bounded(
-        200_000.0, min=1, max=10**12, help="tasks a sender may add at once"
+    # STORE_TASK intake per sender (tasks/s, burst) before it is answered "busy" and retries.
+    sender_tasks_per_s: float = option(
+        5_000.0, "tasks/s a sender may add before busy", gt=0, max=10**9, flag=False
+    )
+    sender_tasks_burst: float = option(
+        200_000.0, "tasks a sender may add at once", min=1, max=10**12, flag=False
     )
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate(self)
 
     def node_config(self) -> NodeConfig:
         return NodeConfig(
@@ -246,5 +423,4 @@ class PeerSettings:
             secret=self.secret,
             ping_interval=self.ping_interval,
             refresh_interval=self.refresh_interval,
-            min_owner_age=self.min_peer_age,
         )

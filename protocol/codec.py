@@ -1,7 +1,8 @@
 """Bytes <-> KeyBatches: compressed, columnar chunks that each fit one rpcudp request.
 
 rpcudp refuses a request whose msgpack framing exceeds 8 KiB (``MalformedMessage``) and UDP
-drops whatever does not arrive whole, so seed 001's one-URL-per-RPC design is slow and fragile.
+drops whatever does not arrive whole, so the one-URL-per-RPC design of "Distributed Crawler Based
+on the Improved Kademlia Protocol" (§2.3) is slow and fragile.
 Tasks travel as batches per partition key, cut into chunks that fit one datagram. A chunk is
 zlib-compressed msgpack (URLs of one host share long prefixes and compress several-fold) laid
 out in columns, so the pure-Python msgpack costs a constant per chunk rather than per URL or

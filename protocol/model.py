@@ -53,7 +53,8 @@ class PeerRef:
 
 @dataclass(frozen=True, slots=True)
 class TaskItem:
-    """One URL to crawl. ``hops`` counts how often it was forwarded between peers."""
+    """One URL to crawl. ``hops`` counts the redirects followed to reach it (a redirect
+    target is the same document moved, so it keeps the depth and the crawler caps the hops)."""
 
     url: str
     depth: int
@@ -64,7 +65,8 @@ class TaskItem:
 class KeyBatch:
     """Everything about one partition key: its tasks and the fingerprints of finished URLs.
 
-    The key is the unit that moves between peers on join and leave (DESIGN.md, Ownership).
+    The key is the unit that moves between peers on join and leave (docs/architecture.md,
+    "Ownership").
     """
 
     key: bytes

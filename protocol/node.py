@@ -1,4 +1,6 @@
-"""``CrawlNode``: a kademlia ``Server`` that also moves crawl tasks (seed 001's improved protocol).
+"""``CrawlNode``: a kademlia ``Server`` that also moves crawl tasks.
+
+The improved protocol of "Distributed Crawler Based on the Improved Kademlia Protocol", §2.2.
 
 The node joins like any Kademlia node (ping a bootstrap contact, then FIND_NODE on its own ID,
 §2.3), answers the stock RPCs so plain kademlia peers interoperate, and adds STORE_TASK,

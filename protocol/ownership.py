@@ -1,9 +1,9 @@
 """Who owns a key: the pure XOR math of Kademlia §2.1, with no sockets.
 
-Keys and node IDs share one 160-bit space (SHA-1, exactly like kademlia's ``digest``), so a
-URL task's owner is simply the live node whose ID is XOR-closest to the task's key, and its
-replicas are the next ``r`` closest (seed 001: the backup queue lives on the owner's
-neighbours).
+Keys and node IDs share one 160-bit space (SHA-1, exactly like kademlia's ``digest``), so a URL
+task's owner is simply the live node whose ID is XOR-closest to the task's key, and its replicas
+are the next ``r`` closest ("Distributed Crawler Based on the Improved Kademlia Protocol",
+§2.2.1: the backup queue lives on the owner's neighbours).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The receiving side of the four crawl RPCs of seed 001, and the handler contract.
+"""The receiving side of the four crawl RPCs, and the handler contract.
+
+The RPCs are those of "Distributed Crawler Based on the Improved Kademlia Protocol", §2.2.2.
 
 The node decodes and validates each request here, calls the crawler's ``CrawlHandler`` and
 turns its answer into a small reply map. A ``MessageError`` raised here becomes an error reply

@@ -1,4 +1,6 @@
-"""The backup queue: copies of tasks held for a nearby owner (seed 001, STORE_BACKUP).
+"""The backup queue: copies of tasks held for a nearby owner (STORE_BACKUP).
+
+The "backup queue" of "Distributed Crawler Based on the Improved Kademlia Protocol", §2.2.1.
 
 A peer keeps these so that its neighbour's queue survives the neighbour crashing: it
 re-publishes them periodically with STORE_TASK (paced through :meth:`BackupStore.page`),

@@ -1,4 +1,6 @@
-"""Dynamic splittable Bloom filter (DSBF), after seed 003 §3.
+"""Dynamic splittable Bloom filter (DSBF).
+
+After Yuan, Yang and Liu, "Research on Detecting Duplicated URL in Dual-Structural Network", §3.
 
 A tree: the root and every inner node hold a *locating hash* that picks one of their
 children; leaves hold ordinary Bloom filters (``rbloom.Bloom``) of a fixed capacity. A
@@ -7,7 +9,7 @@ total size, and capacity grows geometrically with the height.
 
 Locating hashes. Items are already uniform 64-bit fingerprints, so a level's locating hash
 is just a 16-bit slice of the fingerprint taken modulo the node's fan-out, with a different
-slice per level (seed 003: "the locating hashes of different levels must differ", otherwise
+slice per level (the DSBF paper: "the locating hashes of different levels must differ", otherwise
 every item routed to child 3 would go on to child 3 again and the other children would stay
 empty). Slicing costs two integer operations, which matters on the lookup hot path.
 
@@ -62,7 +64,7 @@ def optimal_k(m_bits: int, n: int) -> int:
 
 def false_positive_rate(m_bits: int, n: int, k: int) -> float:
     """Expected false-positive rate of m bits holding n items with k hashes:
-    (1 - e^(-kn/m))^k (seed 003, eq. 1)."""
+    (1 - e^(-kn/m))^k (the DSBF paper, eq. 1)."""
     if m_bits <= 0 or k <= 0:
         raise ValueError("m_bits and k must be positive")
     if n <= 0:
@@ -103,7 +105,7 @@ class SplittableBloom:
 
     ``root_fanout`` (default ``fanout``) is the paper's initial c: choose it as
     ``ceil(expected / leaf_capacity)`` so that the expected number of items fits without a
-    split (seed 003, eq. 5).
+    split (the DSBF paper, eq. 5).
     """
 
     def __init__(

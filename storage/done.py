@@ -1,8 +1,10 @@
 """The done record: exact fingerprints of finished URLs, behind an in-RAM DSBF.
 
-Seed 001 keeps a "hash table of finished URLs" for dedup; seed 002 shows why it belongs on
-disk with a small fast structure in front (most probes are for URLs never seen, and those
-should cost no disk read); seed 003 gives that structure: a dynamic splittable Bloom filter.
+"Distributed Crawler Based on the Improved Kademlia Protocol" (§2.2.1) keeps a "hash table of
+finished URLs" for dedup; "Efficient URL Caching for World Wide Web Crawling" (Mercator)
+shows why it belongs on disk with a small fast structure in front (most probes are for URLs
+never seen, and those should cost no disk read); "Research on Detecting Duplicated URL in
+Dual-Structural Network" (§3) gives that structure: a dynamic splittable Bloom filter.
 So the exact set lives in SQLite, grouped by host key (a host's history moves to its new
 owner with :meth:`DoneRecord.fps_for_keys`), and the filter answers "certainly not done"
 from RAM.
@@ -44,7 +46,7 @@ _SCHEMA = (
 _SCAN_CHUNK = 20_000  # rows per rehash step: a few tens of ms that writers may wait
 _HOST_CACHE = 100_000  # host key -> id entries kept in the worker thread
 _MIN_LEAF = 1024
-_FANOUT = 3  # seed 003's experiments use c = 3
+_FANOUT = 3  # the DSBF paper's experiments (§4) use c = 3
 _MIN_SQL_FP = -(1 << 63)
 
 
@@ -72,7 +74,7 @@ class DoneRecord(WorkerStore):
 
         The filter is sized for ``max(expected, rows on disk)`` so that it needs no split
         until the record outgrows that: leaves of ``min(leaf_capacity, expected)`` items,
-        as many at the root as that takes (seed 003, eq. 5).
+        as many at the root as that takes (the DSBF paper, eq. 5).
         """
         if expected <= 0:
             raise ValueError("expected must be positive")

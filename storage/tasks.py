@@ -1,4 +1,5 @@
-"""The task queue: the URLs this peer owns and must crawl (seed 001, "task queue").
+"""The task queue: the URLs this peer owns and must crawl (the "task queue" of
+"Distributed Crawler Based on the Improved Kademlia Protocol", §2.2.1).
 
 FIFO per insertion, deduplicated by fingerprint, grouped by host key so that a whole host's
 queue can move to a new owner on join or leave. ``seq`` is an AUTOINCREMENT rowid on

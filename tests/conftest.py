@@ -120,7 +120,7 @@ async def wait_idle(
     timeout: float = 20.0,
     headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Poll ``/api/status`` until DESIGN.md's "finished" holds for ``quiet`` seconds.
+    """Poll ``/api/status`` until "finished" (docs/architecture.md) holds for ``quiet`` seconds.
 
     Nothing queued, nothing in flight, no batch in transit, and at least one page fetched
     (so a crawl that has not started yet does not count as finished). Returns the last status.

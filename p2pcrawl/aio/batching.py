@@ -1,86 +1,173 @@
-"""Coalescing small per-peer messages into one RPC.
+"""One coalescer for every batching need: concurrent small requests share one round trip.
 
-Many workers finish pages at once; each needs its replicas told, and each must wait until
-they were (so a crash cannot leave a replica holding a copy of a page that is already done
-without knowing it is done). Items for the same peer that arrive within a few milliseconds
-share one RPC, and every submitter is released by that RPC's answer.
+Three places need the same thing. The ledger's ``accept`` and ``finish`` (twenty workers
+finishing pages at once should cost one store job, not forty); the replicas' DELETE_BACKUP
+(each finished page must be told, and its worker must wait until it was); the dispatcher's
+STORE_TASK outboxes (a page's ~50 links cost one message per owner, not one per URL).
+
+Items are submitted under a *lane* key (a peer, or ``None`` for a single lane). The first
+item of an idle lane opens a ``window``; everything submitted to that lane until the window
+closes (or until ``max_items`` are waiting) goes out in one ``flush(lane, items)``, which
+returns one result per item. Flushes of one lane run one at a time, in order; items that
+arrive during a flush go out in the next one, straight away (they have waited for the flush
+already) unless ``window_each_flush`` asks for a window before every flush. Each submitter
+returns only once the flush carrying its items returned, with its own slice of the results
+or that flush's error, so "durable on return" holds per caller. A cancelled submitter leaves
+its lane-mates' flush alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Hashable
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from protocol import TaskSet
 
 __all__ = ["Coalescer"]
 
-P = TypeVar("P", bound=Hashable)
+MAX_IDLE_LANES = 1024
+
+K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
+R = TypeVar("R")
 
 
-class Coalescer(Generic[P, T]):
+@dataclass(slots=True)
+class _Lane(Generic[T, R]):
+    items: list[T] = field(default_factory=list)
+    due: asyncio.Future[list[R]] | None = None
+    full: asyncio.Event = field(default_factory=asyncio.Event)
+    runner: asyncio.Task[Any] | None = None
+
+
+class Coalescer(Generic[K, T, R]):
     def __init__(
         self,
-        send: Callable[[P, list[T]], Awaitable[object]],
+        flush: Callable[[K, list[T]], Awaitable[Sequence[R]]],
         *,
-        window: float = 0.01,
-        max_items: int = 2000,
+        window: float = 0.0,
+        max_items: int | None = None,
+        window_each_flush: bool = False,
+        name: str = "coalescer",
     ) -> None:
-        self._send = send
+        if window < 0:
+            raise ValueError("window must be >= 0")
+        if max_items is not None and max_items < 1:
+            raise ValueError("max_items must be >= 1")
+        self._flush = flush
         self._window = window
         self._max = max_items
-        self._pending: dict[P, tuple[list[T], asyncio.Future[None]]] = {}
-        self._flushers: dict[P, asyncio.Task[None]] = {}
-        self.rpcs = 0
+        self._rewindow = window_each_flush
+        self._lanes: dict[K, _Lane[T, R]] = {}
+        self._runners = TaskSet(name)
+        self._closed = False
+        self.flushes = 0
+        self.in_flush = 0  # items handed to a flush that has not returned yet
 
     @property
     def pending(self) -> int:
-        return sum(len(items) for items, _ in self._pending.values())
+        """Items waiting for their flush, and items in a flush under way."""
+        return sum(len(lane.items) for lane in self._lanes.values()) + self.in_flush
 
-    async def submit(self, peer: P, items: list[T]) -> None:
-        """Returns when the RPC carrying ``items`` was answered (or failed: see send)."""
-        entry = self._pending.get(peer)
-        if entry is None:
-            entry = self._pending[peer] = ([], asyncio.get_running_loop().create_future())
-        entry[0].extend(items)
-        fut = entry[1]
-        if peer not in self._flushers:
-            self._flushers[peer] = asyncio.ensure_future(self._flush(peer))
-        elif len(entry[0]) >= self._max:
-            self._flushers[peer].cancel()
-            self._flushers[peer] = asyncio.ensure_future(self._flush(peer, wait=False))
-        await asyncio.shield(fut)
+    async def submit(self, lane: K, items: Sequence[T]) -> list[R]:
+        """The results for ``items``, once the flush carrying them returned; its error if not."""
+        if self._closed:
+            raise RuntimeError("Coalescer is closed")
+        if not items:
+            return []
+        state = self._lanes.get(lane)
+        if state is None:
+            state = self._lanes[lane] = _Lane()
+        start = len(state.items)
+        state.items.extend(items)
+        if state.due is None:
+            state.due = asyncio.get_running_loop().create_future()
+            # Every caller may have been cancelled by the time it fails: nobody else reads it.
+            state.due.add_done_callback(_consume)
+        due = state.due
+        if self._max is not None and len(state.items) >= self._max:
+            state.full.set()
+        if state.runner is None:
+            state.runner = self._runners.spawn(self._run(lane, state), "flush")
+            if state.runner is None:  # closing: the runners refuse work
+                raise RuntimeError("Coalescer is closed")
+        # shield: a cancelled caller leaves its lane-mates' flush alone.
+        results = await asyncio.shield(due)
+        return results[start : start + len(items)]
 
-    async def _flush(self, peer: P, *, wait: bool = True) -> None:
+    async def _wait_window(self, state: _Lane[T, R]) -> None:
+        if not self._window or state.full.is_set():
+            return
+        if self._max is None:
+            # Nothing but kick() can close it early, and a plain sleep is the cheapest wait
+            # on a path taken once per flush of every page (the ledger's).
+            await asyncio.sleep(self._window)
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._window):
+                await state.full.wait()
+
+    async def _run(self, lane: K, state: _Lane[T, R]) -> None:
+        current: asyncio.Future[list[R]] | None = None
         try:
-            if wait:
-                await asyncio.sleep(self._window)
+            await self._wait_window(state)
+            while state.items:
+                items, current = state.items, state.due
+                state.items, state.due = [], None
+                state.full.clear()
+                assert current is not None
+                self.flushes += 1
+                self.in_flush += len(items)
+                try:
+                    results = await self._flush(lane, items)
+                except Exception as exc:
+                    current.set_exception(exc)
+                else:
+                    if len(results) == len(items):
+                        current.set_result(list(results))
+                    else:
+                        current.set_exception(RuntimeError("flush returned a wrong result count"))
+                finally:
+                    self.in_flush -= len(items)
+                current = None
+                if self._rewindow and state.items:
+                    await self._wait_window(state)
         except asyncio.CancelledError:
-            return
-        items, fut = self._pending.pop(peer)
-        if self._flushers.get(peer) is asyncio.current_task():
-            del self._flushers[peer]
-        try:
-            self.rpcs += 1
-            await self._send(peer, items)
-        except BaseException as exc:
-            if not fut.done():
-                fut.set_exception(exc)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return
-        if not fut.done():
-            fut.set_result(None)
+            # Cancelled mid-flush (shutting down): no caller may hang on it.
+            for fut in (current, state.due):
+                if fut is not None and not fut.done():
+                    fut.cancel()
+            state.items, state.due = [], None
+            raise
+        finally:
+            # No await between the loop's test and here, so no item is left unseen.
+            state.runner = None
+            # Idle lanes are kept for the next burst, up to a bound (one per peer in practice).
+            if len(self._lanes) > MAX_IDLE_LANES and not state.items:
+                self._lanes.pop(lane, None)
 
-    async def aclose(self) -> None:
-        tasks = list(self._flushers.values())
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for _, fut in self._pending.values():
-            if not fut.done():
-                fut.cancel()
-        self._pending.clear()
-        with contextlib.suppress(Exception):
-            self._flushers.clear()
+    def kick(self) -> None:
+        """Close every open window now (a window of a coalescer without ``max_items`` is a
+        plain sleep of a few milliseconds, and runs out by itself)."""
+        for state in self._lanes.values():
+            state.full.set()
+
+    async def drain(self) -> None:
+        """Flush everything queued now and wait for it (the coalescer stays open)."""
+        self.kick()
+        await self._runners.join()
+
+    async def aclose(self, timeout: float = 5.0) -> None:
+        """Refuse new items; give the queued ones up to ``timeout`` to be flushed, then
+        cancel (their submitters see ``CancelledError``)."""
+        self._closed = True
+        self.kick()
+        await self._runners.aclose(timeout)
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()

@@ -173,7 +173,8 @@ def _http_head(first_line: str, headers: list[tuple[str, str]]) -> bytes | None:
 def gzip_member(data: bytes, level: int = DEFAULT_COMPRESS_LEVEL) -> bytes:
     """``data`` as one gzip member (RFC 1952); ``level`` on zlib's 1-9 scale."""
     if _isal is not None:
-        return _isal.compress(data, min(_ISAL_MAX_LEVEL, level - 1), wbits=_GZIP_WBITS)
+        out: bytes = _isal.compress(data, min(_ISAL_MAX_LEVEL, level - 1), wbits=_GZIP_WBITS)
+        return out
     return zlib.compress(data, level, wbits=_GZIP_WBITS)
 
 

@@ -1,8 +1,8 @@
 """HTTP fetching: one shared aiohttp session, one keep-alive connection per host.
 
-Seed 004: HTTP/1.1 persistent connections doubled throughput over one connection per
-request, and a server never gets more than one connection from us. Redirects are not
-followed here: the engine treats a Location as a newly discovered URL, so the target is
+"High-performance crawl scheduling": HTTP/1.1 persistent connections doubled throughput over one
+connection per request, and a server never gets more than one connection from us. Redirects are
+not followed here: the engine treats a Location as a newly discovered URL, so the target is
 deduplicated and routed to its owner like any link.
 """
 

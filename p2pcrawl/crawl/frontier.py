@@ -1,4 +1,6 @@
-"""The two-level frontier of seed 004: per-host URL queues and a queue of hosts.
+"""The two-level frontier: per-host URL queues and a queue of hosts.
+
+After "High-performance crawl scheduling" (Cao, Jiang, Singh), §3.2.
 
 A worker asks for the best-ranked host that is ready (no request in flight and its
 politeness gap elapsed), takes that host's best URL, and hands the host back with the
@@ -32,7 +34,7 @@ class Task:
     fp: int
     key: bytes  # DHT key of the URL's partition unit
     depth: int
-    hops: int = 0
+    hops: int = 0  # redirects followed to reach this URL (capped by max_redirects)
     tries: int = 0  # retries after network errors or 429/503; not persisted
 
 

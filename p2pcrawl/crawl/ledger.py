@@ -5,7 +5,7 @@ when it is neither in the done record nor already queued. The engine's frontier 
 bounded window over the task store, refilled in store order through a cursor, so a huge
 queue costs disk, not RAM.
 
-Concurrent ``accept`` and ``finish`` calls are group-committed (:mod:`p2pcrawl.aio.groupcommit`):
+Concurrent ``accept`` and ``finish`` calls are group-committed (:class:`p2pcrawl.aio.Coalescer`):
 twenty workers finishing pages at once cost one done-record job and one task-store job, not
 forty, and each caller still returns only once its own rows are committed.
 """
@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-from p2pcrawl.aio import GroupCommit
+from p2pcrawl.aio import Coalescer
 from p2pcrawl.crawl.frontier import Task
 from storage import DoneRecord, StoredTask, TaskStore
 
@@ -50,8 +50,14 @@ class Ledger:
         self.queued = 0  # tasks in the store, in-flight ones included
         self.done_count = 0
         self._lock = asyncio.Lock()
-        self._accepts: GroupCommit[Task, bool] = GroupCommit(self._accept, window=group_window)
-        self._finishes: GroupCommit[Task, None] = GroupCommit(self._finish, window=group_window)
+        # One lane each (key None); flushes of a lane never overlap, which _accept's two
+        # halves around the lock rely on.
+        self._accepts: Coalescer[None, Task, bool] = Coalescer(
+            self._accept, window=group_window, name="ledger-accept"
+        )
+        self._finishes: Coalescer[None, Task, None] = Coalescer(
+            self._finish, window=group_window, name="ledger-finish"
+        )
 
     @classmethod
     async def open(cls, directory: Path, *, expected_done: int = 1_000_000) -> Ledger:
@@ -85,10 +91,10 @@ class Ledger:
         for t in tasks:
             # Validate here so a bad task fails its own caller, not a whole group's flush.
             to_stored(t)
-        flags = await self._accepts.submit(tasks)
+        flags = await self._accepts.submit(None, tasks)
         return [t for t, new in zip(tasks, flags, strict=True) if new]
 
-    async def _accept(self, tasks: list[Task]) -> list[bool]:
+    async def _accept(self, _: None, tasks: list[Task]) -> list[bool]:
         """One flush of ``accept``: a flag per task, True if it was newly queued. A task
         also earlier in the same flush counts once (the store ignores the repeat)."""
         maybe = self.done.maybe_contains
@@ -151,9 +157,9 @@ class Ledger:
         """Record the tasks as done, then drop them from the queue. Durable on return."""
         if not tasks:
             return
-        await self._finishes.submit(tasks)
+        await self._finishes.submit(None, tasks)
 
-    async def _finish(self, tasks: list[Task]) -> list[None]:
+    async def _finish(self, _: None, tasks: list[Task]) -> list[None]:
         # Done first: a task is never in neither store, so accept() cannot take it as new.
         added = await self.done.add([(t.key, t.fp) for t in tasks])
         self.done_count += added

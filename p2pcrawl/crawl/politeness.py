@@ -1,7 +1,8 @@
 """Per-host politeness: one request at a time, and a gap after each one.
 
-Mercator (seed 002) never sends two parallel requests to one server and waits a multiple of the
-last response time before the next; seed 004 likewise never opens more than one connection per
+Mercator ("Efficient URL Caching for World Wide Web Crawling", §4) never sends two parallel
+requests to one server and waits a multiple of the last response time before the next;
+"High-performance crawl scheduling" (§3.2) likewise never opens more than one connection per
 server. :class:`HostPoliteness` is the per-host state that enforces both; the functions compute
 the gaps. Nothing here reads a clock: every call takes ``now``, so tests need no sleeping.
 """
@@ -29,7 +30,7 @@ def next_gap(
     """Seconds to wait after a response before the next request to the same host.
 
     The longest of: our own minimum ``delay``, the site's robots.txt Crawl-delay, and
-    ``politeness_factor`` times how long the last response took (Mercator, seed 002: a slow
+    ``politeness_factor`` times how long the last response took (Mercator: a slow
     server is a busy server, so back off in proportion). Capped at ``max_delay`` so one
     absurd Crawl-delay cannot park a host forever.
     """
@@ -100,7 +101,8 @@ class HostPoliteness:
         """Mark a request to this host as in flight.
 
         Raises RuntimeError if one already is: two parallel requests to one server is exactly
-        what Mercator and seed 004 forbid, so it is a scheduler bug, not a condition to absorb.
+        what Mercator and the two-level scheduler forbid, so it is a scheduler bug, not a
+        condition to absorb.
         """
         if self.busy:
             raise RuntimeError("a request to this host is already in flight")

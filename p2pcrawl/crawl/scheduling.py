@@ -1,4 +1,4 @@
-"""Two-level crawl scheduling: the order of servers, and of URLs inside a server (seed 004).
+"""Two-level crawl scheduling: the order of servers, and of URLs inside a server.
 
 Cao, Jiang and Singh, "High-performance crawl scheduling" (§3.2): URLs wait in per-server
 queues, servers wait in a server queue, and both are priority queues. When one of a fixed number
@@ -32,7 +32,8 @@ __all__ = [
 
 POLICIES: tuple[str, ...] = ("breadth-first", "performance-first", "crawl-capability")
 
-# Seed 004 §4.2: a server we know nothing about is assumed to serve 50 requests per connection.
+# High-performance crawl scheduling §4.2: a server we know nothing about is assumed to serve
+# 50 requests per connection.
 DEFAULT_REQUESTS_PER_CONNECTION = 50
 
 # Keeps T away from zero when a server has only ever answered instantly (loopback tests).
@@ -41,7 +42,7 @@ _MIN_TIME = 1e-3
 
 @dataclass(slots=True)
 class ServerEstimate:
-    """Smoothed connect and per-request times of one server, in seconds (seed 004 §4.2)."""
+    """Smoothed connect and per-request times of one server, in seconds (§4.2)."""
 
     connect_time: float = 0.05
     response_time: float = 0.1
@@ -75,7 +76,7 @@ def expected_pages(requests_per_connection: int, queued: int) -> int:
 def connection_time(est: ServerEstimate, p: int) -> float:
     """T: time one connection fetching ``p`` pages takes, ``2 * connect + p * response``.
 
-    The connect time counts twice, for opening and closing the connection (seed 004 §4.2). The
+    The connect time counts twice, for opening and closing the connection (§4.2). The
     paper also scales T for HTTP/1.1 servers by a reserved parameter (1.2 in its experiments),
     but the formula is lost from our copy of the text, so it is left out here.
     """
@@ -83,7 +84,7 @@ def connection_time(est: ServerEstimate, p: int) -> float:
 
 
 def pages_per_second(est: ServerEstimate, p: int) -> float:
-    """R = P / T, the performance-first rank of a server (seed 004 §4.2)."""
+    """R = P / T, the performance-first rank of a server (§4.2)."""
     if p <= 0:
         return 0.0
     return p / connection_time(est, p)
@@ -100,7 +101,7 @@ def url_quality(depth: int) -> float:
 
 
 def capability(est: ServerEstimate, next_qualities: Sequence[float]) -> float:
-    """C = sum of the qualities of the next P URLs / T (seed 004 §4.4).
+    """C = sum of the qualities of the next P URLs / T (§4.4).
 
     ``next_qualities`` are the qualities of the URLs the next connection will fetch, so
     P = ``len(next_qualities)``.

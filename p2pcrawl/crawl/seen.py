@@ -1,4 +1,6 @@
-"""The host-splitter cache of seed 002: recently routed URL fingerprints.
+"""The host-splitter cache: recently routed URL fingerprints.
+
+After "Efficient URL Caching for World Wide Web Crawling" (Broder, Najork, Wiener), §5.
 
 Mercator found that a cache of about 2^18 recently seen URLs in front of the duplicate
 eliminator and the host splitter removes most repeated links before they cost a disk probe

@@ -1,7 +1,7 @@
 """URL canonicalisation: one spelling per resource, so every peer hashes a URL to the same owner.
 
-Ownership (DESIGN.md, "Ownership") needs the same URL to reach the same owner from any peer,
-so canonicalisation is part of the wire contract, not a local detail: two peers that
+Ownership (docs/architecture.md, "Ownership") needs the same URL to reach the same owner from
+any peer, so canonicalisation is part of the wire contract, not a local detail: two peers that
 canonicalise differently split one host's queue and crawl pages twice.
 
 The general path is yarl (WHATWG-style host handling: UTS 46 IDNA, IPv6 compression,
@@ -45,6 +45,8 @@ from urllib.parse import parse_qsl, quote_plus, urlencode
 import xxhash
 from yarl import URL
 
+from protocol import MAX_URL_LENGTH as PROTOCOL_MAX_URL_LENGTH
+
 __all__ = [
     "MAX_URL_LENGTH",
     "LinkResolver",
@@ -57,7 +59,8 @@ __all__ = [
     "resolve",
 ]
 
-MAX_URL_LENGTH = 2048
+# The limit is the protocol's (the lowest layer): a URL this crawler keeps must fit a task.
+MAX_URL_LENGTH = PROTOCOL_MAX_URL_LENGTH
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # Inputs this many times the limit cannot plausibly shrink under it; refusing them early keeps

@@ -1,4 +1,6 @@
-"""Routing discovered URLs to their owners (seed 001: key -> FIND_NODE -> STORE_TASK).
+"""Routing discovered URLs to their owners: key -> FIND_NODE -> STORE_TASK.
+
+The flow of "Distributed Crawler Based on the Improved Kademlia Protocol", §2.3.
 
 Links for the same owner are gathered for a few milliseconds and sent as one batched
 STORE_TASK, so a page's ~50 links cost one message per owner, not one per URL. A caller's
@@ -10,15 +12,24 @@ URL in the wrong place is better than losing it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from p2pcrawl.aio import Coalescer
 from p2pcrawl.crawl import Task
-from protocol import CrawlNode, KeyBatch, PeerRef, PeerTimeout, RemoteError, StoreResult, TaskItem
+from protocol import (
+    CrawlNode,
+    KeyBatch,
+    PeerRef,
+    PeerTimeout,
+    RemoteError,
+    StoreResult,
+    TaskItem,
+    TaskSet,
+)
 
 __all__ = ["Dispatcher", "to_batches"]
 
@@ -47,18 +58,13 @@ def to_batches(tasks: Sequence[Task], done: dict[bytes, list[int]] | None = None
     return list(by_key.values())
 
 
-@dataclass(slots=True)
-class _Pending:
-    tasks: list[Task]
-    future: asyncio.Future[None]
-    attempt: int = 0
-    first_try: float = 0.0
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """One task in an owner's outbox, with the routing history of the call that sent it."""
 
-
-@dataclass(slots=True)
-class _Outbox:
-    items: list[_Pending] = field(default_factory=list)
-    size: int = 0
+    task: Task
+    attempt: int
+    first_try: float
 
 
 class Dispatcher:
@@ -77,15 +83,22 @@ class Dispatcher:
         self.batch = batch
         self.flush_s = flush_s
         self._owners: dict[bytes, PeerRef] = {}
-        self._outboxes: dict[PeerRef, _Outbox] = {}
-        self._flushers: dict[PeerRef, asyncio.Task[None]] = {}
-        self._kick: dict[PeerRef, asyncio.Event] = {}
+        # One outbox per owner: links for it gather for ``flush_s`` (or until ``batch`` wait)
+        # and leave as one STORE_TASK; each flush answers, per task, the retry that carries
+        # it on if the owner refused or did not answer.
+        self._outboxes: Coalescer[PeerRef, _Item, asyncio.Task[None] | None] = Coalescer(
+            self._send,
+            window=flush_s,
+            max_items=batch,
+            window_each_flush=True,
+            name="dispatch",
+        )
+        # Re-routes outlive the call that started them, as the outbox's flushes do.
+        self._retries = TaskSet("dispatch-retry")
         self.sent_rpcs = 0
         self.sent_urls = 0
         self.rerouted = 0
         self.fallback_local = 0
-        self.in_transit = 0
-        self._retries: set[asyncio.Task[None]] = set()
 
     # -- owner resolution ------------------------------------------------------------------
 
@@ -120,11 +133,17 @@ class Dispatcher:
 
     @property
     def pending(self) -> int:
-        return sum(o.size for o in self._outboxes.values()) + self.in_transit
+        """URLs waiting in an outbox or in a STORE_TASK under way."""
+        return self._outboxes.pending
+
+    @property
+    def in_transit(self) -> int:
+        return self._outboxes.in_flush
 
     async def route(
         self, tasks: list[Task], *, attempt: int = 0, first_try: float | None = None
     ) -> None:
+        """Returns once every task is durably accepted by its owner (or, in the end, here)."""
         if not tasks:
             return
         groups: dict[PeerRef, list[Task]] = defaultdict(list)
@@ -136,44 +155,19 @@ class Dispatcher:
         local = groups.pop(me, None)
         if local:
             waits.append(self.intake(local))
-        loop = asyncio.get_running_loop()
+        started = time.monotonic() if first_try is None else first_try
         for owner, ts in groups.items():
-            fut: asyncio.Future[None] = loop.create_future()
-            started = time.monotonic() if first_try is None else first_try
-            self._enqueue(owner, _Pending(ts, fut, attempt, started))
-            waits.append(fut)
+            waits.append(self._to_owner(owner, [_Item(t, attempt, started) for t in ts]))
         await asyncio.gather(*waits)
 
-    def _enqueue(self, owner: PeerRef, item: _Pending) -> None:
-        box = self._outboxes.setdefault(owner, _Outbox())
-        box.items.append(item)
-        box.size += len(item.tasks)
-        kick = self._kick.setdefault(owner, asyncio.Event())
-        if box.size >= self.batch:
-            kick.set()
-        if owner not in self._flushers:
-            task = asyncio.ensure_future(self._flush_loop(owner))
-            task.set_name(f"dispatch-{owner.short}")
-            self._flushers[owner] = task
+    async def _to_owner(self, owner: PeerRef, items: list[_Item]) -> None:
+        retries = {r for r in await self._outboxes.submit(owner, items) if r is not None}
+        if retries:
+            # shield: like the outbox's flush, a re-route goes on if this caller is cancelled.
+            await asyncio.gather(*(asyncio.shield(r) for r in retries))
 
-    async def _flush_loop(self, owner: PeerRef) -> None:
-        kick = self._kick[owner]
-        try:
-            while owner in self._outboxes:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.flush_s):
-                        await kick.wait()
-                kick.clear()
-                box = self._outboxes.pop(owner)
-                await self._send(owner, box.items)
-        finally:
-            # No await between the loop test and here, so nothing can be queued unseen.
-            self._flushers.pop(owner, None)
-            self._kick.pop(owner, None)
-
-    async def _send(self, owner: PeerRef, items: list[_Pending]) -> None:
-        tasks = [t for it in items for t in it.tasks]
-        self.in_transit += len(tasks)
+    async def _send(self, owner: PeerRef, items: list[_Item]) -> list[asyncio.Task[None] | None]:
+        tasks = [it.task for it in items]
         result: StoreResult | None = None
         try:
             result = await self.node.store_task(owner, to_batches(tasks))
@@ -181,59 +175,46 @@ class Dispatcher:
             self.sent_urls += len(tasks)
         except (PeerTimeout, RemoteError, OSError) as exc:
             log.info("STORE_TASK to %s failed (%s); re-routing %d URLs", owner, exc, len(tasks))
-        finally:
-            self.in_transit -= len(tasks)
         if result is not None and not result.refused_keys:
-            for it in items:
-                if not it.future.done():
-                    it.future.set_result(None)
-            return
+            return [None] * len(items)
         refused = set(result.refused_keys) if result is not None else None
         for key in {t.key for t in tasks} if refused is None else refused:
             self._owners.pop(key, None)
+        # One re-route per routing history, as each ``route`` call keeps its own back-off.
+        again: dict[tuple[int, float], list[Task]] = defaultdict(list)
         for it in items:
-            again = it.tasks if refused is None else [t for t in it.tasks if t.key in refused]
-            if not again:
-                if not it.future.done():
-                    it.future.set_result(None)
-                continue
-            self.rerouted += len(again)
-            self._retry(it, again)
+            if refused is None or it.task.key in refused:
+                again[(it.attempt, it.first_try)].append(it.task)
+        if again and self._retries.closed:
+            # Shutting down: nothing will carry these on, so no caller may take them as sent.
+            raise RuntimeError("dispatcher closed with URLs left to re-route")
+        retry: dict[tuple[int, float], asyncio.Task[None] | None] = {}
+        for (attempt, first_try), ts in again.items():
+            self.rerouted += len(ts)
+            retry[(attempt, first_try)] = self._retries.spawn(
+                self._reroute(ts, attempt, first_try), "reroute"
+            )
+        return [
+            retry.get((it.attempt, it.first_try))
+            if refused is None or it.task.key in refused
+            else None
+            for it in items
+        ]
 
-    def _retry(self, it: _Pending, tasks: list[Task]) -> None:
-        async def run() -> None:
-            try:
-                if time.monotonic() - it.first_try > GIVE_UP_AFTER_S:
-                    self.fallback_local += len(tasks)
-                    await self.intake(tasks)
-                else:
-                    await asyncio.sleep(min(0.1 * (2 ** min(it.attempt, 8)), MAX_RETRY_DELAY_S))
-                    await self.route(tasks, attempt=it.attempt + 1, first_try=it.first_try)
-            except BaseException as exc:
-                if not it.future.done():
-                    it.future.set_exception(exc)
-                raise
-            if not it.future.done():
-                it.future.set_result(None)
-
-        task = asyncio.ensure_future(run())
-        self._retries.add(task)
-        task.add_done_callback(self._retries.discard)
+    async def _reroute(self, tasks: list[Task], attempt: int, first_try: float) -> None:
+        if time.monotonic() - first_try > GIVE_UP_AFTER_S:
+            self.fallback_local += len(tasks)
+            await self.intake(tasks)
+        else:
+            await asyncio.sleep(min(0.1 * (2 ** min(attempt, 8)), MAX_RETRY_DELAY_S))
+            await self.route(tasks, attempt=attempt + 1, first_try=first_try)
 
     async def flush(self) -> None:
-        """Send everything queued now (used before leaving)."""
-        for k in list(self._kick.values()):
-            k.set()
-        while self._flushers or self._retries:
-            await asyncio.gather(*self._flushers.values(), *self._retries, return_exceptions=True)
+        """Send everything queued now, re-routes included (used before leaving)."""
+        while self._outboxes.pending or len(self._retries):
+            await self._outboxes.drain()
+            await self._retries.join()
 
     async def aclose(self) -> None:
-        tasks = [*self._flushers.values(), *self._retries]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for box in self._outboxes.values():
-            for it in box.items:
-                if not it.future.done():
-                    it.future.cancel()
-        self._outboxes.clear()
+        await self._retries.aclose()
+        await self._outboxes.aclose(timeout=0.0)

@@ -1,9 +1,10 @@
 """Membership changes: join refresh, handoff, crash takeover, republish and graceful leave.
 
-Seed 001 gives the shape (REFRESH_TASK on join, re-publishing on leave, periodic republish of
-backups against crashes). Beyond the paper: a host key's done fingerprints travel with its
-tasks, a joiner waits for its neighbours' handoffs before crawling, and only backups whose
-owner is gone or replaced are re-sent.
+"Distributed Crawler Based on the Improved Kademlia Protocol" (§2.4) gives the shape
+(REFRESH_TASK on join, re-publishing on leave, periodic republish of backups against crashes).
+Beyond the paper: a host key's done fingerprints travel with its tasks, a joiner waits for its
+neighbours' handoffs before crawling, and only backups whose owner is gone or replaced are
+re-sent.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class Membership:
             self._handoff_progress.set()
 
     async def on_refresh(self, sender: PeerRef) -> int:
-        """Seed 001's REFRESH_TASK: send the requester every key now closer to it.
+        """REFRESH_TASK (Kademlia crawler paper, §2.4.1): send the requester every key now
+        closer to it.
 
         Beyond the paper, a key's done fingerprints go with it, and keys with no queued
         tasks left move too (their history is what keeps the new owner from re-fetching).
@@ -98,8 +100,8 @@ class Membership:
         self.peer.events.add("handoff", to=requester.id.hex()[:8], keys=len(keys), tasks=sent)
 
     async def refresh_from_neighbours(self) -> None:
-        """Join step 3 of seed 001: ask neighbours to send what is now closer to us, and
-        wait (bounded) until every promised key has arrived."""
+        """Join step 3 (Kademlia crawler paper, §2.4.1): ask neighbours to send what is now
+        closer to us, and wait (bounded) until every promised key has arrived."""
         _, _, node, _, _ = self._started()
         neighbours = node.closest_local(self.peer.node_id, self.peer.config.peer.ksize)
         promised: dict[bytes, int] = {}
@@ -203,7 +205,8 @@ class Membership:
         return len(tasks)
 
     async def republish_loop(self) -> None:
-        """Seed 001's periodic republish of backups, limited to the ones that need it.
+        """The periodic republish of backups (Kademlia crawler paper, §2.4.3), limited to the
+        ones that need it.
 
         A backup whose owner is alive and still the closest node to its key is left alone:
         re-sending those would flood a healthy network for nothing.
@@ -240,7 +243,8 @@ class Membership:
     # -- graceful leave --------------------------------------------------------------------
 
     async def leave(self) -> HandoffReport:
-        """Seed 001's graceful leave: hand every task, done range and backup to its owner."""
+        """Graceful leave (Kademlia crawler paper, §2.4.2): hand every task, done range and
+        backup to its owner."""
         ledger, engine, node, backups, dispatcher = self._started()
         assert engine is not None and ledger is not None and node is not None
         if self.peer.state != "active":

@@ -28,14 +28,17 @@ class Replication:
     def __init__(self, node: CrawlNode, dispatcher: Dispatcher) -> None:
         self.node = node
         self.dispatcher = dispatcher
-        self._deletes: Coalescer[PeerRef, int] = Coalescer(self._send_deletes)
+        self._deletes: Coalescer[PeerRef, int, None] = Coalescer(
+            self._send_deletes, window=0.01, max_items=2000, name="delete-backup"
+        )
 
     @property
     def pending(self) -> int:
         return self._deletes.pending
 
     async def aclose(self) -> None:
-        await self._deletes.aclose()
+        # Shutting down: what was not sent stays on the replicas until a takeover dedups it.
+        await self._deletes.aclose(timeout=0.0)
 
     async def store_backups(self, tasks: Sequence[Task]) -> None:
         """Copy newly accepted tasks to the replicas of their keys (best effort: a missing
@@ -66,10 +69,11 @@ class Replication:
         if by_rep:
             await asyncio.gather(*(self._deletes.submit(r, f) for r, f in by_rep.items()))
 
-    async def _send_deletes(self, rep: PeerRef, fps: list[int]) -> None:
+    async def _send_deletes(self, rep: PeerRef, fps: list[int]) -> list[None]:
         try:
             await self.node.delete_backup(rep, self.node.me.id, fps)
         except (PeerTimeout, RemoteError, OSError) as exc:
             # The copies stay; the republish pass finds the owner healthy and they are
             # dropped when the owner's next DELETE_BACKUP or a takeover dedups them.
             log.info("DELETE_BACKUP to %s failed: %s", rep, exc)
+        return [None] * len(fps)

@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from p2pcrawl.aio import TaskSet
 from p2pcrawl.archive import read_warc_urls
 
 __all__ = ["Cluster", "PeerProc"]
@@ -54,7 +55,7 @@ class Cluster:
         self.peers: list[PeerProc] = []
         self.startup_timeout = startup_timeout
         self._session: aiohttp.ClientSession | None = None
-        self._readers: set[asyncio.Task[None]] = set()
+        self._readers = TaskSet("cluster-stdout")
 
     async def __aenter__(self) -> Cluster:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
@@ -105,9 +106,7 @@ class Cluster:
         peer = PeerProc(name=name, data=data, proc=proc, log_path=log_path)
         self.peers.append(peer)
         ready = asyncio.get_running_loop().create_future()
-        reader = asyncio.ensure_future(self._read_stdout(peer, ready))
-        self._readers.add(reader)
-        reader.add_done_callback(self._readers.discard)
+        self._readers.spawn(self._read_stdout(peer, ready), name)
         if not expect_ready:
             return peer
         try:
@@ -165,9 +164,7 @@ class Cluster:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(10):
                     await p.proc.wait()
-        for t in list(self._readers):
-            t.cancel()
-        await asyncio.gather(*self._readers, return_exceptions=True)
+        await self._readers.aclose()
 
     # -- the status API ------------------------------------------------------------------------
 
@@ -186,7 +183,8 @@ class Cluster:
         return out
 
     async def wait_finished(self, timeout: float, quiet: float = 3.0) -> list[dict[str, Any]]:
-        """DESIGN.md: every peer idle with no RPC in transit for ``quiet`` seconds."""
+        """Every peer idle with no RPC in transit for ``quiet`` seconds (docs/architecture.md,
+        "Finished")."""
         deadline = time.monotonic() + timeout
         quiet_since: float | None = None
         last: list[dict[str, Any]] = []

@@ -26,7 +26,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``--debug`` adds the traceback, for a bug report.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        print(f"p2pcrawl: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return _run(args)
     except KeyboardInterrupt:

@@ -29,7 +29,8 @@ QUIET_S = 1.5
 
 
 def crawl_finished(peers: list[Peer]) -> bool:
-    """DESIGN.md: nothing queued, nothing in flight, no RPC in transit, on every peer."""
+    """Nothing queued, nothing in flight, no RPC in transit, on every peer (docs/architecture.md,
+    "Finished")."""
     for p in peers:
         s = p.status()
         if s["state"] != "active":

@@ -24,6 +24,7 @@ from p2pcrawl.ui.progress import (
     summary_lines,
     warc_output,
 )
+from protocol import TaskSet
 
 __all__ = ["run_join"]
 
@@ -163,12 +164,12 @@ async def run_join(opts: dict[str, Any]) -> int:
         interval = float(opts.get("progress_interval") or 0) or (
             TTY_PROGRESS_S if sys.stderr.isatty() else LOG_PROGRESS_S
         )
-        progress = asyncio.ensure_future(_progress_loop(peer, interval, sys.stderr.isatty()))
+        progress = TaskSet("join")
+        progress.spawn(_progress_loop(peer, interval, sys.stderr.isatty()), "progress")
         try:
             report = await peer.run()
         finally:
-            progress.cancel()
-            await asyncio.gather(progress, return_exceptions=True)
+            await progress.aclose()
         if sys.stderr.isatty():
             sys.stderr.write("\n")  # end the progress line
         warc_dir = config.data_dir / "warc"

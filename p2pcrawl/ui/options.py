@@ -1,13 +1,19 @@
 """The command line and the TOML config: flags, their checks, and the settings they build.
 
-Every option can also come from a TOML file (``--config``); flags given on the command line
-win over the file.
+The settings flags are generated from the settings dataclasses (p2pcrawl/settings.py): a
+field with ``help`` metadata is a flag with its range check, and the TOML key of the same
+name. Flags that are not settings (``--listen``, ``--bootstrap``, ``--status``, ``--data``,
+``--config``, ``--seed``, ``--log-level``) are written here by hand. Every option can also
+come from a TOML file (``--config``); flags given on the command line win over the file.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -15,11 +21,10 @@ from p2pcrawl import __version__
 from p2pcrawl.crawl import UrlPatterns
 from p2pcrawl.settings import (
     CrawlSettings,
-    FetchLimits,
     PeerSettings,
-    PolitenessSettings,
-    ScopeSettings,
-    bounds,
+    SettingsError,
+    flag_of,
+    range_error,
 )
 
 __all__ = [
@@ -29,6 +34,7 @@ __all__ = [
     "build_parser",
     "merge_config",
     "parse_hostport",
+    "setting_flags",
     "settings_from",
 ]
 
@@ -67,189 +73,176 @@ def parse_hostport(value: str, *, default_host: str | None = None) -> tuple[str,
     return host, port
 
 
-def _number(kind: type[int] | type[float], minimum: float, what: str, bound: str) -> Any:
-    """An argparse type: a finite number of ``kind`` that is at least ``minimum``."""
+def _number(kind: type[int] | type[float], f: dataclasses.Field[Any]) -> Any:
+    """An argparse type: a finite number of ``kind`` within ``f``'s range, if it has one."""
+    what = "an integer" if kind is int else "a number"
 
     def convert(v: str) -> int | float:
         try:
             n = kind(v)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not {what}: {v!r}") from None
-        if not minimum <= n < float("inf"):  # also false for NaN
-            raise argparse.ArgumentTypeError(f"{bound}: {v!r}")
+        why = range_error(f, n)
+        if why is None and isinstance(n, float) and not math.isfinite(n):
+            why = "must be a finite number"
+        if why is not None:
+            raise argparse.ArgumentTypeError(f"{why}: {v!r}")
         return n
 
     return convert
 
 
-def _size(v: str) -> int:
-    """Bytes, with an optional K, M, G or T suffix (powers of 1024): "500M", "2G"."""
-    text = v.strip().upper().removesuffix("B").removesuffix("I")
-    scale = 1
-    if text[-1:] in _SIZE_SUFFIXES:
-        scale = _SIZE_SUFFIXES[text[-1]]
-        text = text[:-1]
+def _positive_int(v: str) -> int:
+    """An argparse type for flags that are not settings: an integer of at least 1."""
     try:
-        n = float(text)
+        n = int(v)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {v!r} (bytes, or 500M, 2G...)") from None
-    if not 0 <= n < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a non-negative size: {v!r}")
-    return int(n * scale)
+        raise argparse.ArgumentTypeError(f"not an integer: {v!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {v!r}")
+    return n
+
+
+def _positive_float(v: str) -> float:
+    """An argparse type for flags that are not settings: a finite number above 0."""
+    try:
+        n = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
+    if not (0 < n < math.inf):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0: {v!r}")
+    return n
+
+
+def _size(f: dataclasses.Field[Any]) -> Any:
+    """An argparse type: bytes, with an optional K, M, G or T suffix (powers of 1024)."""
+
+    def convert(v: str) -> int:
+        text = v.strip().upper().removesuffix("B").removesuffix("I")
+        scale = 1
+        if text[-1:] in _SIZE_SUFFIXES:
+            scale = _SIZE_SUFFIXES[text[-1]]
+            text = text[:-1]
+        try:
+            n = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a size: {v!r} (bytes, or 500M, 2G...)") from None
+        if not 0 <= n < math.inf:
+            raise argparse.ArgumentTypeError(f"must be a non-negative size: {v!r}")
+        why = range_error(f, int(n * scale))
+        if why is not None:
+            raise argparse.ArgumentTypeError(f"{why}: {v!r}")
+        return int(n * scale)
+
+    return convert
 
 
 _SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_positive_int = _number(int, 1, "an integer", "must be at least 1")
-_nonneg_int = _number(int, 0, "an integer", "must not be negative")
-_nonneg_float = _number(float, 0.0, "a number", "must be a finite non-negative number")
-_positive_float = _number(float, 0.1, "a number", "must be at least 0.1")
+
+
+# -- flags generated from the settings dataclasses --------------------------------------------
+
+# The settings the join command builds; a field with ``help`` metadata is a flag and a TOML
+# key (p2pcrawl/settings.py, ``option``). Nested settings dataclasses are walked into.
+SETTINGS_ROOTS: tuple[type, ...] = (CrawlSettings, PeerSettings)
+_CRAWL_GROUP = "crawl options"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SettingFlag:
+    """One settings field exposed as a flag: where it lives and how it parses."""
+
+    owner: type  # the dataclass that holds the field
+    field: dataclasses.Field[Any]
+    kind: Any  # int, float, str, bool or tuple
+    choices: tuple[str, ...] | None
+
+    @property
+    def flag(self) -> str:
+        return flag_of(self.field)
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+def _kind(hint: Any) -> tuple[Any, tuple[str, ...] | None]:
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return str, tuple(str(a) for a in typing.get_args(hint))
+    if origin is tuple:
+        return tuple, None
+    if hint in (int, float, str, bool):
+        return hint, None
+    raise TypeError(f"no flag for a setting of type {hint!r}")
+
+
+def setting_flags(roots: tuple[type, ...] = SETTINGS_ROOTS) -> list[SettingFlag]:
+    """Every settings field that is a flag, in declaration order, nested ones in place."""
+    out: list[SettingFlag] = []
+
+    def walk(cls: type) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            hint = hints[f.name]
+            if dataclasses.is_dataclass(hint):
+                walk(hint)  # type: ignore[arg-type]
+            elif "help" in f.metadata and f.metadata.get("flag") is not False:
+                kind, choices = _kind(hint)
+                out.append(SettingFlag(cls, f, kind, f.metadata.get("choices") or choices))
+
+    for root in roots:
+        walk(root)
+    return out
+
+
+def _help(sf: SettingFlag) -> str:
+    f = sf.field
+    if sf.kind is bool:
+        return str(f.metadata["help"])
+    shown = f.metadata.get("default_text")
+    if shown is None:
+        d = f.default
+        shown = f"{d:g}" if isinstance(d, float) else str(d)
+    return f"{f.metadata['help']} ({shown})" if shown else str(f.metadata["help"])
+
+
+def _add_setting(g: argparse._ArgumentGroup, sf: SettingFlag) -> None:
+    f, meta = sf.field, sf.field.metadata
+    kw: dict[str, Any] = {"dest": sf.dest, "help": _help(sf)}
+    if sf.kind is bool:
+        kw.update(action="store_true", default=None)
+    else:
+        if sf.kind is tuple:
+            kw["action"] = "append"
+        elif meta.get("size"):
+            kw["type"] = _size(f)
+        elif sf.kind in (int, float):
+            kw["type"] = _number(sf.kind, f)
+        if sf.choices:
+            kw["choices"] = list(sf.choices)
+        else:
+            kw["metavar"] = meta.get("metavar", f.name.upper())
+    g.add_argument(sf.flag, **kw)
 
 
 def _add_crawl_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("crawl options")
-    g.add_argument("--seed", action="append", metavar="URL", help="URL to start from (repeatable)")
-    g.add_argument(
-        "--allow-domain",
-        action="append",
-        metavar="D",
-        help="crawl this domain and its subdomains; an IP or host name matches that host on "
-        "any port (repeatable; default: the seeds' hosts)",
-    )
-    g.add_argument(
-        "--allow-private",
-        action="store_true",
-        default=None,
-        help="allow URLs that resolve to loopback/private/link-local addresses",
-    )
-    g.add_argument(
-        "--allow-loopback",
-        action="store_true",
-        default=None,
-        help="allow this machine's loopback addresses only (127.0.0.0/8, ::1); every other "
-        "non-global address stays refused",
-    )
-    g.add_argument(
-        "--concurrency",
-        type=_positive_int,
-        metavar="N",
-        help=f"parallel fetches (32; {bounds(CrawlSettings, 'concurrency')})",
-    )
-    g.add_argument(
-        "--delay",
-        type=_nonneg_float,
-        metavar="S",
-        help="minimum gap between requests to a host (1)",
-    )
-    g.add_argument(
-        "--politeness-factor",
-        type=_nonneg_float,
-        metavar="F",
-        help="wait F times the host's last response time before the next request (5)",
-    )
-    g.add_argument(
-        "--max-pages",
-        type=_nonneg_int,
-        metavar="N",
-        help="this peer stops fetching after N pages; each peer counts its own, so a network "
-        "of P peers fetches at most P x N (0: no limit)",
-    )
-    g.add_argument(
-        "--max-network-pages",
-        type=_nonneg_int,
-        metavar="N",
-        help="every peer stops fetching once the network view counts N pages fetched by all "
-        "peers together; checked every few seconds, so it may overshoot by a few seconds of "
-        "crawling (0: no limit)",
-    )
-    g.add_argument(
-        "--include",
-        action="append",
-        metavar="REGEX",
-        help="crawl only URLs matching one of these regular expressions (repeatable)",
-    )
-    g.add_argument(
-        "--exclude",
-        action="append",
-        metavar="REGEX",
-        help="never crawl URLs matching this regular expression; wins over --include (repeatable)",
-    )
-    g.add_argument("--max-depth", type=_nonneg_int, metavar="N", help="link depth limit (50)")
-    g.add_argument(
-        "--max-pages-per-host",
-        type=_nonneg_int,
-        metavar="N",
-        help="pages fetched from one host at most (100000; 0: no limit)",
-    )
-    g.add_argument(
-        "--max-urls-per-host",
-        type=_nonneg_int,
-        metavar="N",
-        help="URLs of one host this peer queues at most, so a trap cannot fill the disk "
-        "(250000; 0: no limit)",
-    )
-    g.add_argument(
-        "--max-disk",
-        type=_size,
-        metavar="SIZE",
-        help="stop fetching once the data directory holds this much (500M, 20G; 0: no limit)",
-    )
-    g.add_argument(
-        "--max-body", type=_positive_int, metavar="BYTES", help="truncate bodies past this (10 MiB)"
-    )
-    g.add_argument("--max-redirects", type=_nonneg_int, metavar="N", help="redirect hops (5)")
-    g.add_argument(
-        "--policy",
-        choices=["breadth-first", "performance-first", "crawl-capability"],
-        help="host scheduling policy (seed 004; breadth-first)",
-    )
-    g.add_argument(
-        "--partition", choices=["host", "url"], help="DHT key: the URL's host or the URL (host)"
-    )
-    g.add_argument("--replicas", type=_nonneg_int, metavar="R", help="backup copies per task (2)")
-    g.add_argument(
-        "--secret",
-        metavar="S",
-        help="network key: datagrams without it are dropped. Required when --listen is not "
-        "loopback; a founder without one generates it, stores it in DATA/network.key and "
-        "prints the join command",
-    )
-    g.add_argument(
+    groups = {_CRAWL_GROUP: p.add_argument_group(_CRAWL_GROUP)}
+    groups[_CRAWL_GROUP].add_argument(
         "--open",
         action="store_true",
         default=None,
         help="run without a key off loopback: anyone who can reach the UDP port can join "
         "and steer the crawl (needs --allow-domain)",
     )
-    g.add_argument("--user-agent", metavar="UA", help="User-Agent (default p2pcrawl/VERSION)")
-    g.add_argument("--contact-url", metavar="URL", help="contact URL added to the User-Agent")
-    g.add_argument("--no-warc", action="store_true", default=None, help="do not write WARC files")
-    g.add_argument(
-        "--warc-max-bytes", type=_positive_int, metavar="BYTES", help="rotate WARC files (1 GiB)"
+    groups[_CRAWL_GROUP].add_argument(
+        "--seed", action="append", metavar="URL", help="URL to start from (repeatable)"
     )
-    a = p.add_argument_group("network tuning")
-    a.add_argument("--rpc-timeout", type=_nonneg_float, metavar="S", help="RPC reply timeout (2)")
-    a.add_argument(
-        "--failures-before-evict",
-        type=_positive_int,
-        metavar="N",
-        help="consecutive failed RPCs before a peer is considered gone (3)",
-    )
-    a.add_argument("--ping-interval", type=_nonneg_float, metavar="S", help="liveness pings (5)")
-    a.add_argument(
-        "--refresh-interval", type=_nonneg_float, metavar="S", help="routing-table refresh (60)"
-    )
-    a.add_argument(
-        "--min-peer-age",
-        type=_nonneg_float,
-        metavar="S",
-        help="seconds a new peer must stay live before others hand it hosts (0: off)",
-    )
-    a.add_argument(
-        "--republish-interval",
-        type=_nonneg_float,
-        metavar="S",
-        help="how often backups of vanished owners are re-published (30)",
-    )
+    for sf in setting_flags():
+        name = str(sf.field.metadata.get("group", _CRAWL_GROUP))
+        if name not in groups:
+            groups[name] = p.add_argument_group(name)
+        _add_setting(groups[name], sf)
 
 
 def _add_join_options(join: argparse.ArgumentParser) -> None:
@@ -268,6 +261,14 @@ def _add_join_options(join: argparse.ArgumentParser) -> None:
         help="seconds between progress lines (2 on a terminal; 30 as log lines otherwise)",
     )
     _add_crawl_options(join)
+
+
+class _Parser(argparse.ArgumentParser):
+    """The command's parser: a bad flag is one line (what is wrong, where the help is), not
+    the usage block, like every other failure of the command."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 class _ConfigParser(argparse.ArgumentParser):
@@ -322,7 +323,7 @@ def _client_parser(sub: Any, name: str, help_: str) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="p2pcrawl",
         description="A peer-to-peer web crawler: every peer crawls the hosts it owns in an "
         "extended Kademlia DHT and hands every other link to its owner.",
@@ -430,76 +431,39 @@ def merge_config(args: argparse.Namespace) -> dict[str, Any]:
     return merged
 
 
+def _build(cls: type, opts: dict[str, Any], flags: dict[str, SettingFlag]) -> Any:
+    """``cls`` with every flagged field taken from ``opts`` (when given), nested ones too."""
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            kwargs[f.name] = _build(hints[f.name], opts, flags)
+            continue
+        sf = flags.get(f"{cls.__qualname__}.{f.name}")
+        if sf is None or opts.get(sf.dest) is None:
+            continue
+        value = opts[sf.dest]
+        if sf.kind is bool:
+            if value:  # the switch was given: the opposite of the default
+                kwargs[f.name] = not f.default
+        elif sf.kind is tuple:
+            kwargs[f.name] = tuple(value)
+        else:
+            kwargs[f.name] = sf.kind(value)
+    return cls(**kwargs)
+
+
 def settings_from(opts: dict[str, Any]) -> tuple[CrawlSettings, PeerSettings]:
-    pol = PolitenessSettings()
-    pol = PolitenessSettings(
-        delay=float(opts.get("delay", pol.delay) if opts.get("delay") is not None else pol.delay),
-        politeness_factor=float(
-            opts["politeness_factor"]
-            if opts.get("politeness_factor") is not None
-            else pol.politeness_factor
-        ),
-    )
-    fl = FetchLimits()
-    fetch = FetchLimits(
-        max_body_bytes=int(opts.get("max_body") or fl.max_body_bytes),
-        max_redirects=int(
-            opts["max_redirects"] if opts.get("max_redirects") is not None else fl.max_redirects
-        ),
-    )
-    sc = ScopeSettings()
-    scope = ScopeSettings(
-        allow_domains=tuple(opts.get("allow_domain") or ()),
-        allow_private=bool(opts.get("allow_private") or False),
-        max_depth=int(opts["max_depth"] if opts.get("max_depth") is not None else sc.max_depth),
-        max_pages=int(opts.get("max_pages") or 0),
-        max_network_pages=int(opts.get("max_network_pages") or 0),
-        include=tuple(opts.get("include") or ()),
-        exclude=tuple(opts.get("exclude") or ()),
-        allow_loopback=bool(opts.get("allow_loopback") or False),
-        max_pages_per_host=int(
-            opts["max_pages_per_host"]
-            if opts.get("max_pages_per_host") is not None
-            else sc.max_pages_per_host
-        ),
-        max_urls_per_host=int(
-            opts["max_urls_per_host"]
-            if opts.get("max_urls_per_host") is not None
-            else sc.max_urls_per_host
-        ),
-        max_disk_bytes=int(opts.get("max_disk") or 0),
-    )
+    """The settings the options describe; what they leave out keeps its default."""
+    flags = {f"{sf.owner.__qualname__}.{sf.field.name}": sf for sf in setting_flags()}
     try:
-        UrlPatterns(scope.include, scope.exclude)
+        crawl = _build(CrawlSettings, opts, flags)
+        peer = _build(PeerSettings, opts, flags)
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from None
+    assert isinstance(crawl, CrawlSettings) and isinstance(peer, PeerSettings)
+    try:
+        UrlPatterns(crawl.scope.include, crawl.scope.exclude)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    cs = CrawlSettings()
-    crawl = CrawlSettings(
-        concurrency=int(opts.get("concurrency") or cs.concurrency),
-        policy=opts.get("policy") or cs.policy,
-        user_agent=opts.get("user_agent") or "",
-        contact_url=opts.get("contact_url") or "",
-        fetch=fetch,
-        politeness=pol,
-        scope=scope,
-        warc=not opts.get("no_warc"),
-        warc_max_bytes=int(opts.get("warc_max_bytes") or cs.warc_max_bytes),
-    )
-    ps = PeerSettings()
-
-    def pick(name: str, default: Any) -> Any:
-        value = opts.get(name)
-        return default if value is None else type(default)(value)
-
-    peer = PeerSettings(
-        partition=opts.get("partition") or ps.partition,
-        replicas=pick("replicas", ps.replicas),
-        secret=opts.get("secret") or "",
-        rpc_timeout=pick("rpc_timeout", ps.rpc_timeout),
-        failures_before_evict=pick("failures_before_evict", ps.failures_before_evict),
-        ping_interval=pick("ping_interval", ps.ping_interval),
-        refresh_interval=pick("refresh_interval", ps.refresh_interval),
-        republish_interval=pick("republish_interval", ps.republish_interval),
-        min_peer_age=pick("min_peer_age", ps.min_peer_age),
-    )
     return crawl, peer

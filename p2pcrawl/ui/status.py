@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import hashlib
 import hmac
 import ipaddress
@@ -33,6 +32,7 @@ from p2pcrawl.ui.connlimit import ConnectionLimits, GuardedServer
 from p2pcrawl.ui.metrics import PeerMetrics
 from p2pcrawl.ui.network import NetworkMonitor, announced_address
 from p2pcrawl.ui.progress import extended_status, warc_output
+from protocol import TaskSet
 
 if TYPE_CHECKING:
     from p2pcrawl.network import Peer
@@ -169,7 +169,7 @@ class StatusServer:
         self._runner: web.AppRunner | None = None
         self.limits = limits or ConnectionLimits()
         self.connections: GuardedServer | None = None
-        self._sampler: asyncio.Task[None] | None = None
+        self._tasks: TaskSet | None = None
 
     @property
     def url(self) -> str:
@@ -210,16 +210,15 @@ class StatusServer:
             await self._runner.cleanup()
             self._runner = None
             raise
-        self._sampler = asyncio.ensure_future(self._sample_loop())
+        self._tasks = TaskSet("status")
+        self._tasks.spawn(self._sample_loop(), "sampler")
         await self.network.start()
 
     async def aclose(self) -> None:
         await self.network.aclose()
-        if self._sampler is not None:
-            self._sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sampler
-            self._sampler = None
+        if self._tasks is not None:
+            await self._tasks.aclose()
+            self._tasks = None
         if self.connections is not None:
             await self.connections.aclose()
         if self._runner is not None:

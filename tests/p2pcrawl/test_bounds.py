@@ -37,7 +37,7 @@ from tests.conftest import PeerFactory, WebFactory
 @pytest.mark.parametrize(
     ("cls", "kwargs", "words"),
     [
-        (CrawlSettings, {"concurrency": 1_000_000_000}, ["concurrency", "1 .. 4096"]),
+        (CrawlSettings, {"concurrency": 1_000_000_000}, ["concurrency", "from 1 to 4096"]),
         (CrawlSettings, {"concurrency": 0}, ["concurrency"]),
         (CrawlSettings, {"concurrency": 2.5}, ["whole number"]),
         (PeerSettings, {"ping_interval": 0.0}, ["ping_interval"]),

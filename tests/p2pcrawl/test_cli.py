@@ -158,15 +158,15 @@ LISTEN = ["--listen", "127.0.0.1:0"]
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["join", *LISTEN, "--concurrency", "0"], "--concurrency: must be at least 1"),
+        (["join", *LISTEN, "--concurrency", "0"], "--concurrency: must be from 1 to 4096"),
         (["join", *LISTEN, "--concurrency", "many"], "--concurrency: not an integer"),
         (["join", "--listen", "nonsense"], "malformed address 'nonsense'"),
         (["join", "--listen", "127.0.0.1:99999"], "port out of range"),
         (["join", *LISTEN, "--status", "127.0.0.1:x"], "bad port"),
-        (["join", *LISTEN, "--delay", "-1"], "--delay: must be a finite non-negative number"),
-        (["join", *LISTEN, "--delay", "nan"], "--delay: must be a finite non-negative number"),
+        (["join", *LISTEN, "--delay", "-1"], "--delay: must be a finite number from 0.0 to 86400"),
+        (["join", *LISTEN, "--delay", "nan"], "--delay: must be a finite number from 0.0 to 86400"),
         (["join", *LISTEN, "--politeness-factor", "inf"], "--politeness-factor: must be"),
-        (["join", *LISTEN, "--max-pages", "-3"], "--max-pages: must not be negative"),
+        (["join", *LISTEN, "--max-pages", "-3"], "--max-pages: must be from 0 to"),
         (["join", *LISTEN, "--partition", "shard"], "--partition: invalid choice"),
         (["join", *LISTEN, "--policy", "fastest"], "--policy: invalid choice"),
         (["join", *LISTEN, "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
@@ -306,9 +306,9 @@ def test_unreadable_config_is_an_error(tmp_path: Path, capsys: pytest.CaptureFix
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("concurrency = 0", "must be at least 1"),
+        ("concurrency = 0", "must be from 1 to 4096"),
         ('concurrency = "many"', "not an integer"),
-        ("delay = -1", "must be a finite non-negative number"),
+        ("delay = -1", "must be a finite number from 0.0 to 86400"),
         ('partition = "shard"', "invalid choice"),
         ('policy = "fastest"', "invalid choice"),
         ('allow-private = "yes"', "allow-private"),

@@ -75,7 +75,7 @@ def test_a_config_value_of_the_wrong_type(tmp_path: Path) -> None:
 def test_an_absurd_setting_is_refused_with_its_range(tmp_path: Path) -> None:
     line = _one_line(_cli(*_join(tmp_path, "--concurrency", "1000000000")), 2, "concurrency")
     assert "4096" in line
-    _one_line(_cli(*_join(tmp_path, "--ping-interval", "0")), 2, "ping_interval")
+    _one_line(_cli(*_join(tmp_path, "--ping-interval", "0")), 2, "--ping-interval", "0.05")
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:

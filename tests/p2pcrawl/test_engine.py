@@ -506,9 +506,9 @@ async def _plain_page(request: web.BaseRequest) -> web.StreamResponse:
 
 
 async def test_a_long_host_queue_does_not_fill_the_window(tmp_path: Path) -> None:
-    """Seed 004's two levels: the store holds 300 URLs of one host before 10 of each of four
-    others. With a window of 60 URLs and 20 per host, every host has work in the window at
-    once, and the long host's queue is read again by key as it drains."""
+    """The two levels of High-performance crawl scheduling: the store holds 300 URLs of one host
+    before 10 of each of four others. With a window of 60 URLs and 20 per host, every host has
+    work in the window at once, and the long host's queue is read again by key as it drains."""
     async with contextlib.AsyncExitStack() as stack:
         servers = [
             await stack.enter_async_context(serve(_plain_page, f"127.0.0.{20 + i}"))

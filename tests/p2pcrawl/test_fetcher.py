@@ -244,7 +244,8 @@ async def test_user_agent_sent(server: Served, kw: dict[str, str], expected: str
 
 
 async def test_one_keepalive_connection_per_host(fetcher: Fetcher) -> None:
-    """Seed 004: requests to one server share one persistent connection, never two at once."""
+    """High-performance crawl scheduling §3.2: requests to one server share one persistent
+    connection, never two at once."""
     peers: list[tuple[str, int]] = []
 
     async def remember(request: web.BaseRequest) -> web.StreamResponse:

@@ -232,7 +232,7 @@ async def test_fuzzed_rpcs_never_raise_never_store_invalid_tasks_and_are_counted
     before = rejections(peer)
     received_before = sum(peer.node.stats()["rpc_received"].values())
     proto.datagram_received(b"\x00" + secrets.token_bytes(20) + body, member.me.addr)
-    await proto.tasks.idle()  # the deferred handler runs in its own task
+    await proto.tasks.join()  # the deferred handler runs in its own task
     stats = peer.node.stats()
     assert stats["dropped"].get("handler_error", 0) == 0, request  # nothing raised
     for url in await queued_urls(peer):  # nothing invalid stored

@@ -30,7 +30,7 @@ def test_gap_follows_a_longer_crawl_delay() -> None:
 
 
 def test_gap_is_a_multiple_of_a_slow_response() -> None:
-    # Mercator (seed 002): wait a multiple of the last response time.
+    # Mercator: wait a multiple of the last response time.
     assert next_gap(SETTINGS, 2.0, 3.0) == 15.0
 
 

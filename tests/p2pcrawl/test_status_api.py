@@ -18,7 +18,7 @@ from p2pcrawl.ui.status import MAX_BODY, MAX_SEEDS_PER_REQUEST, StatusServer, to
 from tests.conftest import PeerFactory, StatusFactory, WebFactory, crawl_settings_for, wait_idle
 
 STATUS_FIELDS: dict[str, type | tuple[type, ...]] = {
-    # DESIGN.md's contract ...
+    # the status contract of docs/architecture.md, "Finished" ...
     "node_id": str,
     "listen": str,
     "state": str,

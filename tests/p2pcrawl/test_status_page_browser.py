@@ -129,7 +129,13 @@ async def test_status_page_matches_the_api_and_charts_a_live_crawl(
                 arg=idle["pages_fetched"],
                 timeout=5_000,
             )
-            await asyncio.sleep(1.2)  # one more poll, so every panel shows the idle state
+            # Every panel shows the idle state once the page has polled after it.
+            await page.wait_for_function(
+                "s => Object.entries(s).every(([id, n]) =>"
+                " document.getElementById(id).textContent.replaceAll(',', '') === String(n))",
+                arg={"tasks_queued": idle["tasks_queued"], "done": idle["done"]},
+                timeout=5_000,
+            )
             shown = {
                 "pages_fetched": _number(await page.text_content("#pages_fetched")),
                 "tasks_queued": _number(await page.text_content("#tasks_queued")),

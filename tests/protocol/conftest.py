@@ -16,7 +16,7 @@ from protocol import CrawlNode, KeyBatch, NodeConfig, PeerRef, StoreResult, Task
 BOOM = "https://boom.example/raise"  # a URL that makes MemoryHandler raise
 
 # Background loops are slow by default so they don't interfere; tests that need them say so.
-FAST = {"rpc_timeout": 0.3, "ping_interval": 30.0, "refresh_interval": 60.0}
+FAST: dict[str, Any] = {"rpc_timeout": 0.3, "ping_interval": 30.0, "refresh_interval": 60.0}
 
 
 def fp(url: str) -> int:

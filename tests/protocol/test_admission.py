@@ -28,7 +28,8 @@ OPEN_GATES = InboundLimits(
 
 
 def request(name: str, args: list[Any], msg_id: bytes | None = None) -> bytes:
-    return b"\x00" + (msg_id or secrets.token_bytes(20)) + umsgpack.packb([name, args])
+    packed: bytes = umsgpack.packb([name, args])
+    return b"\x00" + (msg_id or secrets.token_bytes(20)) + packed
 
 
 async def drain(sock: socket.socket, quiet: float = 0.3) -> list[bytes]:

@@ -301,6 +301,7 @@ def test_store_result_reply_only_refuses_asked_keys() -> None:
     assert wire == {"new": 3, "dup": 1, "refused": [a]}
     back = store_result_from_wire({**wire, "refused": [a, other, "junk"]}, {a, b})
     assert back == StoreResult(3, 1, [a])
+    bad: object
     for bad in ([], {"new": -1, "dup": 0, "refused": []}, {"new": 1, "dup": 0, "refused": "x"}):
         with pytest.raises(MessageError):
             store_result_from_wire(bad, {a})

@@ -14,6 +14,7 @@ import random
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -303,10 +304,13 @@ async def test_closest_looks_up_when_the_table_is_big(make_node: NodeFactory) ->
 async def test_welcome_hands_values_to_the_right_new_node(make_node: NodeFactory) -> None:
     # Trap 4: stock welcome_if_new measured distances to digest(key), a hash of the stored
     # digest. Here only the correct key makes the newcomer the right holder.
-    key = digest("some key")
-    flip = lambda b, i: b[:-1] + bytes([b[-1] ^ i])  # noqa: E731
+    key: bytes = digest("some key")
+
+    def flip(b: bytes, i: int) -> bytes:
+        return b[:-1] + bytes([b[-1] ^ i])
+
     a = await make_node(node_id=flip(key, 2))
-    c = await make_node(node_id=flip(digest(key), 1))  # close to the wrongly hashed key
+    c = await make_node(node_id=flip(bytes(digest(key)), 1))  # close to the wrongly hashed key
     await c.join([a.me.addr])
     a.storage[key] = "value"
     b = await make_node(node_id=flip(key, 1))  # the closest node to the real key
@@ -319,8 +323,7 @@ async def test_cancelled_call_leaves_nothing_outstanding(make_node: NodeFactory)
     a = await make_node(rpc_timeout=5.0)
     silent = PeerRef(new_node_id(), "127.0.0.1", free_port())
     task = asyncio.create_task(a.refresh_task(silent))
-    await asyncio.sleep(0.05)
-    assert a.stats()["outstanding"] == 1
+    await eventually(lambda: a.stats()["outstanding"] == 1)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -372,7 +375,7 @@ async def test_refresh_loop_keeps_its_interval(make_node: NodeFactory) -> None:
 
 async def test_full_bucket_ping_is_owned_and_closed() -> None:
     # Trap 10: the routing table fired ensure_future(call_ping(head)) with no owner.
-    config = NodeConfig(**{**FAST, "ksize": 1})  # type: ignore[arg-type]
+    config = NodeConfig(**{**FAST, "ksize": 1})
     a = CrawlNode((1).to_bytes(20, "big"), MemoryHandler(), config)
     await a.listen_on("127.0.0.1", 0)
     others = []
@@ -424,9 +427,9 @@ async def test_garbage_datagrams_never_crash_the_node(
             case 1:
                 return head + rng.randbytes(rng.randrange(0, 300))
             case 2:
-                return b"\x00" + rng.randbytes(20) + umsgpack.packb(rng.choice(junk_requests))
+                return b"\x00" + rng.randbytes(20) + packed(rng.choice(junk_requests))
             case 3:
-                return b"\x01" + rng.randbytes(20) + umsgpack.packb(rng.choice(junk_requests))
+                return b"\x01" + rng.randbytes(20) + packed(rng.choice(junk_requests))
             case 4:
                 return (
                     b"\x00"
@@ -439,11 +442,17 @@ async def test_garbage_datagrams_never_crash_the_node(
     def received() -> int:
         return a.stats()["datagrams_in"]  # type: ignore[return-value]
 
+    def received_exactly(n: int) -> Callable[[], bool]:
+        return lambda: received() == n
+
+    def packed(obj: object) -> bytes:
+        return bytes(umsgpack.packb(obj))
+
     with caplog.at_level(logging.ERROR):
         for i in range(2000):
             raw_socket.sendto(garbage(i), a.me.addr)
             if i % 50 == 49:  # let the node drain its socket: this tests parsing, not UDP loss
-                await eventually(lambda n=i + 1: received() == n)
+                await eventually(received_exactly(i + 1))
         dropped = a.stats()["dropped"]
     assert sum(dropped.values()) == 2000, dropped  # type: ignore[attr-defined]
     assert a.stats()["datagrams_in"] == 2000
@@ -462,7 +471,9 @@ async def test_stats_and_buckets(make_node: NodeFactory) -> None:
     assert s["peers"] == 1
     (bucket,) = b.buckets()
     assert bucket["range"] == ["0" * 40, "f" * 40]
-    (peer,) = bucket["peers"]  # type: ignore[misc]
+    peers = bucket["peers"]
+    assert isinstance(peers, list)
+    (peer,) = peers
     assert peer["id"] == a.me.short and peer["addr"] == f"127.0.0.1:{a.me.port}"
     assert peer["failures"] == 0 and peer["last_seen_s"] < 5
 

@@ -1,4 +1,4 @@
-"""The DSBF (seed 003) and the Bloom maths, tested as pure code."""
+"""The DSBF (dynamic splittable Bloom filter) and the Bloom maths, tested as pure code."""
 
 from __future__ import annotations
 

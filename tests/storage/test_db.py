@@ -115,8 +115,10 @@ async def test_aclose_drains_pending_work(tmp_path: Path) -> None:
 async def test_a_failing_job_does_not_undo_its_batch_mates(tmp_path: Path) -> None:
     worker = await open_worker(tmp_path / "w.sqlite3")
     gate = threading.Event()
+    holding = threading.Event()
 
     def hold(conn: sqlite3.Connection) -> None:
+        holding.set()
         gate.wait(10)  # keeps the worker busy so the next jobs share one batch
 
     def insert(x: int) -> Callable[[sqlite3.Connection], int]:
@@ -132,7 +134,7 @@ async def test_a_failing_job_does_not_undo_its_batch_mates(tmp_path: Path) -> No
 
     try:
         held = asyncio.create_task(worker.run(hold))
-        await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(holding.wait, 10)  # the worker is inside hold()
         jobs = [worker.run(insert(1)), worker.run(broken), worker.run(insert(2))]
         gathered = asyncio.gather(*jobs, return_exceptions=True)
         await asyncio.sleep(0)
