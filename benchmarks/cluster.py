@@ -356,6 +356,7 @@ async def main_async(args: argparse.Namespace, topo: Topology, zweb: ZipfWeb) ->
     cap_pages = args.rate_mbit * 1e6 / 8 / args.page_bytes
     out: dict[str, Any] = {"speedup": {}, "pages_per_s": {}, "cpu_ms_per_page": {}}
     out.update(rpcs_per_page={}, rpc_bytes_per_page={}, duplicates={}, cap_used={})
+    out["pages_fetched"] = {}
     for n, rs in results.items():
         out["pages_per_s"][str(n)] = med([r.pages_per_s for r in rs])
         if n != min(args.peers):
@@ -364,6 +365,7 @@ async def main_async(args: argparse.Namespace, topo: Topology, zweb: ZipfWeb) ->
         out["rpcs_per_page"][str(n)] = med([r.rpcs / max(r.pages, 1) for r in rs])
         out["rpc_bytes_per_page"][str(n)] = med([r.rpc_bytes / max(r.pages, 1) for r in rs])
         out["duplicates"][str(n)] = med([float(r.duplicates) for r in rs])
+        out["pages_fetched"][str(n)] = med([float(r.pages) for r in rs])
         out["cap_used"][str(n)] = med([r.pages_per_s / (n * cap_pages) for r in rs])
     out["cap_pages_per_s_per_peer"] = round(cap_pages, 1)
     out["pages"] = zweb.total_pages
@@ -374,8 +376,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--peers", default="1,2,4,8")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--hosts", type=int, default=2000)
-    p.add_argument("--max-pages", type=int, default=400)
+    p.add_argument("--hosts", type=int, default=1000)
+    p.add_argument("--max-pages", type=int, default=300)
     p.add_argument("--exponent", type=float, default=0.8)
     p.add_argument("--page-bytes", type=int, default=16_000)
     p.add_argument("--rate-mbit", type=float, default=4.0, help="per-peer download cap")
