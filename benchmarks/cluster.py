@@ -208,7 +208,7 @@ class Runner:
     def peer_cmd(self, i: int, data: Path) -> list[str]:
         a = self.args
         cmd = [
-            "ip", "netns", "exec", self.topo.ns(f"p{i}"), sys.executable, "-m", "p2pcrawl.cli",
+            "ip", "netns", "exec", self.topo.ns(f"p{i}"), sys.executable, "-m", "p2pcrawl",
             "--log-level", "warning", "join",
             "--listen", f"{peer_addr(i)}:7000", "--status", f"{peer_addr(i)}:8000",
             "--status-token", self.token, "--secret", self.secret, "--data", str(data),

@@ -92,6 +92,21 @@ class IdSpace:
     def ids(self) -> list[bytes]:
         return [_bytes(i) for i in self._ids]
 
+    def add(self, node: bytes) -> None:
+        """Insert one more node (a join), keeping the order."""
+        n = _int(node)
+        at = bisect.bisect_left(self._ids, n)
+        if at == len(self._ids) or self._ids[at] != n:
+            self._ids.insert(at, n)
+
+    def neighbours(self, node: bytes) -> list[bytes]:
+        """The IDs next to ``node`` in numeric order: among them is every ID sharing the
+        longest prefix with it, so ``split_id(node, neighbours(node))`` needs no more."""
+        at = bisect.bisect_left(self._ids, _int(node))
+        ids = self._ids
+        found = (ids[j] for j in (at - 1, at, at + 1) if 0 <= j < len(ids))
+        return [_bytes(i) for i in found if i != _int(node)]
+
     def owner(self, key: bytes) -> bytes:
         """The node XOR-closest to ``key`` (Kademlia §2.1)."""
         k = _int(key)

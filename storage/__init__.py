@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from storage.backups import BackupStore
 from storage.bloom import SplittableBloom, false_positive_rate, optimal_k
-from storage.db import StoreClosed, StoreCorrupt
+from storage.db import StoreClosed, StoreCorrupt, StoreUnwritable
 from storage.done import DoneRecord
 from storage.records import StoredTask
 from storage.tasks import TaskStore
@@ -20,6 +20,7 @@ __all__ = [
     "SplittableBloom",
     "StoreClosed",
     "StoreCorrupt",
+    "StoreUnwritable",
     "StoredTask",
     "TaskStore",
     "false_positive_rate",

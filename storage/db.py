@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import queue
+import shutil
 import sqlite3
 import threading
 from collections import deque
@@ -35,6 +38,7 @@ __all__ = [
     "SqliteWorker",
     "StoreClosed",
     "StoreCorrupt",
+    "StoreUnwritable",
     "WorkerStore",
     "check_synchronous",
 ]
@@ -58,6 +62,39 @@ class StoreCorrupt(Exception):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class StoreUnwritable(OSError):
+    """The store cannot be created or written: the disk is full, the file system is
+    read-only, or permissions forbid it. Not damage: the same files work with room."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"cannot write {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+# SQLite primary result codes that mean "cannot write here" rather than "damaged file".
+_UNWRITABLE_CODES = frozenset({3, 8, 10, 13, 14})  # PERM, READONLY, IOERR, FULL, CANTOPEN
+
+
+def _unwritable(path: Path, exc: sqlite3.Error) -> StoreUnwritable | None:
+    """A :class:`StoreUnwritable` saying why, if ``exc`` is a write failure, else None."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None or code & 0xFF not in _UNWRITABLE_CODES:
+        return None
+    directory = path.parent
+    reason = str(exc)
+    with contextlib.suppress(OSError):
+        free = shutil.disk_usage(directory).free
+        if free < 1 << 20:
+            reason = f"the disk is full ({free} bytes free on {directory})"
+    if not os.access(directory, os.W_OK):
+        reason = f"{directory} is not writable ({errno.errorcode[errno.EACCES]})"
+    with contextlib.suppress(OSError):
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            reason = f"{directory} is on a read-only file system"
+    return StoreUnwritable(path, reason)
 
 
 class StoreClosed(RuntimeError):
@@ -187,7 +224,9 @@ class SqliteWorker:
             # isolation_level=None: we issue BEGIN/COMMIT ourselves, one per batch.
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
         except sqlite3.Error as exc:
-            raise StoreCorrupt(self.path, f"cannot open: {exc}") from exc
+            raise _unwritable(self.path, exc) or StoreCorrupt(
+                self.path, f"cannot open: {exc}"
+            ) from exc
         try:
             rows = conn.execute("PRAGMA quick_check").fetchall()
             if [r[0] for r in rows] != ["ok"]:
@@ -204,21 +243,30 @@ class SqliteWorker:
                 raise StoreCorrupt(self.path, f"cannot switch to WAL (journal_mode={mode})")
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise StoreCorrupt(self.path, str(exc)) from exc
+            raise _unwritable(self.path, exc) or StoreCorrupt(self.path, str(exc)) from exc
         except BaseException:
             conn.close()
             raise
-        conn.execute(f"PRAGMA synchronous={self._synchronous}")
-        conn.execute(f"PRAGMA cache_size=-{int(self._cache_kib)}")
-        conn.execute("PRAGMA busy_timeout=5000")
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in self._schema:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA application_id={int(self._application_id)}")
-            conn.execute("COMMIT")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            conn.execute(f"PRAGMA cache_size=-{int(self._cache_kib)}")
+            conn.execute("PRAGMA busy_timeout=5000")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in self._schema:
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA application_id={int(self._application_id)}")
+                conn.execute("COMMIT")
+            except BaseException:
+                # A failed write may have ended the transaction already ("cannot rollback -
+                # no transaction is active"): the first error is the one that says why.
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            conn.close()
+            raise _unwritable(self.path, exc) or StoreCorrupt(self.path, str(exc)) from exc
         except BaseException:
-            conn.execute("ROLLBACK")
             conn.close()
             raise
         return conn

@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from p2pcrawl.peer import Peer, PeerConfig
-from p2pcrawl.status import MAX_BODY, MAX_SEEDS_PER_REQUEST, StatusServer, token_matches
+from p2pcrawl.network import Peer, PeerConfig
+from p2pcrawl.ui.status import MAX_BODY, MAX_SEEDS_PER_REQUEST, StatusServer, token_matches
 from tests.conftest import PeerFactory, StatusFactory, WebFactory, crawl_settings_for, wait_idle
 
 STATUS_FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -86,7 +86,11 @@ async def test_api_shapes_seed_drain_and_metrics(
 
         async with s.post(base + "api/seed", json={"urls": [web.hub_url]}) as resp:
             assert resp.status == 200
-            assert await resp.json() == {"accepted": 1}
+            doc = await resp.json()
+            assert doc["accepted"] == 1
+            assert doc["seeds"] == [
+                {"url": web.hub_url, "canonical": web.hub_url, "result": "accepted", "reason": ""}
+            ]
         st = await wait_idle(s, base)
         check_fields(st, STATUS_FIELDS)
         assert st["tasks_queued"] == 0 and st["tasks_in_flight"] == 0

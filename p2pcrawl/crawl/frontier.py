@@ -1,0 +1,288 @@
+"""The two-level frontier of seed 004: per-host URL queues and a queue of hosts.
+
+A worker asks for the best-ranked host that is ready (no request in flight and its
+politeness gap elapsed), takes that host's best URL, and hands the host back with the
+response time, which sets the next allowed time. Hosts whose gap has not elapsed wait in
+a timer heap; ready hosts wait in a heap ordered by the scheduling policy. The frontier is
+the in-RAM window; the task store behind it holds everything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+
+from p2pcrawl.crawl import scheduling
+from p2pcrawl.crawl.politeness import HostPoliteness
+from p2pcrawl.settings import CrawlSettings
+
+__all__ = ["Frontier", "HostQueue", "HostSlot", "Task"]
+
+REQUESTS_PER_CONNECTION = scheduling.DEFAULT_REQUESTS_PER_CONNECTION
+
+
+@dataclass(slots=True)
+class Task:
+    url: str
+    fp: int
+    key: bytes  # DHT key of the URL's partition unit
+    depth: int
+    hops: int = 0
+    tries: int = 0  # retries after network errors or 429/503; not persisted
+
+
+class HostQueue:
+    """One server's URLs and politeness state."""
+
+    __slots__ = (
+        "est",
+        "host",
+        "polite",
+        "queued",
+        "removed",
+        "tasks",
+    )
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.tasks: list[tuple[tuple[float, int], Task]] = []
+        self.polite = HostPoliteness()
+        self.est = scheduling.ServerEstimate()
+        self.queued = False  # sits in the ready or the waiting heap
+        self.removed = False  # handed to another peer while a request was in flight
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+
+class HostSlot:
+    """A ready host taken from the frontier by :meth:`Frontier.slot`.
+
+    Whatever a request's outcome (a page, a retry, a robots.txt detour, an exception), the
+    host goes back exactly once, when the ``async with`` that took it ends, with the
+    response time and politeness gap the request set: a branch that forgot to hand it back
+    would leave the host busy for good, and one that handed it back twice would let two
+    requests reach one server at once.
+    """
+
+    __slots__ = ("_frontier", "_released", "gap", "hq", "response_time")
+
+    def __init__(self, frontier: Frontier, hq: HostQueue) -> None:
+        self._frontier = frontier
+        self.hq = hq
+        self.response_time = 0.0
+        self.gap = 0.0
+        self._released = False
+
+    @property
+    def host(self) -> str:
+        return self.hq.host
+
+    def pop(self) -> Task | None:
+        return self._frontier.pop_task(self.hq)
+
+    def requeue(self, task: Task) -> None:
+        """Put ``task`` back on this host's queue (tried again after the gap)."""
+        self._frontier.push(self.hq.host, task)
+
+    def after(self, response_time: float, gap: float) -> None:
+        """What this request took, and the gap to keep before the host's next one."""
+        self.response_time = response_time
+        self.gap = gap
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._frontier.release(self.hq, response_time=self.response_time, gap=self.gap)
+
+
+class Frontier:
+    def __init__(
+        self, settings: CrawlSettings, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._policy = settings.policy
+        self._clock = clock
+        self._hosts: dict[str, HostQueue] = {}
+        self._ready: list[tuple[tuple[float, int], int, HostQueue]] = []
+        self._waiting: list[tuple[float, int, HostQueue]] = []
+        self._seq = itertools.count()
+        self._arrival = itertools.count()
+        self._size = 0
+        self._waiters: list[asyncio.Future[None]] = []
+        self._closed = False
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def hosts(self) -> dict[str, HostQueue]:
+        return self._hosts
+
+    def host(self, host: str) -> HostQueue:
+        hq = self._hosts.get(host)
+        if hq is None:
+            hq = self._hosts[host] = HostQueue(host)
+        return hq
+
+    def push(self, host: str, task: Task) -> None:
+        hq = self.host(host)
+        seq = next(self._seq)
+        heapq.heappush(
+            hq.tasks, (scheduling.url_key(self._policy, depth=task.depth, seq=seq), task)
+        )
+        self._size += 1
+        if not hq.queued and not hq.polite.busy:
+            self._schedule(hq, self._clock())
+            self._wake_one()
+
+    def pop_task(self, hq: HostQueue) -> Task | None:
+        if not hq.tasks:
+            return None
+        self._size -= 1
+        return heapq.heappop(hq.tasks)[1]
+
+    def _rank(self, hq: HostQueue) -> tuple[float, int]:
+        nxt = (
+            [
+                scheduling.url_quality(t.depth)
+                for _, t in heapq.nsmallest(REQUESTS_PER_CONNECTION, hq.tasks)
+            ]
+            if self._policy == "crawl-capability"
+            else []
+        )
+        return scheduling.host_key(
+            self._policy,
+            arrival_seq=next(self._arrival),
+            est=hq.est,
+            queued=len(hq.tasks),
+            next_qualities=nxt,
+            requests_per_connection=REQUESTS_PER_CONNECTION,
+        )
+
+    def _schedule(self, hq: HostQueue, now: float) -> None:
+        if not hq.tasks or hq.removed:
+            return
+        hq.queued = True
+        if hq.polite.next_allowed <= now:
+            heapq.heappush(self._ready, (self._rank(hq), next(self._seq), hq))
+        else:
+            heapq.heappush(self._waiting, (hq.polite.next_allowed, next(self._seq), hq))
+
+    def acquire_nowait(self) -> HostQueue | None:
+        """The best ready host, marked busy; None when no host may be contacted now."""
+        now = self._clock()
+        while self._waiting and self._waiting[0][0] <= now:
+            _, _, hq = heapq.heappop(self._waiting)
+            heapq.heappush(self._ready, (self._rank(hq), next(self._seq), hq))
+        while self._ready:
+            _, _, hq = heapq.heappop(self._ready)
+            hq.queued = False
+            if hq.removed or not hq.tasks or hq.polite.busy:
+                continue
+            hq.polite.start(now)
+            return hq
+        return None
+
+    def next_delay(self) -> float | None:
+        if not self._waiting:
+            return None
+        return max(0.0, self._waiting[0][0] - self._clock())
+
+    async def acquire(self) -> HostQueue:
+        """Wait for a ready host. Raises CancelledError on shutdown (the caller's task)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            hq = self.acquire_nowait()
+            if hq is not None:
+                return hq
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(fut)
+            try:
+                async with asyncio.timeout(self.next_delay()):
+                    await fut
+            except TimeoutError:
+                pass
+            finally:
+                if not fut.done():
+                    fut.cancel()
+                try:
+                    self._waiters.remove(fut)
+                except ValueError:
+                    pass
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[HostSlot]:
+        """Wait for a ready host; it is handed back when the block ends (see HostSlot)."""
+        slot = HostSlot(self, await self.acquire())
+        try:
+            yield slot
+        finally:
+            slot.release()
+
+    def release(
+        self,
+        hq: HostQueue,
+        *,
+        response_time: float,
+        gap: float,
+    ) -> None:
+        """Hand a host back after a request; ``gap`` is the politeness gap to honour."""
+        now = self._clock()
+        hq.polite.busy = False
+        hq.polite.last_response_time = response_time
+        hq.polite.next_allowed = now + gap
+        if hq.removed:
+            return
+        if hq.tasks:
+            self._schedule(hq, now)
+        self._wake_one()
+
+    def prune(self) -> int:
+        """Forget idle hosts whose gap has elapsed, so the host table is bounded by live work.
+
+        A host is kept while its politeness gap runs: forgetting it early would let the
+        next URL for it start before the gap is over.
+        """
+        now = self._clock()
+        idle = [
+            h
+            for h, hq in self._hosts.items()
+            if not hq.tasks and not hq.polite.busy and hq.polite.next_allowed <= now
+        ]
+        for h in idle:
+            del self._hosts[h]
+        return len(idle)
+
+    def remove_hosts(self, hosts: Iterable[str]) -> list[Task]:
+        """Take whole hosts out (their key moved to another peer); returns their tasks."""
+        out: list[Task] = []
+        for h in list(hosts):
+            hq = self._hosts.pop(h, None)
+            if hq is None:
+                continue
+            hq.removed = True
+            out.extend(t for _, t in hq.tasks)
+            self._size -= len(hq.tasks)
+            hq.tasks = []
+        return out
+
+    def busy_hosts(self) -> list[str]:
+        return [h for h, hq in self._hosts.items() if hq.polite.busy]
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            fut = self._waiters.pop(0)
+            if not fut.done():
+                fut.set_result(None)
+                return
+
+    def wake_all(self) -> None:
+        for fut in self._waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._waiters.clear()

@@ -1,0 +1,157 @@
+"""The receiving side of the crawl RPCs on a peer: what it does with what neighbours send.
+
+The node (:mod:`protocol`) checks a datagram's framing and types; this module checks what
+only a crawler can: that each URL is canonical and belongs to the key it came with, that
+this peer owns the key, and that the URL is inside *this peer's own* scope and depth limit
+(a sender's word is not enough: any peer, or anyone in an open network, could otherwise make
+it crawl anything). Bad items are dropped and counted (``rejected`` by reason), never stored.
+
+A sender whose *new* tasks outrun ``sender_tasks_per_s`` (beyond a large burst, so a host
+handed over whole passes) is answered "busy" once its budget is spent; its dispatcher keeps
+the tasks and tries again later, so a flood is slowed down without losing anything a real
+peer sent. Only new tasks are charged, after the fact: a retried batch whose tasks are
+already here costs nothing, so a batch larger than the burst cannot be refused forever.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from p2pcrawl.crawl import Task, to_stored, urls
+from protocol import Busy, KeyBatch, PeerRef, Rate, SourceLimits, StoreResult
+
+if TYPE_CHECKING:
+    from p2pcrawl.network.peer import Peer
+
+__all__ = ["PeerHandler"]
+
+SCOPE_REFRESH_GAP_S = 1.0  # at most one DHT scope lookup per second caused by strangers' tasks
+
+
+class PeerHandler:
+    """The :class:`protocol.CrawlHandler` of a peer."""
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+        self.malformed = 0  # task items that failed the checks
+        self.refused = 0  # keys refused because another peer owns them
+        self.rejected: Counter[str] = Counter()  # tasks dropped: "scope", "depth"
+        self.busy = 0  # STORE_TASK requests answered "busy"
+        ps = peer.config.peer
+        self._senders = SourceLimits(
+            Rate(ps.sender_tasks_per_s, ps.sender_tasks_burst), max_sources=1024
+        )
+        self._scope_refreshed = 0.0
+
+    def _decode(self, batches: list[KeyBatch]) -> dict[bytes, list[Task]]:
+        """Tasks by key, checked: canonical URL, key matching the URL. Bad items counted."""
+        engine = self.peer.engine
+        assert engine is not None
+        out: dict[bytes, list[Task]] = {}
+        for b in batches:
+            tasks = []
+            for item in b.tasks:
+                url = urls.canonicalize(item.url)
+                if url is None or url != item.url or engine.key_of(url) != b.key:
+                    self.malformed += 1
+                    continue
+                tasks.append(Task(url, urls.fingerprint(url), b.key, item.depth, item.hops))
+            out[b.key] = tasks
+        return out
+
+    async def _within_scope(self, tasks: list[Task]) -> list[Task]:
+        """The tasks this peer's own scope and depth limit allow; the rest counted."""
+        engine = self.peer.engine
+        assert engine is not None
+        scope = engine.scope
+
+        def allowed(ts: list[Task]) -> list[Task]:
+            return [t for t in ts if scope.allows_host(urls.hostname_of(t.url))]
+
+        ok = allowed(tasks)
+        sync = self.peer.scope_sync
+        now = time.monotonic()
+        if (
+            len(ok) < len(tasks)
+            and engine.scope_from_seeds
+            and sync is not None
+            and sync.trusted
+            and now - self._scope_refreshed >= SCOPE_REFRESH_GAP_S
+        ):
+            # A seed host this peer has not heard of yet: ask the DHT (trusted) once.
+            self._scope_refreshed = now
+            await sync.refresh()
+            ok = allowed(tasks)
+        self.rejected["scope"] += len(tasks) - len(ok)
+        max_depth = engine.settings.scope.max_depth
+        shallow = [t for t in ok if t.depth <= max_depth]
+        self.rejected["depth"] += len(ok) - len(shallow)
+        return shallow
+
+    def _owns(self, key: bytes) -> bool:
+        node = self.peer.node
+        assert node is not None
+        found = node.closest_local(key, 1)
+        return not found or found[0].id == self.peer.node_id
+
+    async def handle_store_task(self, sender: PeerRef, batches: list[KeyBatch]) -> StoreResult:
+        peer = self.peer
+        if peer.state not in ("active", "joining") or peer.engine is None:
+            return StoreResult(new=0, duplicate=0, refused_keys=[b.key for b in batches])
+        by_key = self._decode(batches)
+        done = {b.key: b.done for b in batches if b.done}
+        refused = [k for k in by_key if not self._owns(k)]
+        offered = [t for k, ts in by_key.items() if k not in refused for t in ts]
+        if offered and not self._senders.allow(sender.id, 0.5):  # some budget left?
+            self.busy += 1
+            raise Busy()
+        peer.membership.note_received(sender, {k for k in by_key if k not in refused})
+        if any(t.depth == 0 for t in offered) and peer.scope_sync is not None:
+            # A seed: its peer just widened the scope; links from it must not be dropped.
+            await peer.scope_sync.refresh()
+        mine = await self._within_scope(offered)
+        self.refused += len(refused)
+        new = await peer.intake(mine, {k: v for k, v in done.items() if k not in refused})
+        self._senders.charge(sender.id, new)
+        # Rejected tasks count as duplicates: the sender must not re-route them elsewhere.
+        return StoreResult(new=new, duplicate=len(offered) - new, refused_keys=refused)
+
+    async def handle_store_backup(
+        self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
+    ) -> int:
+        backups = self.peer.backups
+        assert backups is not None
+        decoded = [t for ts in self._decode(batches).values() for t in ts]
+        stored = [to_stored(t) for t in await self._within_scope(decoded)]
+        return await backups.add(owner, stored) if stored else 0
+
+    async def handle_delete_backup(self, sender: PeerRef, owner: bytes, fps: list[int]) -> int:
+        backups, ledger = self.peer.backups, self.peer.ledger
+        assert backups is not None and ledger is not None
+        removed = await backups.remove_returning(owner, fps)
+        if removed:
+            # The owner finished these: remember them, so taking its hosts over later
+            # does not fetch them again.
+            await ledger.done.add([(t.key, t.fp) for t in removed])
+        return len(removed)
+
+    async def handle_refresh_task(self, sender: PeerRef) -> int:
+        return await self.peer.membership.on_refresh(sender)
+
+    def peer_added(self, peer: PeerRef) -> None:
+        me = self.peer
+        if me.dispatcher is not None:
+            me.dispatcher.forget_owners()
+        me.events.add("peer_added", peer=peer.id.hex()[:8], addr=f"{peer.host}:{peer.port}")
+        me.membership.kick.set()
+
+    def peer_removed(self, peer: PeerRef, reason: str) -> None:
+        me = self.peer
+        if me.dispatcher is not None:
+            me.dispatcher.forget_owners()
+        kind = "peer_left" if reason == "goodbye" else "peer_lost"
+        me.events.add(kind, peer=peer.id.hex()[:8], reason=reason)
+        me.membership.gone_owners.add(peer.id)
+        me.membership.kick.set()

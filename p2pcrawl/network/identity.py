@@ -1,0 +1,44 @@
+"""The node's identity in its data directory: the same node ID across restarts.
+
+Stored as JSON, never pickle: a data directory may come from anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from protocol import new_node_id
+
+__all__ = ["DataDirError", "load_or_create_identity"]
+
+IDENTITY_FILE = "node.json"
+
+
+class DataDirError(Exception):
+    """The data directory is unusable; the message says why and what to do."""
+
+
+def load_or_create_identity(data_dir: Path) -> bytes:
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataDirError(f"cannot create data directory {data_dir}: {exc}") from exc
+    path = data_dir / IDENTITY_FILE
+    if path.exists():
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            node_id = bytes.fromhex(doc["node_id"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise DataDirError(
+                f"{path} is corrupt ({exc}); move the data directory aside to start afresh"
+            ) from exc
+        if len(node_id) != 20:
+            raise DataDirError(f"{path}: node_id must be 20 bytes, got {len(node_id)}")
+        return node_id
+    node_id = new_node_id()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"node_id": node_id.hex(), "version": 1}), encoding="utf-8")
+    os.replace(tmp, path)
+    return node_id

@@ -1,0 +1,320 @@
+"""Membership changes: join refresh, handoff, crash takeover, republish and graceful leave.
+
+Seed 001 gives the shape (REFRESH_TASK on join, re-publishing on leave, periodic republish of
+backups against crashes). Beyond the paper: a host key's done fingerprints travel with its
+tasks, a joiner waits for its neighbours' handoffs before crawling, and only backups whose
+owner is gone or replaced are re-sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from p2pcrawl.crawl import Task
+from p2pcrawl.network.dispatch import to_batches
+from protocol import MessageError, PeerRef, PeerTimeout, RemoteError, distance
+
+if TYPE_CHECKING:
+    from p2pcrawl.crawl import Engine, Ledger
+    from p2pcrawl.network.dispatch import Dispatcher
+    from p2pcrawl.network.peer import Peer
+    from protocol import CrawlNode
+    from storage import BackupStore
+
+__all__ = ["HandoffReport", "Membership"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class HandoffReport:
+    tasks: int = 0
+    done: int = 0
+    backups: int = 0
+    failed: int = 0
+    queue_at_leave: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+class Membership:
+    """The peer's reactions to others joining, leaving and vanishing, and its own leave."""
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+        self.kick = asyncio.Event()  # membership changed: take over and rebalance soon
+        self.gone_owners: set[bytes] = set()  # removed peers whose backups may need taking
+        self._handoff_lock = asyncio.Lock()
+        self._handoffs_received: dict[bytes, set[bytes]] = {}
+        self._handoff_progress = asyncio.Event()
+
+    def _started(self) -> tuple[Ledger, Engine, CrawlNode, BackupStore, Dispatcher]:
+        p = self.peer
+        assert p.ledger and p.engine and p.node and p.backups and p.dispatcher, "not started"
+        return p.ledger, p.engine, p.node, p.backups, p.dispatcher
+
+    def note_received(self, sender: PeerRef, keys: set[bytes]) -> None:
+        """A STORE_TASK arrived: count its keys against what a refresh promised."""
+        got = self._handoffs_received.get(sender.id)
+        if got is not None:
+            got.update(keys)
+            self._handoff_progress.set()
+
+    async def on_refresh(self, sender: PeerRef) -> int:
+        """Seed 001's REFRESH_TASK: send the requester every key now closer to it.
+
+        Beyond the paper, a key's done fingerprints go with it, and keys with no queued
+        tasks left move too (their history is what keeps the new owner from re-fetching).
+        The answer is how many keys will follow, so the requester knows when it has all.
+        """
+        ledger, _, node, _, _ = self._started()
+        if self.peer.state != "active":
+            return 0
+        keys = set(await ledger.tasks.key_counts()) | set(await ledger.done.keys())
+        moving = []
+        for key in keys:
+            found = node.closest_local(key, 1)
+            if found and found[0].id == sender.id:
+                moving.append(key)
+        if moving:
+            self.peer.spawn(self._refresh_handoff(sender, moving), "refresh-handoff")
+        return len(moving)
+
+    async def _refresh_handoff(self, requester: PeerRef, keys: list[bytes]) -> None:
+        async with self._handoff_lock:
+            try:
+                sent = await self._hand_keys(requester, keys)
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.warning("handoff to joining %s failed: %s", requester, exc)
+                return
+        self.peer.events.add("handoff", to=requester.id.hex()[:8], keys=len(keys), tasks=sent)
+
+    async def refresh_from_neighbours(self) -> None:
+        """Join step 3 of seed 001: ask neighbours to send what is now closer to us, and
+        wait (bounded) until every promised key has arrived."""
+        _, _, node, _, _ = self._started()
+        neighbours = node.closest_local(self.peer.node_id, self.peer.config.peer.ksize)
+        promised: dict[bytes, int] = {}
+        for p in neighbours:
+            if p.id == self.peer.node_id:
+                continue
+            self._handoffs_received.setdefault(p.id, set())
+            try:
+                promised[p.id] = await node.refresh_task(p)
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.info("REFRESH_TASK to %s failed: %s", p, exc)
+        deadline = time.monotonic() + self.peer.config.peer.handoff_timeout
+        try:
+            while any(len(self._handoffs_received[i]) < n for i, n in promised.items()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("join: not every neighbour handed over its keys in time")
+                    break
+                self._handoff_progress.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await self._handoff_progress.wait()
+        finally:
+            received = sum(len(v) for v in self._handoffs_received.values())
+            self._handoffs_received.clear()
+        self.peer.events.add("refreshed", neighbours=len(promised), keys=received)
+
+    async def rebalance_loop(self) -> None:
+        while True:
+            await self.kick.wait()
+            # Debounce: a join brings several membership events in a burst.
+            await asyncio.sleep(0.2)
+            self.kick.clear()
+            if self.peer.state != "active":
+                continue
+            try:
+                await self._takeover()
+                await self._rebalance()
+            except (PeerTimeout, RemoteError, OSError, MessageError) as exc:
+                log.warning("rebalance pass failed: %s; retrying", exc)
+                await asyncio.sleep(1.0)
+                self.kick.set()
+
+    async def _takeover(self) -> None:
+        """Crash recovery: re-route the backups held for owners that are gone."""
+        _, _, node, backups, dispatcher = self._started()
+        if not self.gone_owners:
+            return
+        live = {p.id for p in node.peers()}
+        gone = [o for o in self.gone_owners if o not in live]
+        self.gone_owners.clear()
+        for owner in gone:
+            taken = await backups.take_owner(owner)
+            if not taken:
+                continue
+            tasks = [Task(s.url, s.fp, s.key, s.depth, s.hops) for s in taken]
+            self.peer.events.add("takeover", owner=owner.hex()[:8], tasks=len(tasks))
+            await dispatcher.route(tasks)
+
+    async def _rebalance(self) -> None:
+        """Hand every key this peer no longer owns to its owner, history included."""
+        ledger, engine, node, _, _ = self._started()
+        assert ledger is not None and engine is not None and node is not None
+        async with self._handoff_lock:
+            counts = await ledger.tasks.key_counts()
+            moved: dict[PeerRef, list[bytes]] = defaultdict(list)
+            for key in counts:
+                found = node.closest_local(key, 1)
+                if found and found[0].id != self.peer.node_id:
+                    moved[found[0]].append(key)
+            for owner, keys in moved.items():
+                sent = await self._hand_keys(owner, keys)
+                self.peer.events.add("handoff", to=owner.id.hex()[:8], keys=len(keys), tasks=sent)
+
+    async def _hand_keys(self, owner: PeerRef, keys: list[bytes]) -> int:
+        """Stop crawling ``keys``, wait for their fetches, send tasks and done fps to ``owner``."""
+        ledger, engine, node, _, _ = self._started()
+        assert ledger is not None and engine is not None and node is not None
+        keyset = set(keys)
+        engine.exclude_keys(keyset)
+        deadline = time.monotonic() + self.peer.config.peer.handoff_timeout
+        while any(t.key in keyset for t in engine.in_flight.values()):
+            if time.monotonic() > deadline:
+                break
+            await engine.wait_progress(0.2)
+        tasks = await ledger.take_keys(keys)
+        done = await ledger.done.fps_for_keys(keys)
+        try:
+            result = await node.store_task(owner, to_batches(tasks, done))
+        except (PeerTimeout, RemoteError, OSError):
+            # Put them back: they stay ours until the owner answers.
+            engine.include_keys(keyset)
+            await ledger.accept(tasks)
+            engine.wake()
+            raise
+        if result.refused_keys:
+            back = [t for t in tasks if t.key in set(result.refused_keys)]
+            engine.include_keys(set(result.refused_keys))
+            await ledger.accept(back)
+            engine.wake()
+        return len(tasks)
+
+    async def republish_loop(self) -> None:
+        """Seed 001's periodic republish of backups, limited to the ones that need it.
+
+        A backup whose owner is alive and still the closest node to its key is left alone:
+        re-sending those would flood a healthy network for nothing.
+        """
+        interval = self.peer.config.peer.republish_interval
+        while True:
+            await asyncio.sleep(interval)
+            if self.peer.state == "active":
+                with contextlib.suppress(PeerTimeout, RemoteError, OSError):
+                    await self.republish_pass()
+
+    async def republish_pass(self) -> int:
+        _, _, node, backups, dispatcher = self._started()
+        live = {p.id for p in node.peers()}
+        after = 0
+        resent = 0
+        while True:
+            rows = await backups.page(after, 1000)
+            if not rows:
+                return resent
+            after = rows[-1][0]
+            stale: dict[bytes, list[Task]] = defaultdict(list)
+            for _, owner, s in rows:
+                closest = node.closest_local(s.key, 1 + self.peer.config.peer.replicas)
+                ids = [p.id for p in closest]
+                healthy = owner in live and ids and ids[0] == owner and self.peer.node_id in ids[1:]
+                if not healthy:
+                    stale[owner].append(Task(s.url, s.fp, s.key, s.depth, s.hops))
+            for owner, tasks in stale.items():
+                await dispatcher.route(tasks)
+                await backups.remove(owner, [t.fp for t in tasks])
+                resent += len(tasks)
+
+    # -- graceful leave --------------------------------------------------------------------
+
+    async def leave(self) -> HandoffReport:
+        """Seed 001's graceful leave: hand every task, done range and backup to its owner."""
+        ledger, engine, node, backups, dispatcher = self._started()
+        assert engine is not None and ledger is not None and node is not None
+        if self.peer.state != "active":
+            return self.peer.handoff
+        self.peer.state = "leaving"
+        self.peer.events.add("leaving")
+        report = self.peer.handoff
+        await engine.stop_fetching(timeout=10.0)
+        await engine.aclose()
+        await dispatcher.flush()
+        report.queue_at_leave = ledger.queued
+        others = [p for p in node.peers() if p.id != self.peer.node_id]
+        # Goodbye first: once the others have dropped this peer from their tables they
+        # route its keys to their new owners, and those accept the handoff below as theirs.
+        for p in others:
+            with contextlib.suppress(PeerTimeout, RemoteError, OSError):
+                await node.goodbye(p)
+        if others:
+            async with self._handoff_lock:
+                counts = await ledger.tasks.key_counts()
+                by_owner: dict[PeerRef, list[bytes]] = defaultdict(list)
+                for key in counts:
+                    by_owner[_closest_other(key, others)].append(key)
+                for owner, keys in by_owner.items():
+                    tasks = await ledger.take_keys(keys)
+                    done = await ledger.done.fps_for_keys(keys)
+                    if await self._send_with_fallback(owner, others, tasks, done):
+                        report.tasks += len(tasks)
+                        report.done += sum(len(v) for v in done.values())
+                    else:
+                        report.failed += len(tasks)
+                        await ledger.accept(tasks)
+                for owner_id, _ in (await backups.owner_counts()).items():
+                    taken = await backups.take_owner(owner_id)
+                    groups: dict[PeerRef, list[Task]] = defaultdict(list)
+                    for s in taken:
+                        groups[_closest_other(s.key, others)].append(
+                            Task(s.url, s.fp, s.key, s.depth, s.hops)
+                        )
+                    for owner, tasks in groups.items():
+                        if await self._send_with_fallback(owner, others, tasks, None):
+                            report.backups += len(tasks)
+        self.peer.events.add("left", **report.as_dict())
+        log.info(
+            "left the network: handed off %d tasks, %d done fingerprints, %d backups (%d failed)",
+            report.tasks,
+            report.done,
+            report.backups,
+            report.failed,
+        )
+        return report
+
+    async def _send_with_fallback(
+        self,
+        owner: PeerRef,
+        others: list[PeerRef],
+        tasks: list[Task],
+        done: dict[bytes, list[int]] | None,
+    ) -> bool:
+        """STORE_TASK to the new owner; if it is gone, to the next closest that answers."""
+        _, _, node, _, _ = self._started()
+        if not tasks and not done:
+            return True
+        candidates = [owner] + [p for p in others if p != owner]
+        key = tasks[0].key if tasks else next(iter(done or {b"": []}))
+        candidates.sort(key=lambda p: distance(p.id, key) if p != owner else -1)
+        for cand in candidates[:4]:
+            try:
+                await node.store_task(cand, to_batches(tasks, done))
+                return True
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.warning("handoff to %s failed: %s", cand, exc)
+        return False
+
+
+def _closest_other(key: bytes, others: list[PeerRef]) -> PeerRef:
+    return min(others, key=lambda p: distance(p.id, key))

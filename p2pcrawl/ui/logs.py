@@ -1,0 +1,82 @@
+"""Log output of the command: plain lines for people, one JSON object per line for machines.
+
+Every line passes a rate limit per message template: a failure that repeats (a descriptor
+limit hit on every accept, a dead neighbour on every RPC) logs its first few lines in each
+window and then one line saying how many were held back, instead of flooding the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+__all__ = ["RateLimitFilter", "setup_logging"]
+
+
+class RateLimitFilter(logging.Filter):
+    """At most ``burst`` records per (logger, message template) every ``window`` seconds."""
+
+    def __init__(self, burst: int = 10, window: float = 10.0, max_keys: int = 1000) -> None:
+        super().__init__()
+        self.burst = burst
+        self.window = window
+        self.max_keys = max_keys
+        self.suppressed_total = 0
+        # key -> [window start, records let through in it, records held back in it]
+        self._seen: dict[tuple[str, object], list[float]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        key = (record.name, record.msg)
+        entry = self._seen.get(key)
+        if entry is None:
+            if len(self._seen) >= self.max_keys:
+                self._seen.clear()
+            self._seen[key] = [now, 1, 0]
+            return True
+        if now - entry[0] >= self.window:
+            held = int(entry[2])
+            entry[:] = [now, 1, 0]
+            if held:
+                # Told on the next line of its kind, so the count is never silently lost.
+                record.msg = f"{record.msg} [{held} similar lines held back in the last window]"
+            return True
+        if entry[1] < self.burst:
+            entry[1] += 1
+            return True
+        entry[2] += 1
+        self.suppressed_total += 1
+        return False
+
+
+def setup_logging(level: str, as_json: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if as_json:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+        )
+    handler.addFilter(RateLimitFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper()))
+    # The DHT library logs every datagram at info; keep it to warnings unless debugging.
+    if level != "debug":
+        for name in ("kademlia", "rpcudp"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
