@@ -1,0 +1,449 @@
+"""A multi-machine cluster on one machine: one network namespace per peer, capped bandwidth.
+
+Topology (created at start, removed on exit and on failure; names start with a per-run prefix):
+
+    web ns   198.18.0.1   the test web (``_clusterweb.py``); ``ip route add local 198.19.0.0/16
+                          dev lo`` makes every 198.19.x.y one of its hosts
+    ctl ns   198.18.0.2   this script talks to the peers' status servers from here
+    peer ns  198.18.0.10+i  one ``p2pcrawl join`` each, with a ``tbf`` cap on the link towards
+                          it (its download) of ``--rate-mbit``
+    br ns    a bridge joining them (veth pairs); nothing is routed anywhere else
+
+Addresses come only from 198.18.0.0/15 (RFC 2544) and exist only inside these namespaces; the
+peers pass ``--allow-private`` because the scope guard refuses non-global addresses (Python's
+``ipaddress`` counts 198.18/15 as private). The web has Zipf page counts per host and a latency
+per host (10-50 ms), added by the server since ``netem`` is missing here.
+
+For each N in ``--peers`` (interleaved over ``--rounds``), peers start with fresh data, join,
+one is seeded with host 0's root (which links to every host) and the run ends when every peer
+is idle with nothing in transit. Reported, median and range over rounds: pages/s, speed-up
+over one peer, CPU seconds per page (all peer processes and their WARC writers), RPCs and RPC
+bytes per page, duplicate fetches, and how much of the bandwidth cap the peers used.
+
+The bottleneck is meant to be the cap (each peer's link), not the machine: the per-peer cap
+times N must stay below what the machine's cores can crawl, or the speed-up measures the CPU.
+
+Usage (as root): python benchmarks/cluster.py [--quick] [--peers 1,2,4,8] [--rounds 3]
+The last line is one JSON object: {"speedup": {"2": x, ...}, ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from _zipfweb import ZipfWeb
+
+from protocol.balance import choose_join_id
+
+BENCH = Path(__file__).resolve().parent
+WEB_ADDR, CTL_ADDR = "198.18.0.1", "198.18.0.2"
+CLONE_NEWNET = 0x40000000
+
+
+def peer_addr(i: int) -> str:
+    return f"198.18.0.{10 + i}"
+
+
+def run(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+
+
+def netns_available() -> str | None:
+    """None if network namespaces work here, else why not."""
+    if os.geteuid() != 0:
+        return "needs root (ip netns)"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "ip or tc not installed"
+    name = f"p2scprobe{os.getpid()}"
+    try:
+        run("ip", "netns", "add", name)
+    except (subprocess.CalledProcessError, OSError) as exc:
+        return f"ip netns add failed: {getattr(exc, 'stderr', exc)}"
+    with contextlib.suppress(subprocess.CalledProcessError):
+        run("ip", "netns", "del", name)
+    return None
+
+
+class Topology:
+    """The namespaces, bridge, veths and caps; ``close`` removes every one it made."""
+
+    def __init__(self, peers: int, rate_mbit: float) -> None:
+        self.tag = f"ps{os.getpid() % 100000}"  # short: interface names have 15 characters
+        self.prefix = f"p2sc-{self.tag}-"
+        self.peers = peers
+        self.rate_mbit = rate_mbit
+        self.made: list[str] = []
+
+    def ns(self, name: str) -> str:
+        return self.prefix + name
+
+    def _add_ns(self, name: str) -> str:
+        full = self.ns(name)
+        run("ip", "netns", "add", full)
+        self.made.append(full)
+        run("ip", "-n", full, "link", "set", "lo", "up")
+        return full
+
+    def _attach(self, name: str, index: int, addr: str, cap_mbit: float | None) -> None:
+        ns, br = self.ns(name), self.ns("br")
+        a, b = f"{self.tag}{index}a", f"{self.tag}{index}b"
+        run("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+        run("ip", "link", "set", a, "netns", ns)
+        run("ip", "link", "set", b, "netns", br)
+        run("ip", "-n", ns, "link", "set", a, "name", "eth0")
+        run("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
+        run("ip", "-n", ns, "link", "set", "eth0", "up")
+        run("ip", "-n", br, "link", "set", b, "master", "br0")
+        run("ip", "-n", br, "link", "set", b, "up")
+        if cap_mbit:
+            # Egress of the bridge-side end is the peer's download: the pages it fetches.
+            run(
+                "ip", "netns", "exec", br, "tc", "qdisc", "add", "dev", b, "root", "tbf",
+                "rate", f"{cap_mbit}mbit", "burst", "64kb", "latency", "200ms",
+            )  # fmt: skip
+
+    def open(self) -> None:
+        br = self._add_ns("br")
+        run("ip", "-n", br, "link", "add", "br0", "type", "bridge")
+        run("ip", "-n", br, "link", "set", "br0", "up")
+        web = self._add_ns("web")
+        self._attach("web", 0, WEB_ADDR, None)
+        run("ip", "-n", web, "route", "add", "local", "198.19.0.0/16", "dev", "lo")
+        self._add_ns("ctl")
+        self._attach("ctl", 1, CTL_ADDR, None)
+        for i in range(self.peers):
+            ns = self._add_ns(f"p{i}")
+            self._attach(f"p{i}", i + 2, peer_addr(i), self.rate_mbit)
+            run("ip", "-n", ns, "route", "add", "198.19.0.0/16", "via", WEB_ADDR)
+
+    def close(self) -> None:
+        # Deleting a namespace deletes the veth ends inside it, and with them their peers.
+        for full in reversed(self.made):
+            with contextlib.suppress(subprocess.CalledProcessError, OSError):
+                run("ip", "netns", "del", full)
+        self.made.clear()
+
+    def enter(self, name: str) -> None:
+        """Move this thread (the event loop's) into namespace ``name``: its sockets live there."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(f"/run/netns/{self.ns(name)}", os.O_RDONLY)
+        try:
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns failed")
+        finally:
+            os.close(fd)
+
+
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and of its live children (the WARC writer)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+@dataclass
+class RunResult:
+    peers: int
+    pages: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    rpcs: int = 0
+    rpc_bytes: int = 0
+    duplicates: int = 0
+    web_bytes: int = 0
+    per_peer_pages: list[int] = field(default_factory=list)
+
+    @property
+    def pages_per_s(self) -> float:
+        return self.pages / self.wall_s if self.wall_s else 0.0
+
+
+class Runner:
+    def __init__(self, topo: Topology, args: argparse.Namespace, zweb: ZipfWeb) -> None:
+        self.topo, self.args, self.web = topo, args, zweb
+        self.token = secrets.token_hex(16)
+        self.secret = secrets.token_hex(16)
+        self.session: aiohttp.ClientSession | None = None
+
+    async def api(self, addr: str, path: str, method: str = "GET", body: Any = None) -> Any:
+        assert self.session is not None
+        headers = {"Authorization": f"Bearer {self.token}"}
+        url = f"http://{addr}:8000{path}"
+        async with self.session.request(method, url, json=body, headers=headers) as resp:
+            return await resp.json(content_type=None)
+
+    async def web_ctl(self, path: str, method: str = "GET") -> Any:
+        assert self.session is not None
+        async with self.session.request(method, f"http://{WEB_ADDR}{path}") as resp:
+            return await resp.json(content_type=None)
+
+    def peer_cmd(self, i: int, data: Path) -> list[str]:
+        a = self.args
+        cmd = [
+            "ip", "netns", "exec", self.topo.ns(f"p{i}"), sys.executable, "-m", "p2pcrawl",
+            "--log-level", "warning", "join",
+            "--listen", f"{peer_addr(i)}:7000", "--status", f"{peer_addr(i)}:8000",
+            "--status-token", self.token, "--secret", self.secret, "--data", str(data),
+            "--allow-private", "--concurrency", str(a.concurrency), "--delay", "0",
+            "--politeness-factor", "0", "--partition", a.partition,
+        ]  # fmt: skip
+        for host in self.web.names():
+            cmd += ["--allow-domain", host]
+        if i > 0:
+            cmd += ["--bootstrap", f"{peer_addr(0)}:7000"]
+        return cmd
+
+    async def one(self, n: int, root: Path, rng: random.Random) -> RunResult:
+        procs: list[asyncio.subprocess.Process] = []
+        result = RunResult(n)
+        ids: list[bytes] = []
+        try:
+            for i in range(n):
+                data = root / f"n{n}-p{i}"
+                data.mkdir(parents=True)
+                if self.args.ids == "split":
+                    # What a joiner's choose_join_id picks when it knows every peer (it does,
+                    # in a network smaller than a k-bucket); written where the peer keeps it.
+                    ids.append(choose_join_id(ids, rng))
+                    doc = {"node_id": ids[-1].hex(), "version": 1}
+                    (data / "node.json").write_text(json.dumps(doc))
+                log = (root / f"n{n}-p{i}.log").open("ab")
+                proc = await asyncio.create_subprocess_exec(
+                    *self.peer_cmd(i, data),
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=log,
+                    stdin=asyncio.subprocess.DEVNULL,
+                )
+                log.close()
+                procs.append(proc)
+                assert proc.stdout is not None
+                async with asyncio.timeout(60):
+                    while True:
+                        line = await proc.stdout.readline()
+                        if not line:
+                            raise RuntimeError(f"peer {i} exited; see {root}/n{n}-p{i}.log")
+                        if line.startswith(b"{") and b'"ready"' in line:
+                            break
+            addrs = [peer_addr(i) for i in range(n)]
+            await self.wait(
+                lambda ss: all(s["peers"] == n - 1 for s in ss), addrs, 60, "a full mesh"
+            )
+            await self.web_ctl("/reset", "POST")
+            cpu0 = sum(proc_cpu_s(p.pid) for p in procs)
+            t0 = time.perf_counter()
+            seed = self.web.url(0, 0)
+            await self.api(addrs[0], "/api/seed", "POST", {"urls": [seed]})
+            t_end = await self.wait_finished(addrs, t0)
+            result.wall_s = t_end - t0
+            result.cpu_s = sum(proc_cpu_s(p.pid) for p in procs) - cpu0
+            stats = await self.web_ctl("/stats")
+            result.pages, result.web_bytes = stats["unique"], stats["bytes"]
+            result.duplicates = stats["requests"] - stats["unique"]
+            for a in addrs:
+                st = await self.api(a, "/api/status")
+                result.per_peer_pages.append(int(st["pages_fetched"]))
+                rpc = (await self.api(a, "/api/peers"))["rpc"]
+                result.rpcs += sum(rpc["rpc_sent"].values())
+                result.rpc_bytes += int(rpc["bytes_out"])
+        finally:
+            for p in procs:
+                if p.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        p.send_signal(signal.SIGKILL)
+            for p in procs:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(10):
+                        await p.wait()
+        return result
+
+    async def wait(self, pred: Any, addrs: list[str], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                if pred([await self.api(a, "/api/status") for a in addrs]):
+                    return
+            await asyncio.sleep(0.3)
+        raise RuntimeError(f"timed out waiting for {what}")
+
+    async def wait_finished(self, addrs: list[str], t0: float) -> float:
+        """When every peer went idle with nothing in transit and stayed so for ``quiet`` s."""
+        quiet, deadline = 2.0, time.monotonic() + self.args.timeout
+        since: float | None = None
+        last_unique = -1
+        while time.monotonic() < deadline:
+            ss = [await self.api(a, "/api/status") for a in addrs]
+            unique = (await self.web_ctl("/stats"))["unique"]
+            idle = (
+                unique > 0
+                and unique == last_unique
+                and all(
+                    s["tasks_queued"] == 0
+                    and s["tasks_in_flight"] == 0
+                    and s["rpc_in_transit"] == 0
+                    for s in ss
+                )
+            )
+            last_unique = unique
+            now = time.perf_counter()
+            if idle:
+                since = since or now
+                if now - since >= quiet:
+                    return since
+            else:
+                since = None
+            await asyncio.sleep(0.25)
+        raise RuntimeError("the crawl did not finish in time")
+
+
+def med(values: list[float]) -> dict[str, float]:
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
+
+
+async def main_async(args: argparse.Namespace, topo: Topology, zweb: ZipfWeb) -> dict[str, Any]:
+    topo.enter("ctl")
+    runner = Runner(topo, args, zweb)
+    results: dict[int, list[RunResult]] = {n: [] for n in args.peers}
+    rng = random.Random(args.seed)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        runner.session = session
+        with tempfile.TemporaryDirectory(prefix="p2pcrawl-cluster-") as tmp:
+            for r in range(args.rounds):
+                # Interleaved: every N once per round, so a busy neighbour hits all N alike.
+                for n in args.peers:
+                    res = await runner.one(n, Path(tmp) / f"r{r}", rng)
+                    results[n].append(res)
+                    cpu_ms = 1000 * res.cpu_s / max(res.pages, 1)
+                    print(
+                        f"round {r + 1} N={n}: {res.pages} pages in {res.wall_s:.1f} s = "
+                        f"{res.pages_per_s:.0f} pages/s, CPU {cpu_ms:.2f} ms/page, "
+                        f"{res.rpcs / max(res.pages, 1):.2f} RPCs/page, "
+                        f"{res.duplicates} duplicates, pages per peer {res.per_peer_pages}",
+                        flush=True,
+                    )
+    base = statistics.median(r.pages_per_s for r in results[min(args.peers)])
+    cap_pages = args.rate_mbit * 1e6 / 8 / args.page_bytes
+    out: dict[str, Any] = {"speedup": {}, "pages_per_s": {}, "cpu_ms_per_page": {}}
+    out.update(rpcs_per_page={}, rpc_bytes_per_page={}, duplicates={}, cap_used={})
+    out["pages_fetched"] = {}
+    for n, rs in results.items():
+        out["pages_per_s"][str(n)] = med([r.pages_per_s for r in rs])
+        if n != min(args.peers):
+            out["speedup"][str(n)] = round(statistics.median(r.pages_per_s for r in rs) / base, 3)
+        out["cpu_ms_per_page"][str(n)] = med([1000 * r.cpu_s / max(r.pages, 1) for r in rs])
+        out["rpcs_per_page"][str(n)] = med([r.rpcs / max(r.pages, 1) for r in rs])
+        out["rpc_bytes_per_page"][str(n)] = med([r.rpc_bytes / max(r.pages, 1) for r in rs])
+        out["duplicates"][str(n)] = med([float(r.duplicates) for r in rs])
+        out["pages_fetched"][str(n)] = med([float(r.pages) for r in rs])
+        out["cap_used"][str(n)] = med([r.pages_per_s / (n * cap_pages) for r in rs])
+    out["cap_pages_per_s_per_peer"] = round(cap_pages, 1)
+    out["pages"] = zweb.total_pages
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--peers", default="1,2,4,8")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--hosts", type=int, default=1000)
+    p.add_argument("--max-pages", type=int, default=300)
+    p.add_argument("--exponent", type=float, default=0.8)
+    p.add_argument("--page-bytes", type=int, default=16_000)
+    p.add_argument("--rate-mbit", type=float, default=4.0, help="per-peer download cap")
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--partition", choices=["host", "url"], default="host")
+    p.add_argument("--ids", choices=["split", "random"], default="split")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=900.0, help="per run")
+    p.add_argument("--quick", action="store_true", help="1, 2 and 4 peers, a small web, 1 round")
+    p.add_argument("--smoke", action="store_true", help="1 and 2 peers, a tiny web (tests)")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.peers, a.rounds, a.hosts, a.max_pages = "1,2,4", 1, 300, 150
+    if a.smoke:
+        a.peers, a.rounds, a.hosts, a.max_pages, a.rate_mbit = "1,2", 1, 40, 20, 8.0
+    a.peers = sorted({int(x) for x in a.peers.split(",")})
+    if a.peers[0] != 1:
+        a.peers.insert(0, 1)  # speed-up is against one peer
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    why = netns_available()
+    if why:
+        print(f"cluster benchmark unavailable: {why}")
+        print(json.dumps({"speedup": {}, "skipped": why}))
+        return 2
+    zweb = ZipfWeb(args.hosts, args.max_pages, args.exponent, args.seed)
+    print(
+        f"web: {args.hosts} hosts, {zweb.total_pages} pages (Zipf {args.exponent}, largest "
+        f"{max(zweb.pages)}), {args.page_bytes} B/page; per-peer cap {args.rate_mbit} Mbit/s "
+        f"= {args.rate_mbit * 1e6 / 8 / args.page_bytes:.0f} pages/s; concurrency "
+        f"{args.concurrency}; --ids {args.ids}; load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    topo = Topology(max(args.peers), args.rate_mbit)
+    atexit.register(topo.close)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    web_proc: subprocess.Popen[str] | None = None
+    try:
+        topo.open()
+        web_cmd = [
+            "ip", "netns", "exec", topo.ns("web"), sys.executable, str(BENCH / "_clusterweb.py"),
+            "--hosts", str(args.hosts), "--max-pages", str(args.max_pages),
+            "--exponent", str(args.exponent), "--seed", str(args.seed),
+            "--page-bytes", str(args.page_bytes), "--control", WEB_ADDR,
+        ]  # fmt: skip
+        web_proc = subprocess.Popen(web_cmd, stdout=subprocess.PIPE, text=True)
+        assert web_proc.stdout is not None
+        if not web_proc.stdout.readline():
+            raise RuntimeError("the test web did not start")
+        out = asyncio.run(main_async(args, topo, zweb))
+    finally:
+        if web_proc is not None and web_proc.poll() is None:
+            web_proc.send_signal(signal.SIGTERM)
+            try:
+                web_proc.wait(10)
+            except subprocess.TimeoutExpired:
+                web_proc.kill()
+                web_proc.wait()
+        topo.close()
+    print(f"load average at end {os.getloadavg()[0]:.2f}")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
