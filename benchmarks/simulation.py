@@ -152,7 +152,7 @@ async def lookup(net: Net, src: Peer, key: bytes) -> tuple[bytes | None, int, in
     target = Node(key)
     start = src.table.find_neighbors(target, KSIZE)
     rpcs0 = net.rpcs
-    crawl = CountingCrawl(SimProtocol(net, src), target, start, KSIZE, ALPHA)  # type: ignore[arg-type]
+    crawl = CountingCrawl(SimProtocol(net, src), target, start, KSIZE, ALPHA)
     found = await crawl.find()
     pool = [n.id for n in found] + [src.node.id]
     best = min(pool, key=lambda i: int.from_bytes(i, "big") ^ int.from_bytes(key, "big"))
@@ -181,7 +181,7 @@ async def join(net: Net, node_id: bytes, index: int, rng: random.Random) -> None
     boot = net.peers[rng.choice([i for i in alive if i != node_id])]
     me.table.add_contact(boot.node)
     boot.table.add_contact(me.node)
-    crawl = NodeSpiderCrawl(SimProtocol(net, me), me.node, [boot.node], KSIZE, ALPHA)  # type: ignore[arg-type]
+    crawl = NodeSpiderCrawl(SimProtocol(net, me), me.node, [boot.node], KSIZE, ALPHA)
     await crawl.find()
 
 
