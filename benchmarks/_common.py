@@ -117,7 +117,7 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
 @contextmanager
 def serve_test_web(params: TestWebParams) -> Iterator[TestWebInfo]:
     """Serve the test web in a subprocess for the duration of the block."""
-    cmd = [sys.executable, "-m", "p2pcrawl.testweb", *params.cli_args()]
+    cmd = [sys.executable, "-m", "p2pcrawl.testing.serve", *params.cli_args()]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -140,7 +140,7 @@ def serve_test_web(params: TestWebParams) -> Iterator[TestWebInfo]:
 
 def ground_truth(params: TestWebParams, port: int) -> set[str]:
     """The URLs a complete crawl must fetch, computed without serving."""
-    from p2pcrawl.testweb import TestWeb, TestWebConfig
+    from p2pcrawl.testing import TestWeb, TestWebConfig
 
     config = TestWebConfig(
         hosts=params.hosts,

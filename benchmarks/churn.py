@@ -19,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from p2pcrawl.cluster import Cluster, PeerProc
-from p2pcrawl.testweb import TestWeb, TestWebConfig
+from p2pcrawl.testing import Cluster, PeerProc, TestWeb, TestWebConfig
 
 FAST = ["--rpc-timeout", "0.5", "--ping-interval", "0.5", "--republish-interval", "2"]
 

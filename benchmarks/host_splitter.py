@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from p2pcrawl.engine import crawl
+from p2pcrawl.crawl import crawl
 from p2pcrawl.settings import CrawlSettings, PolitenessSettings, ScopeSettings
-from p2pcrawl.testweb import TestWeb, TestWebConfig
+from p2pcrawl.testing import TestWeb, TestWebConfig
 
 
 async def main() -> int:

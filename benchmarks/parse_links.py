@@ -1,6 +1,6 @@
 """Link extraction against a bare selectolax + urljoin loop, on generated ~30 KB pages.
 
-Every fetched page goes through ``p2pcrawl.parse.extract_links``, so its cost per page bounds
+Every fetched page goes through ``p2pcrawl.crawl.parse.extract_links``, so its cost per page bounds
 the engine's pages/s. The bare loop is what ``single_peer.py``'s bare crawler does with a
 body: lexbor, ``a[href]``, ``urljoin`` + ``urldefrag``, a Python set. extract_links does more
 (canonicalisation, robots meta, ``<base href>``, nofollow, dedup in document order), so the
@@ -27,8 +27,7 @@ from urllib.parse import urldefrag, urljoin
 
 from selectolax.lexbor import LexborHTMLParser
 
-from p2pcrawl import urls
-from p2pcrawl.parse import extract_links
+from p2pcrawl.crawl import extract_links, urls
 
 PAGE_BYTES = 30_000
 LINKS_PER_PAGE = 50

@@ -1,11 +1,11 @@
 """Single-peer throughput: p2pcrawl's engine against a bare asyncio loop, Scrapy and wget.
 
-All four crawl the same generated test web (``p2pcrawl.testweb``, served from a subprocess so
+All four crawl the same generated test web (``p2pcrawl.testing.web``, served from a subprocess so
 it has its own core) with the same concurrency and no politeness delay:
 
 (a) bare   aiohttp GET + selectolax links + urljoin/urldefrag + a set: the ceiling for a
            Python crawler on this machine; no robots.txt, no WARC, no persistence.
-(b) engine p2pcrawl.engine.crawl with WARC output on, robots.txt obeyed; its CPU includes
+(b) engine p2pcrawl.crawl.engine.crawl with WARC output on, robots.txt obeyed; its CPU includes
            the WARC writer process.
 (c) scrapy Scrapy (its own virtualenv, benchmarks/.venv-scrapy), CrawlSpider + LinkExtractor,
            ROBOTSTXT_OBEY, one connection per host.
@@ -132,9 +132,9 @@ def run_bare(web: TestWebInfo, concurrency: int) -> Result:
 def run_engine(web: TestWebInfo, concurrency: int) -> Result:
     result = Result("p2pcrawl engine (WARC on)")
     try:
-        from p2pcrawl.engine import crawl
+        from p2pcrawl.archive import read_warc_urls
+        from p2pcrawl.crawl import crawl
         from p2pcrawl.settings import CrawlSettings, PolitenessSettings, ScopeSettings
-        from p2pcrawl.warc import read_warc_urls
     except ImportError as exc:
         result.available = False
         result.note = f"engine: not available ({exc})"

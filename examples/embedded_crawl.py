@@ -13,10 +13,10 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from p2pcrawl.engine import crawl
+from p2pcrawl.archive import read_warc_urls
+from p2pcrawl.crawl import crawl
 from p2pcrawl.settings import CrawlSettings, PolitenessSettings, ScopeSettings
-from p2pcrawl.testweb import TestWeb, TestWebConfig
-from p2pcrawl.warc import read_warc_urls
+from p2pcrawl.testing import TestWeb, TestWebConfig
 
 
 async def main() -> None:

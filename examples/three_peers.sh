@@ -3,7 +3,7 @@
 # Open the status pages printed below in a browser; Ctrl-C stops everything.
 set -euo pipefail
 work=$(mktemp -d)
-python -m p2pcrawl.testweb --hosts 6 --pages 100 > "$work/web.json" &
+python -m p2pcrawl.testing.serve --hosts 6 --pages 100 > "$work/web.json" &
 web_pid=$!
 pids=("$web_pid")
 trap 'kill "${pids[@]}" 2>/dev/null; wait; rm -rf "$work"' EXIT

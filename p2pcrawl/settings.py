@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from protocol import NodeConfig
+
 Policy = Literal["breadth-first", "performance-first", "crawl-capability"]
 Partition = Literal["host", "url"]
 
@@ -97,3 +99,14 @@ class PeerSettings:
     dispatch_batch: int = 256
     dispatch_flush_s: float = 0.05
     handoff_timeout: float = 30.0
+
+    def node_config(self) -> NodeConfig:
+        return NodeConfig(
+            ksize=self.ksize,
+            alpha=self.alpha,
+            rpc_timeout=self.rpc_timeout,
+            failures_before_evict=self.failures_before_evict,
+            secret=self.secret,
+            ping_interval=self.ping_interval,
+            refresh_interval=self.refresh_interval,
+        )

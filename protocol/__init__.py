@@ -18,6 +18,7 @@ from protocol.messages import (
 )
 from protocol.node import CrawlHandler, CrawlNode, NodeConfig
 from protocol.ownership import closest, distance, key_for, new_node_id, owner_and_replicas
+from protocol.tasks import TaskSet
 
 __all__ = [
     "MAX_URL_LENGTH",
@@ -32,6 +33,7 @@ __all__ = [
     "RemoteError",
     "StoreResult",
     "TaskItem",
+    "TaskSet",
     "closest",
     "decode_batches",
     "distance",

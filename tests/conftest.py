@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     # protocol suites from collecting: every test package loads this file.
     import aiohttp
 
-    from p2pcrawl.peer import Peer
-    from p2pcrawl.status import StatusServer
-    from p2pcrawl.testweb import TestWeb
+    from p2pcrawl.network import Peer
+    from p2pcrawl.testing import TestWeb
+    from p2pcrawl.ui import StatusServer
 
 WebFactory = Callable[..., Awaitable["TestWeb"]]
 PeerFactory = Callable[..., Awaitable["Peer"]]
@@ -48,7 +48,7 @@ async def make_web() -> AsyncIterator[WebFactory]:
     webs: list[TestWeb] = []
 
     async def factory(**config: Any) -> TestWeb:
-        from p2pcrawl.testweb import TestWeb, TestWebConfig
+        from p2pcrawl.testing import TestWeb, TestWebConfig
 
         web = TestWeb(TestWebConfig(**{**SMALL_WEB, **config}))
         await web.start()
@@ -71,7 +71,7 @@ async def make_peer(tmp_path: Path) -> AsyncIterator[PeerFactory]:
         peer: PeerSettings | None = None,
         bootstrap: tuple[tuple[str, int], ...] = (),
     ) -> Peer:
-        from p2pcrawl.peer import Peer, PeerConfig
+        from p2pcrawl.network import Peer, PeerConfig
 
         p = Peer(
             PeerConfig(
@@ -100,7 +100,7 @@ async def make_status(make_peer: PeerFactory) -> AsyncIterator[StatusFactory]:
     servers: list[StatusServer] = []
 
     async def factory(peer: Peer, *, token: str = "") -> StatusServer:
-        from p2pcrawl.status import StatusServer
+        from p2pcrawl.ui import StatusServer
 
         server = StatusServer(peer, "127.0.0.1", 0, token=token)
         await server.start()

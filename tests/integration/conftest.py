@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from p2pcrawl.cluster import Cluster, PeerProc
-from p2pcrawl.testweb import TestWeb, TestWebConfig
+from p2pcrawl.testing import Cluster, PeerProc, TestWeb, TestWebConfig
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from p2pcrawl.testweb import TestWeb
+from p2pcrawl.testing import TestWeb
 from tests.integration.conftest import crawl_args, leave_all, start_mesh
 
 pytestmark = pytest.mark.slow

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from p2pcrawl.cluster import Cluster
-from p2pcrawl.testweb import TestWeb, TestWebConfig
+from p2pcrawl.testing import Cluster, TestWeb, TestWebConfig
 from tests.integration.conftest import crawl_args, start_mesh
 
 pytestmark = pytest.mark.slow

@@ -24,14 +24,15 @@ import aiohttp
 import pytest
 
 from p2pcrawl import __version__
-from p2pcrawl.cli import UsageError, _merge_config, build_parser, main, settings_from
+from p2pcrawl.archive import read_warc_urls
 from p2pcrawl.settings import CrawlSettings, PeerSettings
-from p2pcrawl.testweb import TestWeb, TestWebConfig
-from p2pcrawl.warc import read_warc_urls
+from p2pcrawl.testing import TestWeb, TestWebConfig
+from p2pcrawl.ui import main
+from p2pcrawl.ui.options import UsageError, build_parser, merge_config, settings_from
 from tests.p2pcrawl.loopback import free_port
 
 _SCRIPT = Path(sys.executable).with_name("p2pcrawl")
-CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "p2pcrawl.cli"]
+CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "p2pcrawl"]
 
 JOIN_FLAGS = [
     "--bootstrap",
@@ -196,7 +197,7 @@ def test_unreachable_peer_is_a_clean_failure(capsys: pytest.CaptureFixture[str])
 
 
 def merged(argv: list[str]) -> dict[str, Any]:
-    return _merge_config(build_parser().parse_args(argv))
+    return merge_config(build_parser().parse_args(argv))
 
 
 def write(tmp_path: Path, text: str) -> str:

@@ -12,7 +12,7 @@ import pytest
 @pytest.mark.slow
 def test_demo_crawls_its_test_web_exactly(tmp_path: object) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "p2pcrawl.cli", "demo", "--hosts", "4", "--pages", "40"],
+        [sys.executable, "-m", "p2pcrawl", "demo", "--hosts", "4", "--pages", "40"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -29,13 +29,10 @@ import pytest
 from aiohttp import web
 from warcio.archiveiterator import ArchiveIterator
 
-from p2pcrawl import urls
-from p2pcrawl.engine import CrawlSummary, Engine, crawl
-from p2pcrawl.ledger import Ledger
-from p2pcrawl.parse import extract_links
+from p2pcrawl.archive import WarcWriteError, WarcWriter, read_warc_urls
+from p2pcrawl.crawl import CrawlSummary, Engine, Ledger, crawl, extract_links, urls
 from p2pcrawl.settings import CrawlSettings, FetchLimits, PolitenessSettings, ScopeSettings
-from p2pcrawl.testweb import TestWeb, TestWebConfig
-from p2pcrawl.warc import WarcWriteError, WarcWriter, read_warc_urls
+from p2pcrawl.testing import TestWeb, TestWebConfig
 from tests.p2pcrawl.loopback import Handler, fast_settings, free_port, serve
 
 CONFIG = TestWebConfig(hosts=4, pages_per_host=40, slow_host_delay=0.01, large_page_bytes=300_000)

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from p2pcrawl import __version__
-from p2pcrawl.fetcher import Fetcher
+from p2pcrawl.crawl import Fetcher
 from p2pcrawl.settings import CrawlSettings, FetchLimits, ScopeSettings
 from tests.p2pcrawl.loopback import Served, free_port, serve
 

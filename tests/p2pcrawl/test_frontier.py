@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from p2pcrawl.frontier import Frontier, HostQueue, Task
-from p2pcrawl.scheduling import ServerEstimate
+from p2pcrawl.crawl import Frontier, HostQueue, Task
+from p2pcrawl.crawl.scheduling import ServerEstimate
 from p2pcrawl.settings import CrawlSettings, Policy
 
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from p2pcrawl.groupcommit import GroupCommit
+from p2pcrawl.aio import GroupCommit
 
 
 class Store:

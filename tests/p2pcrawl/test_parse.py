@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from p2pcrawl.parse import ParsedPage, extract_links
-from p2pcrawl.testweb import TestWeb, TestWebConfig
-from p2pcrawl.urls import hostname_of, resolve
+from p2pcrawl.crawl import ParsedPage, extract_links
+from p2pcrawl.crawl.urls import hostname_of, resolve
+from p2pcrawl.testing import TestWeb, TestWebConfig
 
 DATA = Path(__file__).parent / "data"
 PAGE = "http://example.com/blog/index.html"

@@ -5,7 +5,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from p2pcrawl.politeness import (
+from p2pcrawl.crawl.politeness import (
     HostPoliteness,
     backoff_seconds,
     next_gap,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from p2pcrawl.robots import (
+from p2pcrawl.crawl.robots import (
     MAX_ROBOTS_BYTES,
     RobotsCache,
     RobotsPolicy,

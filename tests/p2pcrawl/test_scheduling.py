@@ -6,7 +6,7 @@ from typing import get_args
 
 import pytest
 
-from p2pcrawl.scheduling import (
+from p2pcrawl.crawl.scheduling import (
     DEFAULT_REQUESTS_PER_CONNECTION,
     POLICIES,
     ServerEstimate,

@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from p2pcrawl import urls
-from p2pcrawl.engine import crawl
-from p2pcrawl.scope import Scope, is_forbidden_address, normalise_domain
+from p2pcrawl.crawl import Scope, crawl, is_forbidden_address, normalise_domain, urls
 from tests.p2pcrawl.loopback import fast_settings, serve
 
 # (allowed domains, host name, allowed?) with allow_private=False throughout.

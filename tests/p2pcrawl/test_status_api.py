@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from p2pcrawl.peer import Peer, PeerConfig
-from p2pcrawl.status import MAX_BODY, MAX_SEEDS_PER_REQUEST, StatusServer, token_matches
+from p2pcrawl.network import Peer, PeerConfig
+from p2pcrawl.ui.status import MAX_BODY, MAX_SEEDS_PER_REQUEST, StatusServer, token_matches
 from tests.conftest import PeerFactory, StatusFactory, WebFactory, crawl_settings_for, wait_idle
 
 STATUS_FIELDS: dict[str, type | tuple[type, ...]] = {

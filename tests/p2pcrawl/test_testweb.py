@@ -23,7 +23,7 @@ import pytest
 from protego import Protego
 from selectolax.lexbor import LexborHTMLParser as HTMLParser
 
-from p2pcrawl.testweb import TestWeb, TestWebConfig
+from p2pcrawl.testing import TestWeb, TestWebConfig
 
 FIXED_PORT = 18123  # never bound: pure tests only need the URLs it spells
 SMALL = TestWebConfig(hosts=3, pages_per_host=30, slow_host_delay=0.05, large_page_bytes=256 * 1024)
@@ -357,7 +357,7 @@ async def test_gzip_and_charset_pages(make_web: MakeWeb) -> None:
 async def test_cli_serves_until_sigterm(session: aiohttp.ClientSession) -> None:
     args = ["--hosts", "2", "--pages", "5", "--seed", "3", "--page-bytes", "2000"]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "p2pcrawl.testweb", *args, stdout=asyncio.subprocess.PIPE
+        sys.executable, "-m", "p2pcrawl.testing.serve", *args, stdout=asyncio.subprocess.PIPE
     )
     try:
         assert proc.stdout is not None

@@ -7,8 +7,8 @@ import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from p2pcrawl import urls
-from p2pcrawl.urls import (
+from p2pcrawl.crawl import urls
+from p2pcrawl.crawl.urls import (
     MAX_URL_LENGTH,
     LinkResolver,
     canonicalize,

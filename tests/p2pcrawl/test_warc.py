@@ -23,7 +23,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from p2pcrawl import __version__
-from p2pcrawl.warc import (
+from p2pcrawl.archive import (
     ORIGINAL_CONTENT_ENCODING,
     ORIGINAL_CONTENT_LENGTH,
     FetchRecord,
@@ -31,8 +31,8 @@ from p2pcrawl.warc import (
     WarcWriter,
     read_warc_urls,
     stored_response_headers,
+    warcio_pair,
 )
-from p2pcrawl.warcformat import warcio_pair
 
 UA = "p2pcrawl/0.1.0 (+https://example.org/bot)"
 NAME_RX = re.compile(r"^p2pcrawl-abcd1234-\d{17}-\d{5}\.warc\.gz$")
@@ -332,7 +332,7 @@ async def test_a_failing_disk_is_reported_not_hung(tmp_path: Path) -> None:
 DISK_FULL_SCRIPT = """
 import asyncio, random, resource, signal, sys
 from pathlib import Path
-from p2pcrawl.warc import FetchRecord, WarcWriteError, WarcWriter
+from p2pcrawl.archive import FetchRecord, WarcWriteError, WarcWriter
 
 # A file-size limit makes the kernel fail the write that crosses it, as a full disk would.
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -421,7 +421,7 @@ async def test_unset_fetch_time_is_stamped_now(tmp_path: Path) -> None:
 def test_gzip_member_is_plain_gzip_with_either_deflate(
     monkeypatch: pytest.MonkeyPatch, backend: str, level: int
 ) -> None:
-    import p2pcrawl.warcformat as warcformat
+    import p2pcrawl.archive.records as warcformat
 
     if backend == "zlib":
         monkeypatch.setattr(warcformat, "_isal", None)
@@ -454,7 +454,7 @@ def test_serialised_records_are_warcios_byte_for_byte(
 ) -> None:
     import uuid
 
-    from p2pcrawl.warc import serialize_pair
+    from p2pcrawl.archive import serialize_pair
 
     def fixed_ids() -> Iterator[uuid.UUID]:
         n = 0
@@ -470,7 +470,7 @@ def test_serialised_records_are_warcios_byte_for_byte(
 
 
 def test_non_ascii_headers_are_left_to_warcio() -> None:
-    from p2pcrawl.warc import serialize_pair
+    from p2pcrawl.archive import serialize_pair
 
     rec = make_record(headers=[("Set-Cookie", "n=\u00e9t\u00e9")])
     assert serialize_pair(rec) is None
@@ -522,7 +522,7 @@ async def test_a_killed_writer_fails_every_waiting_write(tmp_path: Path) -> None
 ORPHAN_SCRIPT = """
 import asyncio, os, signal, sys
 from pathlib import Path
-from p2pcrawl.warc import FetchRecord, WarcWriter
+from p2pcrawl.archive import FetchRecord, WarcWriter
 
 async def main() -> None:
     writer = WarcWriter(Path(sys.argv[1]), prefix="t")

@@ -13,8 +13,8 @@ import umsgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol import MessageError, key_for
 from protocol.codec import MAX_DECOMPRESSED, MAX_ITEMS, MAX_KEYS
-from protocol.errors import MessageError
 from protocol.messages import (
     FPS_PER_CHUNK,
     MAX_URL_LENGTH,
@@ -29,7 +29,6 @@ from protocol.messages import (
     store_result_from_wire,
     store_result_to_wire,
 )
-from protocol.ownership import key_for
 
 ID = b"\x01" * 20
 

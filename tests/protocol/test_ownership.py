@@ -10,13 +10,7 @@ from hypothesis import strategies as st
 from kademlia.network import Server
 from kademlia.utils import digest
 
-from protocol.ownership import (
-    closest,
-    distance,
-    key_for,
-    new_node_id,
-    owner_and_replicas,
-)
+from protocol import closest, distance, key_for, new_node_id, owner_and_replicas
 
 ids = st.binary(min_size=20, max_size=20)
 

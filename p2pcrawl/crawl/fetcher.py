@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
-from p2pcrawl.scope import is_forbidden_address
+from p2pcrawl.crawl.scope import is_forbidden_address
 from p2pcrawl.settings import CrawlSettings
 
 __all__ = ["FetchResult", "Fetcher", "ForbiddenAddress"]

@@ -2,7 +2,7 @@
 
 The response, its request and, for a new file, the warcinfo record are built into one buffer
 and written with a single ``write()``: a file stops at a record boundary unless the machine
-itself dies mid-write. The writer process (:mod:`p2pcrawl.warcproc`) is this class's owner.
+itself dies mid-write. The writer process (:mod:`p2pcrawl.archive.process`) is this class's owner.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import IO
 
 from warcio.warcwriter import WARCWriter
 
-from p2pcrawl.warcformat import (
+from p2pcrawl.archive.records import (
     DEFAULT_COMPRESS_LEVEL,
     WARC_SUFFIX,
     FetchRecord,

@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from yarl import URL
 
-from p2pcrawl import urls
-from p2pcrawl.metrics import PeerMetrics
+from p2pcrawl.crawl import urls
+from p2pcrawl.ui.metrics import PeerMetrics
 
 if TYPE_CHECKING:
-    from p2pcrawl.peer import Peer
+    from p2pcrawl.network import Peer
 
 __all__ = ["BadRequest", "StatusServer", "is_loopback_host", "parse_seed_body", "token_matches"]
 
@@ -143,7 +143,8 @@ class StatusServer:
         self.port = port
         self.token = token
         self.metrics = PeerMetrics(peer)
-        self._page = resources.files("p2pcrawl").joinpath("static/status.html").read_text("utf-8")
+        page = resources.files("p2pcrawl.ui").joinpath("static/status.html")
+        self._page = page.read_text("utf-8")
         self._page_headers = {
             "Content-Security-Policy": (
                 "default-src 'none'; "
@@ -203,13 +204,12 @@ class StatusServer:
         while True:
             try:
                 await self.peer.refresh_counts()
-                backups = self.peer.backups
                 now = time.monotonic()
-                due = now - last_owners >= OWNER_COUNTS_EVERY_S
-                if due and backups is not None and self.peer.state in ("active", "leaving"):
-                    last_owners = now
-                    counts = await backups.owner_counts()
-                    self._backup_owners = {o.hex(): n for o, n in counts.items()}
+                if now - last_owners >= OWNER_COUNTS_EVERY_S:
+                    counts = await self.peer.backup_owners()
+                    if counts is not None:
+                        last_owners = now
+                        self._backup_owners = {o.hex(): n for o, n in counts.items()}
             except Exception:
                 # The stores close under us while the peer stops; the next round retries.
                 log.debug("status sampler round failed", exc_info=True)
@@ -281,16 +281,7 @@ class StatusServer:
         return _json(doc)
 
     async def api_peers(self, request: web.Request) -> web.Response:
-        node = self.peer.node
-        if node is None or node.protocol is None:
-            return _json({"peers": [], "buckets": [], "rpc": {}})
-        return _json(
-            {
-                "peers": [{"id": p.id.hex(), "host": p.host, "port": p.port} for p in node.peers()],
-                "buckets": node.buckets(),
-                "rpc": node.stats(),
-            }
-        )
+        return _json(self.peer.routing() or {"peers": [], "buckets": [], "rpc": {}})
 
     async def api_hosts(self, request: web.Request) -> web.Response:
         limit = _int_param(request, "limit", 20, 1, MAX_HOSTS)
@@ -305,8 +296,8 @@ class StatusServer:
     async def api_history(self, request: web.Request) -> web.Response:
         """Once-a-second samples of the crawl counters, ``t`` in seconds of uptime."""
         seconds = _int_param(request, "seconds", 300, 1, MAX_HISTORY_S)
-        eng = self.peer.engine
-        rows = list(eng.stats.history) if eng is not None else []
+        stats = self.peer.crawl_stats
+        rows = list(stats.history) if stats is not None else []
         now = time.monotonic()
         start = self.peer.started
         samples = [

@@ -1,4 +1,4 @@
-"""The ``p2pcrawl`` command: join, seed, leave, status and demo.
+"""The command line and the TOML config: flags, their checks, and the settings they build.
 
 Every option can also come from a TOML file (``--config``); flags given on the command line
 win over the file.
@@ -7,14 +7,7 @@ win over the file.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import logging
-import os
-import signal
-import sys
 import tomllib
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -27,9 +20,15 @@ from p2pcrawl.settings import (
     ScopeSettings,
 )
 
-__all__ = ["build_parser", "main", "parse_hostport"]
-
-log = logging.getLogger("p2pcrawl")
+__all__ = [
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "UsageError",
+    "build_parser",
+    "merge_config",
+    "parse_hostport",
+    "settings_from",
+]
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -268,7 +267,7 @@ _JOIN_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _merge_config(args: argparse.Namespace) -> dict[str, Any]:
+def merge_config(args: argparse.Namespace) -> dict[str, Any]:
     """CLI flags over the TOML file over the defaults."""
     merged: dict[str, Any] = dict(_JOIN_DEFAULTS)
     path = getattr(args, "config", None)
@@ -337,242 +336,3 @@ def settings_from(opts: dict[str, Any]) -> tuple[CrawlSettings, PeerSettings]:
         republish_interval=pick("republish_interval", ps.republish_interval),
     )
     return crawl, peer
-
-
-def setup_logging(level: str, as_json: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if as_json:
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
-        )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(getattr(logging, level.upper()))
-    # The DHT library logs every datagram at info; keep it to warnings unless debugging.
-    if level != "debug":
-        for name in ("kademlia", "rpcudp"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        doc = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        if record.exc_info:
-            doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc)
-
-
-# -- commands ----------------------------------------------------------------------------------
-
-
-async def run_join(opts: dict[str, Any]) -> int:
-    from p2pcrawl.identity import DataDirError
-    from p2pcrawl.peer import Peer, PeerConfig
-    from p2pcrawl.status import StatusServer
-    from protocol.errors import BootstrapError
-
-    if not opts.get("listen"):
-        raise UsageError("join needs --listen HOST:PORT")
-    try:
-        listen = parse_hostport(str(opts["listen"]))
-        status_addr = parse_hostport(str(opts["status"]))
-        bootstrap = tuple(_resolve_bootstrap(b) for b in opts.get("bootstrap") or ())
-    except argparse.ArgumentTypeError as exc:
-        raise UsageError(str(exc)) from exc
-    crawl, peer_settings = settings_from(opts)
-    config = PeerConfig(
-        data_dir=Path(opts["data"]),
-        listen=listen,
-        bootstrap=bootstrap,
-        seeds=tuple(opts.get("seed") or ()),
-        crawl=crawl,
-        peer=peer_settings,
-    )
-    try:
-        peer = Peer(config)
-    except DataDirError as exc:
-        log.error("%s", exc)
-        return EXIT_FAILURE
-    server = StatusServer(peer, *status_addr, token=opts.get("status_token") or "")
-    loop = asyncio.get_running_loop()
-    interrupts = 0
-
-    def on_signal(signame: str) -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts == 1:
-            log.info("%s: leaving gracefully (again to force an immediate exit)", signame)
-            peer.request_leave()
-        else:
-            log.warning("%s again: exiting now; replicas will recover this peer's tasks", signame)
-            os._exit(130)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig.name)
-    try:
-        await server.start()
-        try:
-            await peer.start()
-        except BootstrapError as exc:
-            log.error("cannot join: %s", exc)
-            return EXIT_FAILURE
-        log.info(
-            "peer %s listening on %s:%d (UDP), status at %s",
-            peer.node_id.hex()[:8],
-            peer.me.host,
-            peer.me.port,
-            server.url,
-        )
-        # One JSON line on stdout with the bound addresses, so scripts can use port 0.
-        print(
-            json.dumps(
-                {
-                    "ready": True,
-                    "node_id": peer.node_id.hex(),
-                    "listen": f"{peer.me.host}:{peer.me.port}",
-                    "status": f"{server.host}:{server.port}",
-                }
-            ),
-            flush=True,
-        )
-        progress = asyncio.ensure_future(_progress_loop(peer)) if sys.stderr.isatty() else None
-        try:
-            report = await peer.run()
-        finally:
-            if progress is not None:
-                progress.cancel()
-                await asyncio.gather(progress, return_exceptions=True)
-        print(
-            json.dumps(
-                {
-                    "left": True,
-                    "handed_off_tasks": report.tasks,
-                    "handed_off_done": report.done,
-                    "handed_off_backups": report.backups,
-                    "failed": report.failed,
-                    "queue_at_leave": report.queue_at_leave,
-                }
-            ),
-            flush=True,
-        )
-        failure = peer.engine.failure if peer.engine is not None else None
-        if failure is not None:
-            log.error("left because this peer could not go on crawling: %s", failure)
-        return EXIT_FAILURE if report.failed or failure is not None else 0
-    finally:
-        await peer.aclose()
-        await server.aclose()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-
-
-def _resolve_bootstrap(value: str) -> tuple[str, int]:
-    import socket
-
-    host, port = parse_hostport(value)
-    try:
-        infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)
-    except socket.gaierror as exc:
-        raise argparse.ArgumentTypeError(
-            f"bootstrap host {host!r} does not resolve: {exc}"
-        ) from exc
-    return str(infos[0][4][0]), port
-
-
-async def _progress_loop(peer: Any) -> None:
-    while True:
-        await asyncio.sleep(3.0)
-        s = peer.status()
-        sys.stderr.write(
-            f"\r[{s['state']}] peers={s['peers']} queued={s['tasks_queued']} "
-            f"in-flight={s['tasks_in_flight']} fetched={s['pages_fetched']} "
-            f"({s['pages_per_s']}/s) done={s['done']} backups={s['backups_held']} "
-            f"errors={s['errors']}   "
-        )
-        sys.stderr.flush()
-
-
-async def _http(method: str, peer: str, path: str, token: str | None, body: Any = None) -> Any:
-    import aiohttp
-
-    host, port = parse_hostport(peer)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    timeout = aiohttp.ClientTimeout(total=30)
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as session,
-        session.request(method, f"http://{host}:{port}{path}", json=body, headers=headers) as resp,
-    ):
-        doc = await resp.json(content_type=None)
-        if resp.status >= 400:
-            raise UsageError(f"{peer}: {doc.get('error', resp.status)}")
-        return doc
-
-
-def _format_status(s: dict[str, Any]) -> str:
-    rows = [
-        ("node", str(s["node_id"])[:16]),
-        ("listen", s["listen"]),
-        ("state", s["state"]),
-        ("version", s.get("version", "")),
-        ("uptime", f"{s['uptime_s']:.0f} s"),
-        ("peers", f"{s['peers']} (network ~{s.get('network_size', '?')})"),
-        ("queued", s["tasks_queued"]),
-        ("in flight", s["tasks_in_flight"]),
-        ("backups held", s["backups_held"]),
-        ("done", s["done"]),
-        ("pages fetched", f"{s['pages_fetched']} ({s.get('pages_per_s', 0)}/s)"),
-        ("discovered", s["urls_discovered"]),
-        ("errors", s["errors"]),
-    ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
-
-
-async def run_client(args: argparse.Namespace) -> int:
-    if args.command == "seed":
-        doc = await _http("POST", args.peer, "/api/seed", args.token, {"urls": args.urls})
-        print(f"accepted {doc['accepted']} seed(s)")
-    elif args.command == "leave":
-        await _http("POST", args.peer, "/api/leave", args.token)
-        print("leaving: the peer hands off its work and exits")
-    else:
-        doc = await _http("GET", args.peer, "/api/status", args.token)
-        print(json.dumps(doc, indent=2) if args.json else _format_status(doc))
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "join":
-            opts = _merge_config(args)
-            setup_logging(opts["log_level"], bool(opts["log_json"]))
-            return asyncio.run(run_join(opts))
-        # The demo prints its own progress; library chatter would drown it.
-        default_level = "warning" if args.command == "demo" else "info"
-        setup_logging(args.log_level or default_level, bool(args.log_json))
-        if args.command == "demo":
-            from p2pcrawl.demo import run_demo
-
-            return asyncio.run(run_demo(args))
-        return asyncio.run(run_client(args))
-    except UsageError as exc:
-        print(f"p2pcrawl: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
-        print(f"p2pcrawl: error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@ when it is neither in the done record nor already queued. The engine's frontier 
 bounded window over the task store, refilled in store order through a cursor, so a huge
 queue costs disk, not RAM.
 
-Concurrent ``accept`` and ``finish`` calls are group-committed (:mod:`p2pcrawl.groupcommit`):
+Concurrent ``accept`` and ``finish`` calls are group-committed (:mod:`p2pcrawl.aio.groupcommit`):
 twenty workers finishing pages at once cost one done-record job and one task-store job, not
 forty, and each caller still returns only once its own rows are committed.
 """
@@ -16,11 +16,9 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-from p2pcrawl.frontier import Task
-from p2pcrawl.groupcommit import GroupCommit
-from storage.done import DoneRecord
-from storage.records import StoredTask
-from storage.tasks import TaskStore
+from p2pcrawl.aio import GroupCommit
+from p2pcrawl.crawl.frontier import Task
+from storage import DoneRecord, StoredTask, TaskStore
 
 __all__ = ["Ledger"]
 

@@ -8,7 +8,7 @@ host-keyed ownership behave as on the real web, while one shared port keeps URLs
 The web is a pure function of :class:`TestWebConfig`. Pages are *planned* from
 ``random.Random(f"{seed}:{host}:{page}")`` (never the global generator) and rendered on
 request, so a benchmark can serve the web from another process (``python -m
-p2pcrawl.testweb``) and still compute the ground truth locally from the same config.
+p2pcrawl.testing.serve``) and still compute the ground truth locally from the same config.
 
 Every link is planned as its canonical URL first and only then spelt (relative, with dot
 segments, a fragment, ``HTTP://``...), so the ground truth never depends on a URL
@@ -32,39 +32,38 @@ Ground truth (what a correct crawl from ``hub_url`` requests, ``/robots.txt`` as
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import contextlib
 import functools
 import gzip
-import json
-import math
 import posixpath
 import random
-import re
-import signal
-import struct
-import sys
-import zlib
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Self
 
 from aiohttp import web
 
-__all__ = ["TestWeb", "TestWebConfig", "main"]
+from p2pcrawl.testing.canonical import canonical_target
+from p2pcrawl.testing.content import (
+    LINK_CAP,
+    LINK_SIGMA,
+    PDF,
+    PNG,
+    WORDS,
+    lognormal_mu,
+    make_text,
+)
+
+__all__ = ["TestWeb", "TestWebConfig", "canonical_target"]
 
 _BIND_ATTEMPTS = 20
 _SHUTDOWN_TIMEOUT = 2.0
 _RENDER_CACHE = 512  # rendered answers kept; a crawl fetches each page once, so keep it small
-_LINK_CAP = 4000  # below FetchLimits.max_links_per_page, so no crawler drops a planned link
 _OUT_OF_SCOPE_IP = "127.0.0.250"
 _ROBOTS_CRAWL_DELAY = 0.05
 
-# Median = mean / 2 makes the link count skewed like the real web (few hubs, many leaves):
-# for a lognormal, mean / median = exp(sigma^2 / 2), so sigma^2 = 2 ln 2.
-_LINK_SIGMA = math.sqrt(2.0 * math.log(2.0))
 
 _Headers = tuple[tuple[str, str], ...]
 _Answer = tuple[int, _Headers, bytes]
@@ -138,100 +137,6 @@ class _Resource:
 
 # --- URL helpers -------------------------------------------------------------------------
 
-_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
-
-
-def _fix_escape(match: re.Match[str]) -> str:
-    char = chr(int(match[1], 16))
-    return char if char in _UNRESERVED else "%" + match[1].upper()
-
-
-def _remove_dot_segments(path: str) -> str:
-    """RFC 3986 §5.2.4 for an absolute path."""
-    out: list[str] = []
-    segments = path.split("/")[1:]
-    for segment in segments:
-        if segment == ".":
-            continue
-        if segment == "..":
-            if out:
-                out.pop()
-            continue
-        out.append(segment)
-    if segments and segments[-1] in (".", ".."):
-        out.append("")
-    return "/" + "/".join(out)
-
-
-def _sort_query(query: str) -> str:
-    params = [p for p in query.split("&") if p]
-    params.sort(key=lambda p: p.partition("=")[::2])
-    return "&".join(params)
-
-
-def canonical_target(raw: str) -> str:
-    """Canonical path and query of a request target, by the rules the crawler follows."""
-    raw = raw.partition("#")[0]
-    path, _, query = raw.partition("?")
-    if "%" in raw:
-        path = _PERCENT.sub(_fix_escape, path)
-        query = _PERCENT.sub(_fix_escape, query)
-    if "/." in path:
-        path = _remove_dot_segments(path)
-    if not path.startswith("/"):
-        path = "/" + path
-    if query:
-        query = _sort_query(query)
-        return f"{path}?{query}" if query else path
-    return path
-
-
-# --- fixed bodies ------------------------------------------------------------------------
-
-
-def _png_bytes() -> bytes:
-    """A valid 1x1 PNG whose tEXt chunk looks like a link, to catch crawlers parsing images."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
-
-    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
-    pixels = zlib.compress(b"\x00\x20\x60\xa0")
-    text = b'Comment\x00<a href="/trap/from-png.html">not a link</a>'
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"tEXt", text)
-        + chunk(b"IDAT", pixels)
-        + chunk(b"IEND", b"")
-    )
-
-
-_PDF = (
-    b"%PDF-1.4\n"
-    b'% <a href="/trap/from-pdf.html">a PDF is fetched, never parsed for links</a>\n'
-    b"1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n"
-    b"2 0 obj << /Type /Pages /Kids [] /Count 0 >> endobj\n"
-    b"trailer << /Root 1 0 R >>\n%%EOF\n"
-)
-_PNG = _png_bytes()
-
-_VOCABULARY = (
-    "peer crawl host page link queue frontier owner node key hash ring table bucket "
-    "fetch parse robots delay polite server client socket request response header body "
-    "graph web index archive record replica backup recovery join leave route lookup "
-    "distance closest contact value store fingerprint filter bloom seen done task batch "
-    "the a of and to in is that for on with as by at from this be are it an or which "
-    "network protocol system distributed scalable overlay latency bandwidth throughput "
-    "ordered random uniform skewed breadth depth first level priority politeness gap"
-)
-_WORDS = _VOCABULARY.split()
-
-
-# --- the web -----------------------------------------------------------------------------
-
 
 class TestWeb:
     """The generated web: plan, ground truth, and (after :meth:`start`) its server."""
@@ -260,11 +165,11 @@ class TestWeb:
         self._no_robots_index = 2 if features and n >= 3 else -1
         self._page_paths = ["/"] + [f"/s{j % 8}/p{j}.html" for j in range(1, config.pages_per_host)]
         self._page_index = {p: j for j, p in enumerate(self._page_paths)}
-        self._mu = _lognormal_mu(config.mean_links)
-        self._cap = max(1, min(_LINK_CAP, round(10 * config.mean_links)))
-        self._text, self._para_starts = _make_text(config.seed)
+        self._mu = lognormal_mu(config.mean_links)
+        self._cap = max(1, min(LINK_CAP, round(10 * config.mean_links)))
+        self._text, self._para_starts = make_text(config.seed)
         self._text2 = self._text * 2  # slicing across the end without a copy per page
-        self._prose = " ".join(_WORDS) + " "
+        self._prose = " ".join(WORDS) + " "
         self._bases: list[str] = []
         self._authority_index: dict[str, int] = {}
         self._special: dict[tuple[int, str], _Resource] = {}
@@ -476,11 +381,11 @@ class TestWeb:
         link("/error/500.html", add("/error/500.html", _Resource(status=500), "error_500"))
         self.feature_urls["missing"] = base_a + "/missing/hub.html"
         link("/missing/hub.html", base_a + "/missing/hub.html")
-        pdf = _Resource(content_type="application/pdf", body=_PDF)
+        pdf = _Resource(content_type="application/pdf", body=PDF)
         link("/files/report.pdf", add("/files/report.pdf", pdf, "pdf"))
         link(
             "img/logo.png",
-            add("/img/logo.png", _Resource(content_type="image/png", body=_PNG), "png"),
+            add("/img/logo.png", _Resource(content_type="image/png", body=PNG), "png"),
         )
 
         # Meta robots and rel=canonical.
@@ -598,7 +503,7 @@ class TestWeb:
     def _link_count(self, rng: random.Random) -> int:
         if self.config.mean_links <= 0:
             return 0
-        return min(self._cap, max(1, round(rng.lognormvariate(self._mu, _LINK_SIGMA))))
+        return min(self._cap, max(1, round(rng.lognormvariate(self._mu, LINK_SIGMA))))
 
     def _plan(self, index: int, page: int) -> _Resource:
         """A regular page: a tree link to each child, then random links, then extras."""
@@ -779,104 +684,3 @@ class TestWeb:
         if index == self._slow_index:
             await asyncio.sleep(self.config.slow_host_delay)
         return web.Response(status=status, body=body, headers=headers)
-
-
-def _lognormal_mu(mean: float) -> float:
-    """mu such that min(lognormal(mu, sigma), 10 * mean) averages ``mean``."""
-    if mean <= 0:
-        return 0.0
-    cap = min(_LINK_CAP, 10 * mean)
-    s = _LINK_SIGMA
-
-    def phi(x: float) -> float:
-        return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
-
-    def capped_mean(mu: float) -> float:
-        lc = math.log(cap)
-        return math.exp(mu + s * s / 2) * phi((lc - mu - s * s) / s) + cap * (
-            1 - phi((lc - mu) / s)
-        )
-
-    lo, hi = math.log(mean) - 5.0, math.log(mean) + 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if capped_mean(mid) < mean else (lo, mid)
-    return (lo + hi) / 2
-
-
-def _make_text(seed: int) -> tuple[str, list[int]]:
-    """~128 KiB of paragraphs every page draws its prose and padding from."""
-    rng = random.Random(f"{seed}:text")
-    paragraphs: list[str] = []
-    starts: list[int] = []
-    size = 0
-    while size < 128 * 1024:
-        words = rng.choices(_WORDS, k=rng.randint(40, 110))
-        words[0] = words[0].capitalize()
-        paragraph = f"<p>{' '.join(words)}.</p>\n"
-        starts.append(size)
-        paragraphs.append(paragraph)
-        size += len(paragraph)
-    return "".join(paragraphs), starts
-
-
-# --- CLI -----------------------------------------------------------------------------------
-
-
-def _parse_args(argv: list[str] | None) -> TestWebConfig:
-    parser = argparse.ArgumentParser(
-        prog="python -m p2pcrawl.testweb",
-        description="Serve the deterministic test web until SIGTERM/SIGINT; prints one JSON line.",
-    )
-    d = TestWebConfig()
-    parser.add_argument("--hosts", type=int, default=d.hosts)
-    parser.add_argument("--pages", type=int, default=d.pages_per_host, help="pages per host")
-    parser.add_argument("--page-bytes", type=int, default=d.page_bytes)
-    parser.add_argument("--mean-links", type=float, default=d.mean_links)
-    parser.add_argument("--cross-host-ratio", type=float, default=d.cross_host_ratio)
-    parser.add_argument("--no-features", action="store_true", help="plain pages and links only")
-    parser.add_argument("--slow-host-delay", type=float, default=d.slow_host_delay)
-    parser.add_argument("--large-page-bytes", type=int, default=d.large_page_bytes)
-    parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--port", type=int, default=0, help="0 = choose")
-    parser.add_argument("--first-ip", type=int, default=d.first_ip)
-    a = parser.parse_args(argv)
-    return TestWebConfig(
-        hosts=a.hosts,
-        pages_per_host=a.pages,
-        seed=a.seed,
-        mean_links=a.mean_links,
-        cross_host_ratio=a.cross_host_ratio,
-        page_bytes=a.page_bytes,
-        features=not a.no_features,
-        slow_host_delay=a.slow_host_delay,
-        large_page_bytes=a.large_page_bytes,
-        port=a.port,
-        first_ip=a.first_ip,
-    )
-
-
-async def _serve(config: TestWebConfig) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with TestWeb(config) as testweb:
-        line = {
-            "hub": testweb.hub_url,
-            "hosts": testweb.hosts,
-            "allow_domains": testweb.allow_domains,
-            "port": testweb.port,
-        }
-        sys.stdout.write(json.dumps(line) + "\n")
-        sys.stdout.flush()
-        await stop.wait()
-
-
-def main(argv: list[str] | None = None) -> int:
-    asyncio.run(_serve(_parse_args(argv)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,19 +17,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from p2pcrawl.dispatch import to_batches
-from p2pcrawl.frontier import Task
-from protocol.errors import MessageError, PeerTimeout, RemoteError
-from protocol.messages import PeerRef
-from protocol.ownership import distance
+from p2pcrawl.crawl import Task
+from p2pcrawl.network.dispatch import to_batches
+from protocol import MessageError, PeerRef, PeerTimeout, RemoteError, distance
 
 if TYPE_CHECKING:
-    from p2pcrawl.dispatch import Dispatcher
-    from p2pcrawl.engine import Engine
-    from p2pcrawl.ledger import Ledger
-    from p2pcrawl.peer import Peer
-    from protocol.node import CrawlNode
-    from storage.backups import BackupStore
+    from p2pcrawl.crawl import Engine, Ledger
+    from p2pcrawl.network.dispatch import Dispatcher
+    from p2pcrawl.network.peer import Peer
+    from protocol import CrawlNode
+    from storage import BackupStore
 
 __all__ = ["HandoffReport", "Membership"]
 

@@ -10,17 +10,18 @@ the in-RAM window; the task store behind it holds everything else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
-from p2pcrawl import scheduling
-from p2pcrawl.politeness import HostPoliteness
+from p2pcrawl.crawl import scheduling
+from p2pcrawl.crawl.politeness import HostPoliteness
 from p2pcrawl.settings import CrawlSettings
 
-__all__ = ["Frontier", "HostQueue", "Task"]
+__all__ = ["Frontier", "HostQueue", "HostSlot", "Task"]
 
 REQUESTS_PER_CONNECTION = scheduling.DEFAULT_REQUESTS_PER_CONNECTION
 
@@ -57,6 +58,47 @@ class HostQueue:
 
     def __len__(self) -> int:
         return len(self.tasks)
+
+
+class HostSlot:
+    """A ready host taken from the frontier by :meth:`Frontier.slot`.
+
+    Whatever a request's outcome (a page, a retry, a robots.txt detour, an exception), the
+    host goes back exactly once, when the ``async with`` that took it ends, with the
+    response time and politeness gap the request set: a branch that forgot to hand it back
+    would leave the host busy for good, and one that handed it back twice would let two
+    requests reach one server at once.
+    """
+
+    __slots__ = ("_frontier", "_released", "gap", "hq", "response_time")
+
+    def __init__(self, frontier: Frontier, hq: HostQueue) -> None:
+        self._frontier = frontier
+        self.hq = hq
+        self.response_time = 0.0
+        self.gap = 0.0
+        self._released = False
+
+    @property
+    def host(self) -> str:
+        return self.hq.host
+
+    def pop(self) -> Task | None:
+        return self._frontier.pop_task(self.hq)
+
+    def requeue(self, task: Task) -> None:
+        """Put ``task`` back on this host's queue (tried again after the gap)."""
+        self._frontier.push(self.hq.host, task)
+
+    def after(self, response_time: float, gap: float) -> None:
+        """What this request took, and the gap to keep before the host's next one."""
+        self.response_time = response_time
+        self.gap = gap
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._frontier.release(self.hq, response_time=self.response_time, gap=self.gap)
 
 
 class Frontier:
@@ -172,6 +214,15 @@ class Frontier:
                     self._waiters.remove(fut)
                 except ValueError:
                     pass
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[HostSlot]:
+        """Wait for a ready host; it is handed back when the block ends (see HostSlot)."""
+        slot = HostSlot(self, await self.acquire())
+        try:
+            yield slot
+        finally:
+            slot.release()
 
     def release(
         self,

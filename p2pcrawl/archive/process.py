@@ -1,7 +1,8 @@
-"""The WARC writer process: ``python -m p2pcrawl.warcproc '<json options>'``.
+"""The WARC writer process: ``python -m p2pcrawl.archive.process '<json options>'``.
 
-:class:`p2pcrawl.warc.WarcWriter`, on the event loop, starts it and feeds it records over its
-stdin; it writes them with :class:`p2pcrawl.warcfile.WarcFiles` and answers on its stdout. A
+:class:`p2pcrawl.archive.writer.WarcWriter`, on the event loop, starts it and feeds it
+records over its stdin; it writes them with :class:`p2pcrawl.archive.files.WarcFiles` and
+answers on its stdout. A
 process rather than a thread because a thread hashing, compressing and writing ~1,000 records
 a second has to take the GIL back after every one of those C calls, and each time the event
 loop waits (benchmarks/README.md).
@@ -19,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from p2pcrawl.warcfile import WarcFiles
-from p2pcrawl.warcformat import FetchRecord
+from p2pcrawl.archive.files import WarcFiles
+from p2pcrawl.archive.records import FetchRecord
 
 __all__ = ["FRAME", "MAX_FRAME", "decode_record", "encode_answer", "encode_record", "main", "serve"]
 
@@ -143,7 +144,7 @@ def _write_fully_fd(fd: int, data: bytes) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The writer process: ``python -m p2pcrawl.warcfile '<json options>'``."""
+    """The writer process: ``python -m p2pcrawl.archive.files '<json options>'``."""
     args = sys.argv[1:] if argv is None else argv
     opts = json.loads(args[0])
     # Ctrl-C reaches the whole process group and a service manager may signal every process

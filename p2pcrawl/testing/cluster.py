@@ -1,6 +1,6 @@
 """Local multi-process p2pcrawl networks on loopback: integration tests, benchmarks, examples.
 
-Each peer is ``python -m p2pcrawl.cli join`` in its own process with its own data
+Each peer is ``python -m p2pcrawl join`` in its own process with its own data
 directory; the harness reads the peer's ready line for its bound addresses, talks to it only
 through its status API, and stops it by its own PID.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from p2pcrawl.warc import read_warc_urls
+from p2pcrawl.archive import read_warc_urls
 
 __all__ = ["Cluster", "PeerProc"]
 
@@ -81,7 +81,7 @@ class Cluster:
         args = [
             sys.executable,
             "-m",
-            "p2pcrawl.cli",
+            "p2pcrawl",
             "--log-level",
             "info",
             "join",

@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from protocol.ownership import new_node_id
+from protocol import new_node_id
 
 __all__ = ["DataDirError", "load_or_create_identity"]
 

@@ -17,10 +17,8 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from p2pcrawl.frontier import Task
-from protocol.errors import PeerTimeout, RemoteError
-from protocol.messages import KeyBatch, PeerRef, StoreResult, TaskItem
-from protocol.node import CrawlNode
+from p2pcrawl.crawl import Task
+from protocol import CrawlNode, KeyBatch, PeerRef, PeerTimeout, RemoteError, StoreResult, TaskItem
 
 __all__ = ["Dispatcher", "to_batches"]
 

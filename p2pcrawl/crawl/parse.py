@@ -4,7 +4,7 @@ This runs once per fetched page, so it is written for speed: lexbor builds the t
 modest backend is gone from selectolax 1.0), ``tags()`` walks it (cheaper than a CSS
 selector, which lexbor compiles and matches per call), each distinct raw href is resolved
 once, and the resolver built for the page's base URL takes string fast paths for hrefs that
-are already canonical (``p2pcrawl.urls``). ``benchmarks/parse_links.py`` measures it against
+are already canonical (``p2pcrawl.crawl.urls``). ``benchmarks/parse_links.py`` measures it against
 a bare selectolax + urljoin loop.
 
 Robots directives follow the HTML and robots meta conventions: ``<meta name="robots">``
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from selectolax.lexbor import LexborHTMLParser
 
-from p2pcrawl.urls import MAX_URL_LENGTH, LinkResolver, canonicalize
+from p2pcrawl.crawl.urls import MAX_URL_LENGTH, LinkResolver, canonicalize
 
 __all__ = ["ParsedPage", "extract_links"]
 

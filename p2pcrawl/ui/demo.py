@@ -16,11 +16,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from p2pcrawl.peer import Peer, PeerConfig
+from p2pcrawl.archive import read_warc_urls
+from p2pcrawl.network import Peer, PeerConfig
 from p2pcrawl.settings import CrawlSettings, PeerSettings, PolitenessSettings, ScopeSettings
-from p2pcrawl.status import StatusServer
-from p2pcrawl.testweb import TestWeb, TestWebConfig
-from p2pcrawl.warc import read_warc_urls
+from p2pcrawl.testing import TestWeb, TestWebConfig
+from p2pcrawl.ui.status import StatusServer
 
 __all__ = ["crawl_finished", "run_demo"]
 

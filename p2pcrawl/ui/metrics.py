@@ -22,7 +22,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 if TYPE_CHECKING:
-    from p2pcrawl.peer import Peer
+    from p2pcrawl.network import Peer
 
 __all__ = ["PeerMetrics"]
 
@@ -87,14 +87,12 @@ class _Collector:
 
     def _crawl(self) -> Iterator[Metric]:
         peer = self.peer
-        eng = peer.engine
-        if eng is None:
+        s = peer.crawl_stats
+        if s is None:
             return
-        s = eng.stats
-        yield _gauge("p2pcrawl_frontier_urls", "URLs in the in-memory frontier", len(eng.frontier))
-        yield _gauge(
-            "p2pcrawl_frontier_hosts", "Hosts in the in-memory frontier", len(eng.frontier.hosts)
-        )
+        urls_, hosts = peer.frontier_size()
+        yield _gauge("p2pcrawl_frontier_urls", "URLs in the in-memory frontier", urls_)
+        yield _gauge("p2pcrawl_frontier_hosts", "Hosts in the in-memory frontier", hosts)
         for name, help_, attr in _CRAWL_COUNTERS:
             c = CounterMetricFamily(name, help_)
             c.add_metric([], float(getattr(s, attr)))
@@ -110,8 +108,16 @@ class _Collector:
         h.add_metric([], s.fetch_hist.buckets_cumulative(), sum_value=s.fetch_hist.total)
         yield h
         for name, help_, value in (
-            ("p2pcrawl_malformed_tasks", "Tasks from peers that failed checks", peer.malformed),
-            ("p2pcrawl_refused_keys", "Keys refused because another peer owns them", peer.refused),
+            (
+                "p2pcrawl_malformed_tasks",
+                "Tasks from peers that failed checks",
+                peer.handler.malformed,
+            ),
+            (
+                "p2pcrawl_refused_keys",
+                "Keys refused because another peer owns them",
+                peer.handler.refused,
+            ),
             ("p2pcrawl_handoff_tasks", "Tasks handed to other owners", peer.handoff.tasks),
             ("p2pcrawl_handoff_failed", "Tasks a handoff could not place", peer.handoff.failed),
         ):
@@ -120,10 +126,11 @@ class _Collector:
             yield c
 
     def _rpc(self) -> Iterator[Metric]:
-        node = self.peer.node
-        if node is None or node.protocol is None:
+        routing = self.peer.routing()
+        if routing is None:
             return
-        rpc = node.stats()
+        rpc = routing["rpc"]
+        assert isinstance(rpc, dict)
         for name, help_, key in _RPC_COUNTERS:
             yield _labelled_counter(name, help_, "method", _as_counts(rpc.get(key)))
         yield _labelled_counter(

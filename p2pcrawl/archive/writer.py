@@ -1,6 +1,7 @@
 """WARC output from the event loop: :class:`WarcWriter` feeds a writer process over a pipe.
 
-The record format is :mod:`p2pcrawl.warcformat`'s and the files :mod:`p2pcrawl.warcfile`'s:
+The record format is :mod:`p2pcrawl.archive.records`'s and the files
+:mod:`p2pcrawl.archive.files`'s:
 one ``response`` record and its ``request`` record per fetched page, gzip member per record,
 files rotated at a size limit. This module only moves records to the process that writes
 them and tells each caller when its record is on disk.
@@ -31,30 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from p2pcrawl import __version__
-from p2pcrawl.warcfile import check_options
-from p2pcrawl.warcformat import (
+from p2pcrawl.archive.files import check_options
+from p2pcrawl.archive.process import FRAME, MAX_FRAME, encode_record
+from p2pcrawl.archive.records import (
     DEFAULT_COMPRESS_LEVEL,
-    ORIGINAL_CONTENT_ENCODING,
-    ORIGINAL_CONTENT_LENGTH,
     FetchRecord,
-    gzip_member,
-    read_warc_urls,
-    serialize_pair,
-    stored_response_headers,
 )
-from p2pcrawl.warcproc import FRAME, MAX_FRAME, encode_record
 
-__all__ = [
-    "ORIGINAL_CONTENT_ENCODING",
-    "ORIGINAL_CONTENT_LENGTH",
-    "FetchRecord",
-    "WarcWriteError",
-    "WarcWriter",
-    "gzip_member",
-    "read_warc_urls",
-    "serialize_pair",
-    "stored_response_headers",
-]
+__all__ = ["WarcWriteError", "WarcWriter"]
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +123,7 @@ class WarcWriter:
             sys.executable,
             "-P",  # not the working directory on sys.path
             "-m",
-            "p2pcrawl.warcproc",
+            "p2pcrawl.archive.process",
             json.dumps(opts),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

@@ -1,0 +1,40 @@
+"""WARC output: one ``response`` and one ``request`` record per fetched URL.
+
+The event loop hands records to :class:`WarcWriter`, which feeds a writer process of its own
+(:mod:`~p2pcrawl.archive.process`) over a pipe; that process serialises them
+(:mod:`~p2pcrawl.archive.records`, byte for byte what warcio writes) into rotating gzip
+files (:mod:`~p2pcrawl.archive.files`). A page counts as done only once the writer said its
+record was handed to the operating system.
+"""
+
+from __future__ import annotations
+
+from p2pcrawl.archive.files import WarcFiles, check_options
+from p2pcrawl.archive.records import (
+    ORIGINAL_CONTENT_ENCODING,
+    ORIGINAL_CONTENT_LENGTH,
+    WARC_SUFFIX,
+    FetchRecord,
+    gzip_member,
+    read_warc_urls,
+    serialize_pair,
+    stored_response_headers,
+    warcio_pair,
+)
+from p2pcrawl.archive.writer import WarcWriteError, WarcWriter
+
+__all__ = [
+    "ORIGINAL_CONTENT_ENCODING",
+    "ORIGINAL_CONTENT_LENGTH",
+    "WARC_SUFFIX",
+    "FetchRecord",
+    "WarcFiles",
+    "WarcWriteError",
+    "WarcWriter",
+    "check_options",
+    "gzip_member",
+    "read_warc_urls",
+    "serialize_pair",
+    "stored_response_headers",
+    "warcio_pair",
+]

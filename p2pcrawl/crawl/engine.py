@@ -1,0 +1,320 @@
+"""The crawl engine: workers take ready hosts from the frontier, fetch, and hand pages on.
+
+Every discovered link leaves the engine through one seam, ``Router.route``: a lone peer
+queues it locally, a networked peer hands it to the URL's owner (docs/architecture.md,
+ownership). The engine only crawls what it was given; it never decides ownership.
+
+The roles around it: :mod:`~p2pcrawl.crawl.attempt` (one request and the retry policy),
+:mod:`~p2pcrawl.crawl.robotsgate` (robots.txt), :mod:`~p2pcrawl.crawl.tail` (archive, parse,
+route, finish), :mod:`~p2pcrawl.crawl.refill` (the in-RAM window over the task store) and
+:mod:`~p2pcrawl.crawl.links` (which links become tasks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, Protocol
+
+from p2pcrawl.archive import WarcWriteError, WarcWriter
+from p2pcrawl.crawl.attempt import Outcome, attempt
+from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
+from p2pcrawl.crawl.frontier import Frontier, Task
+from p2pcrawl.crawl.ledger import Ledger
+from p2pcrawl.crawl.links import LinkFilter
+from p2pcrawl.crawl.refill import WindowRefill
+from p2pcrawl.crawl.robots import RobotsCache
+from p2pcrawl.crawl.robotsgate import RobotsGate
+from p2pcrawl.crawl.scope import Scope
+from p2pcrawl.crawl.seen import SeenCache
+from p2pcrawl.crawl.stats import CrawlStats
+from p2pcrawl.crawl.tail import page_tail
+from p2pcrawl.settings import CrawlSettings, Partition
+from protocol import TaskSet
+
+__all__ = ["Engine", "LocalRouter", "Router"]
+
+log = logging.getLogger(__name__)
+
+# Page tails (archive, parse, route, finish) allowed per fetch slot. Each holds one fetched
+# body, so this bounds the pages in memory at (1 + TAILS_PER_FETCH) x concurrency.
+TAILS_PER_FETCH = 2
+
+
+class Router(Protocol):
+    async def route(self, tasks: list[Task]) -> None:
+        """Hand newly discovered tasks to their owners (durably accepted on return)."""
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: CrawlSettings,
+        ledger: Ledger,
+        *,
+        warc: WarcWriter | None,
+        partition: Partition = "host",
+        router: Router | None = None,
+        on_finished: Callable[[list[Task]], Awaitable[None]] | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.warc = warc
+        self.partition: Partition = partition
+        self.router: Router = router or LocalRouter(self)
+        self.on_finished = on_finished
+        self.on_failure = on_failure
+        # Why this engine stopped fetching for good (its output failed), or None.
+        self.failure: BaseException | None = None
+        self.stats = CrawlStats()
+        self.frontier = Frontier(settings)
+        self.fetcher = Fetcher(settings)
+        self.robots_gate = RobotsGate(settings, self.fetcher, self.stats)
+        self.links = LinkFilter(settings, partition, self.stats)
+        self.in_flight: dict[int, Task] = {}
+        self.refill = WindowRefill(settings, self.frontier, ledger, self.in_flight, partition)
+        self.paused = False  # no new fetches (leaving)
+        self._tasks = TaskSet("engine")
+        self._progress = asyncio.Event()
+        self._started = False
+        self._fetching = 0  # page fetches under way, reserved against max_pages
+        # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
+        # the stores, so with only one per fetch slot the fetchers sat idle behind them.
+        self._tail_slots = asyncio.Semaphore(TAILS_PER_FETCH * settings.concurrency)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.fetcher.start()
+        self._spawn(self.refill.run(), "refill")
+        self._spawn(self._housekeeping_loop(), "housekeeping")
+        for i in range(self.settings.concurrency):
+            self._spawn(self._worker(), f"worker-{i}")
+        self._started = True
+        self.refill.wanted.set()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks.spawn(coro, name)
+
+    async def stop_fetching(self, timeout: float) -> list[Task]:
+        """Stop taking work, wait up to ``timeout`` for in-flight fetches; returns the rest."""
+        self.paused = True
+        self.frontier.wake_all()
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline:
+            self._progress.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    await self._progress.wait()
+        return list(self.in_flight.values())
+
+    async def aclose(self) -> None:
+        await self._tasks.aclose()
+        await self.fetcher.aclose()
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def scope(self) -> Scope:
+        return self.links.scope
+
+    @property
+    def scope_from_seeds(self) -> bool:
+        return self.links.scope_from_seeds
+
+    @property
+    def seen(self) -> SeenCache:
+        return self.links.seen
+
+    @property
+    def robots(self) -> RobotsCache:
+        return self.robots_gate.cache
+
+    @property
+    def tasks_queued(self) -> int:
+        return max(0, self.ledger.queued - len(self.in_flight))
+
+    @property
+    def idle(self) -> bool:
+        return not self.in_flight and self.ledger.queued == 0
+
+    @property
+    def exhausted(self) -> bool:
+        mp = self.settings.scope.max_pages
+        # Fetches under way count too, or workers passing this check together overshoot.
+        return bool(mp) and self.stats.pages_fetched + self._fetching >= mp
+
+    def key_of(self, url: str) -> bytes:
+        return self.links.key_of(url)
+
+    def wake(self) -> None:
+        """New tasks were stored: refill the frontier window."""
+        self.refill.wanted.set()
+
+    async def wait_progress(self, timeout: float) -> None:
+        self._progress.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._progress.wait()
+
+    # -- seeds and ownership changes ------------------------------------------------------
+
+    def seed_tasks(self, seeds: Iterable[str]) -> list[Task]:
+        return [self.links.seed_task(raw) for raw in seeds]
+
+    def adopt_hosts(self, hostnames: Iterable[str]) -> None:
+        """Widen a seeds-derived scope with hosts the network says are in it.
+
+        With no ``--allow-domain`` the scope is the seeds' hosts, but seeds arrive through
+        one peer: the others learn them from the hosts they are handed as owners and from
+        the scope the seeding peer published in the DHT.
+        """
+        self.links.adopt_hosts(hostnames)
+
+    async def add_seeds(self, seeds: Iterable[str]) -> int:
+        tasks = self.seed_tasks(seeds)
+        for t in tasks:
+            self.seen.check_and_add(t.fp)
+        await self.router.route(tasks)
+        return len(tasks)
+
+    def exclude_keys(self, keys: Iterable[bytes]) -> list[Task]:
+        """Stop crawling these keys (moved to another peer); returns their window tasks."""
+        keys = self.refill.exclude(keys)
+        hosts = [
+            h for h, hq in self.frontier.hosts.items() if hq.tasks and hq.tasks[0][1].key in keys
+        ]
+        if self.partition == "host":
+            return self.frontier.remove_hosts(hosts)
+        return []
+
+    def include_keys(self, keys: Iterable[bytes]) -> None:
+        self.refill.include(keys)
+
+    async def _housekeeping_loop(self) -> None:
+        while True:
+            self.stats.sample()
+            self.frontier.prune()
+            if self.refill.low() or self.refill.overflowing:
+                self.refill.wanted.set()
+            await asyncio.sleep(1.0)
+
+    # -- the worker ----------------------------------------------------------------------
+
+    async def fetch_page(self, url: str) -> FetchResult:
+        """Fetch a page, reserved against max-pages while under way."""
+        self._fetching += 1
+        try:
+            return await self.fetcher.fetch(url)
+        finally:
+            self._fetching -= 1
+
+    async def _worker(self) -> None:
+        """Fetch, one host at a time; each fetched page's tail (archive, parse, route,
+        finish) runs as its own task, so ``concurrency`` is the number of fetches under way
+        rather than of pages anywhere between request and done."""
+        while True:
+            if self.paused or self.exhausted:
+                self._progress.set()
+                await asyncio.sleep(0.2)
+                continue
+            task: Task | None = None
+            outcome: Outcome | Exception = Outcome.WAITING
+            res: FetchResult | None = None
+            async with self.frontier.slot() as slot:
+                if self.paused or self.exhausted:
+                    continue
+                task = slot.pop()
+                if task is None:
+                    continue
+                self.in_flight[task.fp] = task
+                try:
+                    outcome, res = await attempt(self, slot, task)
+                except asyncio.CancelledError:
+                    self._done_with(task)
+                    raise
+                except Exception as exc:
+                    outcome = exc
+            # The host is handed back: what is left of the task does not hold it.
+            handed_over = False
+            try:
+                if outcome is Outcome.PAGE:
+                    assert res is not None
+                    await self._tail_slots.acquire()
+                    handed_over = self._tasks.spawn(self._tail(task, res), "tail") is not None
+                    if not handed_over:
+                        self._tail_slots.release()  # shutting down: the URL stays queued
+                elif outcome is Outcome.FINISH:
+                    await self.finish([task])
+                elif outcome is Outcome.DONE_ELSEWHERE:
+                    self.stats.skipped_done += 1
+                    await self.ledger.drop_done([task.fp])
+                    if self.on_finished is not None:
+                        await self.on_finished([task])
+                elif isinstance(outcome, Exception):
+                    await self._failed(task, outcome)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                await self._failed(task, exc)
+            finally:
+                if not handed_over:
+                    self._done_with(task)
+
+    async def _tail(self, task: Task, res: FetchResult) -> None:
+        try:
+            await page_tail(self, task, res)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self._failed(task, exc)
+        finally:
+            self._tail_slots.release()
+            self._done_with(task)
+
+    async def _failed(self, task: Task, exc: Exception) -> None:
+        if isinstance(exc, WarcWriteError):
+            # The page is not archived, so it is not done: its URL stays queued, and this
+            # peer stops fetching pages it could not keep.
+            self._fail(exc)
+            return
+        # A bug on one page must not kill a worker; the task is recorded as failed.
+        log.error("crawling %s failed", task.url, exc_info=exc)
+        self.stats.errors["internal"] += 1
+        await self.finish([task])
+
+    def _done_with(self, task: Task) -> None:
+        self.in_flight.pop(task.fp, None)
+        self._progress.set()
+        self.refill.after_task(task.key)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.failure is not None:
+            return
+        log.error("stopped fetching: %s", exc)
+        self.failure = exc
+        self.paused = True
+        self.frontier.wake_all()
+        self._progress.set()
+        if self.on_failure is not None:
+            self.on_failure(exc)
+
+    async def finish(self, tasks: list[Task]) -> None:
+        await self.ledger.finish(tasks)
+        if self.on_finished is not None:
+            await self.on_finished(tasks)
+
+
+class LocalRouter:
+    """A lone peer owns everything: discovered tasks go straight into its own ledger."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def route(self, tasks: list[Task]) -> None:
+        if await self.engine.ledger.accept(tasks):
+            self.engine.wake()

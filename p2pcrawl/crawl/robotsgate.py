@@ -1,0 +1,87 @@
+"""robots.txt before a host's first page: fetched once per origin, cached, failures counted.
+
+The policy itself is :mod:`p2pcrawl.crawl.robots` (parsing, caching, expiry); this module is
+the fetching side (RFC 9309 §2.3: the origin's ``/robots.txt``, redirects followed up to
+five hops, at least 500 KiB read), and what a crawl does while a robots.txt stays
+unreachable.
+"""
+
+from __future__ import annotations
+
+import time
+
+from p2pcrawl.crawl import politeness, urls
+from p2pcrawl.crawl.fetcher import Fetcher
+from p2pcrawl.crawl.frontier import HostSlot, Task
+from p2pcrawl.crawl.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsPolicy, policy_from_response
+from p2pcrawl.crawl.stats import CrawlStats
+from p2pcrawl.settings import CrawlSettings
+
+__all__ = ["ROBOTS_MAX_REDIRECTS", "RobotsGate"]
+
+ROBOTS_MAX_REDIRECTS = 5  # RFC 9309 §2.3.1.2
+# Origins whose consecutive robots.txt failures are remembered, at most.
+FAILURE_MEMO_LIMIT = 100_000
+
+
+class RobotsGate:
+    def __init__(self, settings: CrawlSettings, fetcher: Fetcher, stats: CrawlStats) -> None:
+        self.settings = settings
+        self.fetcher = fetcher
+        self.stats = stats
+        self.cache = RobotsCache()
+        self._failures: dict[str, int] = {}  # origin -> consecutive robots.txt failures
+
+    def unreachable_too_long(self, url: str) -> bool:
+        """robots.txt of ``url``'s origin failed more often than a page may be retried."""
+        origin = urls.origin_of(url)
+        return self._failures.get(origin, 0) > self.settings.politeness.max_retries
+
+    async def policy_for(self, slot: HostSlot, task: Task) -> RobotsPolicy | None:
+        """The host's robots policy, or None when robots.txt had to be fetched first: the
+        request used the host's slot, and ``task`` waits on the host's queue behind it."""
+        now = time.monotonic()
+        origin = urls.origin_of(task.url)  # RFC 9309 §2.3: scheme, host and port
+        policy = self.cache.get(origin, now)
+        if policy is not None:
+            return policy
+        url = origin + "/robots.txt"
+        status: int | None = None
+        body: bytes | None = None
+        elapsed = 0.0
+        for _ in range(ROBOTS_MAX_REDIRECTS + 1):
+            res = await self.fetcher.fetch(url, max_body=MAX_ROBOTS_BYTES)
+            elapsed += res.elapsed
+            if res.is_redirect and res.location:
+                nxt = urls.resolve(url, res.location)
+                if nxt is None:
+                    break
+                url = nxt
+                continue
+            if res.status:
+                status, body = res.status, res.body
+            break
+        self.stats.robots_fetched += 1
+        if status is None and res.error:
+            self.stats.errors[res.error] += 1
+        if status is None or status >= 500:
+            if len(self._failures) > FAILURE_MEMO_LIMIT:
+                self._failures.clear()
+            self._failures[origin] = self._failures.get(origin, 0) + 1
+        else:
+            self._failures.pop(origin, None)
+        if res.error == "forbidden" and url == origin + "/robots.txt":
+            # The SSRF guard refuses the host itself, so robots.txt can never be fetched:
+            # holding its URLs until it is (RFC 9309 §2.3.1.4) would stall the crawl forever.
+            # Let each page fetch be refused and counted instead.
+            ttl = self.settings.politeness.robots_error_ttl
+            policy = RobotsPolicy("allow_all", time.monotonic() + ttl)
+        else:
+            policy = policy_from_response(status, body, time.monotonic(), self.settings.politeness)
+        self.cache.put(origin, policy)
+        hq = slot.hq
+        hq.polite.robots_delay = policy.crawl_delay(self.fetcher.user_agent)
+        gap = politeness.next_gap(self.settings.politeness, hq.polite.robots_delay, elapsed)
+        slot.requeue(task)
+        slot.after(elapsed, gap)
+        return None

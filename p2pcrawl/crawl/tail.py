@@ -1,0 +1,99 @@
+"""A fetched page's tail: archive it, extract and route its links, record it finished.
+
+The WARC record is written while the page is parsed and its links routed; the page counts
+as done only once its record is on disk (a crash before that leaves the URL queued).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from p2pcrawl.archive import FetchRecord
+from p2pcrawl.crawl import urls
+from p2pcrawl.crawl.fetcher import FetchResult
+from p2pcrawl.crawl.frontier import Task
+from p2pcrawl.crawl.parse import extract_links
+
+if TYPE_CHECKING:
+    from p2pcrawl.crawl.engine import Engine
+
+__all__ = ["PARSE_IN_THREAD_BYTES", "page_tail", "to_record"]
+
+# Parsing a page this large would hold the event loop for tens of milliseconds.
+PARSE_IN_THREAD_BYTES = 1 << 20
+
+
+async def page_tail(engine: Engine, task: Task, res: FetchResult) -> None:
+    warc = engine.warc
+    archived = await warc.submit(to_record(res)) if warc is not None else None
+    links = engine.links
+    # A redirect target is the same document moved: it keeps the source's depth.
+    fresh = links.tasks(_redirect_target(engine, task, res), task.depth, task.hops + 1)
+    if res.is_html and 200 <= res.status < 300:
+        fresh += links.tasks(await _parse(engine, task, res), task.depth + 1, 0)
+    elif 200 <= res.status < 300:
+        engine.stats.non_html += 1
+    if fresh:
+        engine.stats.urls_discovered += len(fresh)
+        await engine.router.route(fresh)
+    if archived is not None:
+        await archived
+    await engine.finish([task])
+
+
+def _redirect_target(engine: Engine, task: Task, res: FetchResult) -> list[str]:
+    if not res.is_redirect or res.location is None:
+        return []
+    engine.stats.redirects += 1
+    fetch = engine.settings.fetch
+    target = urls.resolve(task.url, res.location, max_length=fetch.max_url_length)
+    if target is None:
+        engine.stats.errors["bad_redirect"] += 1
+        return []
+    if task.hops + 1 > fetch.max_redirects:
+        engine.stats.redirect_limit += 1
+        return []
+    return [target]
+
+
+async def _parse(engine: Engine, task: Task, res: FetchResult) -> list[str]:
+    limits = engine.settings.fetch
+    if len(res.body) > PARSE_IN_THREAD_BYTES:
+        page = await asyncio.to_thread(
+            extract_links,
+            res.body,
+            task.url,
+            encoding=res.charset,
+            max_links=limits.max_links_per_page,
+            max_url_length=limits.max_url_length,
+        )
+    else:
+        page = extract_links(
+            res.body,
+            task.url,
+            encoding=res.charset,
+            max_links=limits.max_links_per_page,
+            max_url_length=limits.max_url_length,
+        )
+    stats = engine.stats
+    stats.html_parsed += 1
+    stats.links_extracted += len(page.links)
+    if page.nofollow:
+        stats.nofollow_pages += 1
+    return page.links
+
+
+def to_record(res: FetchResult) -> FetchRecord:
+    return FetchRecord(
+        url=res.url,
+        status=res.status,
+        reason=res.reason,
+        http_version="1.1",
+        request_headers=res.request_headers,
+        response_headers=res.headers,
+        body=res.body,
+        truncated=res.truncated,
+        ip=res.ip,
+        fetched_at=res.fetched_at,
+    )

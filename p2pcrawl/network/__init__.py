@@ -1,0 +1,26 @@
+"""The peer: one crawler in a network of equals, wired to the DHT node and its neighbours.
+
+:class:`Peer` owns the stores, the crawl engine and the node; links go to their owners
+through the :class:`Dispatcher`, accepted tasks are copied to the replicas
+(:mod:`~p2pcrawl.network.replication`), and joins, leaves and crashes move host keys between
+peers (:class:`Membership`). docs/architecture.md draws the whole path.
+"""
+
+from __future__ import annotations
+
+from p2pcrawl.network.dispatch import Dispatcher, to_batches
+from p2pcrawl.network.identity import DataDirError, load_or_create_identity
+from p2pcrawl.network.membership import HandoffReport, Membership
+from p2pcrawl.network.peer import Peer, PeerConfig, State
+
+__all__ = [
+    "DataDirError",
+    "Dispatcher",
+    "HandoffReport",
+    "Membership",
+    "Peer",
+    "PeerConfig",
+    "State",
+    "load_or_create_identity",
+    "to_batches",
+]

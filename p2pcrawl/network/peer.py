@@ -1,0 +1,290 @@
+"""A peer: the crawl engine wired to the DHT node, the stores and its neighbours.
+
+The Kademlia crawler's flow, per URL: the discoverer routes it to its owner (STORE_TASK,
+:mod:`~p2pcrawl.network.dispatch`); the owner dedups it against its done record and queue,
+stores it and copies it to its r closest neighbours (STORE_BACKUP,
+:mod:`~p2pcrawl.network.replication`); it crawls it, records it done and tells the
+neighbours (DELETE_BACKUP). What arrives from neighbours is checked in
+:mod:`~p2pcrawl.network.handlers`; joins, leaves and crashes are
+:mod:`~p2pcrawl.network.membership`'s. docs/architecture.md follows one URL through it all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from p2pcrawl import __version__
+from p2pcrawl.archive import WarcWriter
+from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, Task, urls
+from p2pcrawl.network.dispatch import Dispatcher
+from p2pcrawl.network.handlers import PeerHandler
+from p2pcrawl.network.identity import load_or_create_identity
+from p2pcrawl.network.membership import HandoffReport, Membership
+from p2pcrawl.network.replication import Replication
+from p2pcrawl.network.scopesync import ScopeSync
+from p2pcrawl.settings import CrawlSettings, PeerSettings
+from protocol import CrawlNode, PeerRef, TaskSet
+from storage import BackupStore
+
+__all__ = ["Peer", "PeerConfig", "State"]
+
+log = logging.getLogger(__name__)
+
+State = Literal["joining", "active", "leaving", "stopped"]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerConfig:
+    data_dir: Path
+    listen: tuple[str, int] = ("127.0.0.1", 0)
+    bootstrap: tuple[tuple[str, int], ...] = ()
+    seeds: tuple[str, ...] = ()
+    crawl: CrawlSettings = field(default_factory=CrawlSettings)
+    peer: PeerSettings = field(default_factory=PeerSettings)
+
+
+class Peer:
+    def __init__(self, config: PeerConfig) -> None:
+        self.config = config
+        self.state: State = "joining"
+        self.events = EventLog()
+        self.node_id = load_or_create_identity(config.data_dir)
+        self.started = time.monotonic()
+        self.ledger: Ledger | None = None
+        self.backups: BackupStore | None = None
+        self.warc: WarcWriter | None = None
+        self.node: CrawlNode | None = None
+        self.engine: Engine | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.replication: Replication | None = None
+        self.scope_sync: ScopeSync | None = None
+        self.handler = PeerHandler(self)
+        self.handoff = HandoffReport()
+        self._owned = TaskSet("peer")
+        self._stopped = asyncio.Event()
+        self._leave_requested = asyncio.Event()
+        self._backup_count = 0
+        self.membership = Membership(self)
+
+    # -- start and stop --------------------------------------------------------------------
+
+    @property
+    def me(self) -> PeerRef:
+        assert self.node is not None
+        return self.node.me
+
+    async def start(self) -> None:
+        cfg = self.config
+        try:
+            self.ledger = await Ledger.open(cfg.data_dir / "stores")
+            self.backups = await BackupStore.open(cfg.data_dir / "stores" / "backups.sqlite3")
+            if cfg.crawl.warc:
+                self.warc = WarcWriter(
+                    cfg.data_dir / "warc",
+                    prefix=self.node_id.hex()[:8],
+                    max_bytes=cfg.crawl.warc_max_bytes,
+                )
+                await self.warc.start()
+            ps = cfg.peer
+            self.node = CrawlNode(self.node_id, self.handler, ps.node_config())
+            await self.node.listen_on(*cfg.listen)
+            self.dispatcher = Dispatcher(
+                self.node,
+                replicas=ps.replicas,
+                intake=self.intake,
+                batch=ps.dispatch_batch,
+                flush_s=ps.dispatch_flush_s,
+            )
+            self.replication = Replication(self.node, self.dispatcher)
+            self.engine = Engine(
+                cfg.crawl,
+                self.ledger,
+                warc=self.warc,
+                partition=ps.partition,
+                router=self.dispatcher,
+                on_finished=self.replication.finished,
+                on_failure=self._engine_failed,
+            )
+            self.scope_sync = ScopeSync(self.node, self.engine)
+            # Until the neighbours have handed over the hosts this peer now owns, with their
+            # history, it accepts tasks but crawls nothing: it could not tell what is done.
+            self.engine.paused = bool(cfg.bootstrap)
+            await self.engine.start()
+            if cfg.bootstrap:
+                peers = await self.node.join(list(cfg.bootstrap))
+                self.events.add("joined", peers=len(peers))
+            self.spawn(self.membership.rebalance_loop(), "rebalance")
+            self.spawn(self.membership.republish_loop(), "republish")
+            if self.engine.scope_from_seeds:
+                self.spawn(self.scope_sync.run(), "scope")
+            if cfg.bootstrap:
+                await self.membership.refresh_from_neighbours()
+            self.state = "active"
+            self.engine.paused = False
+            # A restart may find tasks whose keys moved while it was down.
+            self.membership.kick.set()
+            if cfg.seeds:
+                await self.add_seeds(cfg.seeds)
+        except BaseException:
+            await self.aclose()
+            raise
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._owned.spawn(coro, name)
+
+    async def aclose(self) -> None:
+        """Stop everything, each component in its own guard so one failure leaks nothing."""
+        if self._stopped.is_set():
+            return
+        self.state = "stopped"
+        await self._owned.aclose()
+        for name, closer in (
+            ("engine", self.engine.aclose if self.engine else None),
+            ("replication", self.replication.aclose if self.replication else None),
+            ("dispatcher", self.dispatcher.aclose if self.dispatcher else None),
+            ("node", self.node.aclose if self.node else None),
+            ("warc", self.warc.aclose if self.warc else None),
+            ("backups", self.backups.aclose if self.backups else None),
+            ("ledger", self.ledger.aclose if self.ledger else None),
+        ):
+            if closer is None:
+                continue
+            try:
+                await closer()
+            except Exception:
+                log.exception("closing %s failed", name)
+        self._stopped.set()
+
+    def request_leave(self) -> None:
+        self._leave_requested.set()
+
+    def _engine_failed(self, exc: BaseException) -> None:
+        # A peer that cannot archive what it fetches (disk full, WARC writer gone) must not
+        # fetch on; leaving hands its queued URLs to peers that can.
+        self.events.add("engine_failed", reason=str(exc))
+        self.request_leave()
+
+    async def run(self) -> HandoffReport:
+        """Serve until asked to leave, then leave gracefully."""
+        await self._leave_requested.wait()
+        return await self.membership.leave()
+
+    # -- seeds and intake ------------------------------------------------------------------
+
+    async def add_seeds(self, seeds: Iterable[str]) -> int:
+        assert self.engine is not None and self.scope_sync is not None
+        seeds = list(seeds)
+        if self.engine.scope_from_seeds:
+            tasks = self.engine.seed_tasks(seeds)  # validates; raises ValueError first
+            # Published before the seeds travel, so an owner that refreshes its scope on
+            # receiving a seed already finds every seed host there.
+            await self.scope_sync.publish({urls.hostname_of(t.url) for t in tasks})
+        return await self.engine.add_seeds(seeds)
+
+    async def intake(self, tasks: list[Task], done: dict[bytes, list[int]] | None = None) -> int:
+        """Accept tasks this peer owns: dedup, store, back up; returns how many were new."""
+        assert self.ledger is not None and self.engine is not None
+        assert self.replication is not None
+        if done:
+            pairs = [(k, fp) for k, fps in done.items() for fp in fps]
+            await self.ledger.done.add(pairs)
+            # Tasks queued here before the history arrived (a restart) are finished already.
+            if await self.ledger.drop_done([fp for _, fp in pairs]):
+                await self.replication.finished([Task("", fp, k, 0) for k, fp in pairs])
+        if self.engine.scope_from_seeds and tasks:
+            # The sender checked these against its scope; this peer owns their hosts now.
+            self.engine.adopt_hosts({urls.hostname_of(t.url) for t in tasks})
+        new = await self.ledger.accept(tasks)
+        if new:
+            self.engine.include_keys({t.key for t in new})
+            await self.replication.store_backups(new)
+            self.engine.wake()
+        return len(new)
+
+    # -- what the status server and the metrics read ---------------------------------------
+
+    @property
+    def crawl_stats(self) -> CrawlStats | None:
+        return self.engine.stats if self.engine is not None else None
+
+    def routing(self) -> dict[str, object] | None:
+        """The routing table and RPC counters, or None before the node listens."""
+        node = self.node
+        if node is None or node.protocol is None:
+            return None
+        return {
+            "peers": [{"id": p.id.hex(), "host": p.host, "port": p.port} for p in node.peers()],
+            "buckets": node.buckets(),
+            "rpc": node.stats(),
+        }
+
+    def frontier_size(self) -> tuple[int, int]:
+        """URLs and hosts in the in-memory frontier."""
+        if self.engine is None:
+            return 0, 0
+        return len(self.engine.frontier), len(self.engine.frontier.hosts)
+
+    async def backup_owners(self) -> dict[bytes, int] | None:
+        """Backups held, by owner (a store query), or None while the stores are closed."""
+        if self.backups is None or self.state not in ("active", "leaving"):
+            return None
+        return await self.backups.owner_counts()
+
+    def status(self) -> dict[str, object]:
+        eng, node, led = self.engine, self.node, self.ledger
+        stats = eng.stats if eng else None
+        pages_s, disc_s, bytes_s = stats.rate() if stats else (0.0, 0.0, 0.0)
+        peers = node.peers() if node else []
+        return {
+            "node_id": self.node_id.hex(),
+            "version": __version__,
+            "listen": f"{node.me.host}:{node.me.port}" if node and self.state != "joining" else "",
+            "state": self.state,
+            "peers": len(peers),
+            "network_size": len(peers) + 1,
+            "tasks_queued": eng.tasks_queued if eng else 0,
+            "tasks_in_flight": len(eng.in_flight) if eng else 0,
+            "backups_held": self._backup_count,
+            "done": led.done_count if led else 0,
+            "pages_fetched": stats.pages_fetched if stats else 0,
+            "urls_discovered": stats.urls_discovered if stats else 0,
+            "errors": stats.error_total if stats else 0,
+            "errors_by_kind": dict(stats.errors) if stats else {},
+            "bytes_fetched": stats.bytes_fetched if stats else 0,
+            "pages_per_s": round(pages_s, 2),
+            "discovered_per_s": round(disc_s, 2),
+            "bytes_per_s": round(bytes_s, 1),
+            "rpc_in_transit": (self.dispatcher.pending if self.dispatcher else 0)
+            + (self.replication.pending if self.replication else 0),
+            "uptime_s": round(time.monotonic() - self.started, 3),
+            "handoff": self.handoff.as_dict(),
+        }
+
+    def top_hosts(self, limit: int) -> list[dict[str, object]]:
+        """Hosts by queue length in the frontier window, with their politeness state."""
+        if self.engine is None:
+            return []
+        now = time.monotonic()
+        hosts = sorted(self.engine.frontier.hosts.values(), key=len, reverse=True)[:limit]
+        return [
+            {
+                "host": hq.host,
+                "queued": len(hq),
+                "busy": hq.polite.busy,
+                "next_allowed_in_s": round(max(0.0, hq.polite.next_allowed - now), 3),
+                "robots_delay": hq.polite.robots_delay,
+                "last_response_s": round(hq.polite.last_response_time, 4),
+            }
+            for hq in hosts
+        ]
+
+    async def refresh_counts(self) -> None:
+        """Counts that need a store query, refreshed by the status server's sampler."""
+        if self.backups is not None and self.state in ("active", "leaving"):
+            self._backup_count = await self.backups.count()

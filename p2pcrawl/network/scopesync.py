@@ -1,0 +1,68 @@
+"""The network-wide default scope: the seeds' hosts, kept in the DHT's value store.
+
+A peer started without ``--allow-domain`` crawls the hosts of the network's seeds. Seeds
+arrive through one peer, so that peer publishes their hosts under one DHT key (Kademlia
+STORE), and every peer reads it back periodically and when a seed reaches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+from p2pcrawl.crawl import Engine
+from protocol import CrawlNode, PeerTimeout, RemoteError, key_for
+
+__all__ = ["MAX_SCOPE_HOSTS", "SCOPE_KEY", "ScopeSync", "parse_scope"]
+
+# The DHT value that carries the seeds' hosts, the default scope, to every peer.
+SCOPE_KEY = "p2pcrawl/scope/v1"
+SCOPE_REFRESH_S = 5.0
+MAX_SCOPE_HOSTS = 10_000
+
+
+class ScopeSync:
+    def __init__(self, node: CrawlNode, engine: Engine) -> None:
+        self.node = node
+        self.engine = engine
+
+    async def publish(self, hosts: set[str]) -> None:
+        """Merge ``hosts`` into the scope kept in the DHT's value store (Kademlia STORE)."""
+        merged = sorted(set(await self.fetch()) | hosts)[:MAX_SCOPE_HOSTS]
+        value = json.dumps(merged)
+        # Kept here too: a lone founder has no neighbour to store it on yet, and kademlia
+        # hands stored values to nodes that join later (Kademlia §2.5).
+        self.node.storage[key_for(SCOPE_KEY)] = value
+        with contextlib.suppress(PeerTimeout, RemoteError, OSError):
+            await self.node.set(SCOPE_KEY, value)
+
+    async def fetch(self) -> list[str]:
+        try:
+            raw = await self.node.get(SCOPE_KEY)
+        except (PeerTimeout, RemoteError, OSError):
+            return []
+        return parse_scope(raw)
+
+    async def refresh(self) -> None:
+        if self.engine.scope_from_seeds:
+            self.engine.adopt_hosts(await self.fetch())
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                await self.refresh()
+            await asyncio.sleep(SCOPE_REFRESH_S)
+
+
+def parse_scope(raw: object) -> list[str]:
+    """The published scope, checked: it comes from the network."""
+    if not isinstance(raw, str | bytes) or len(raw) > 1 << 20:
+        return []
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return []
+    if not isinstance(doc, list):
+        return []
+    return [h for h in doc[:MAX_SCOPE_HOSTS] if isinstance(h, str) and 0 < len(h) <= 253]

@@ -1,0 +1,10 @@
+"""Test fixtures that ship with the package: a generated web with its ground truth, and a
+harness that runs real peer processes on loopback. Tests, benchmarks, examples and
+``p2pcrawl demo`` use them; the crawler itself never imports this package."""
+
+from __future__ import annotations
+
+from p2pcrawl.testing.cluster import Cluster, PeerProc
+from p2pcrawl.testing.web import TestWeb, TestWebConfig, canonical_target
+
+__all__ = ["Cluster", "PeerProc", "TestWeb", "TestWebConfig", "canonical_target"]

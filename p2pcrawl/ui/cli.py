@@ -1,0 +1,44 @@
+"""The ``p2pcrawl`` command: join, seed, leave, status and demo."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from p2pcrawl.ui.client import run_client
+from p2pcrawl.ui.join import run_join
+from p2pcrawl.ui.logs import setup_logging
+from p2pcrawl.ui.options import EXIT_FAILURE, EXIT_USAGE, UsageError, build_parser, merge_config
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "join":
+            opts = merge_config(args)
+            setup_logging(opts["log_level"], bool(opts["log_json"]))
+            return asyncio.run(run_join(opts))
+        # The demo prints its own progress; library chatter would drown it.
+        default_level = "warning" if args.command == "demo" else "info"
+        setup_logging(args.log_level or default_level, bool(args.log_json))
+        if args.command == "demo":
+            from p2pcrawl.ui.demo import run_demo
+
+            return asyncio.run(run_demo(args))
+        return asyncio.run(run_client(args))
+    except UsageError as exc:
+        print(f"p2pcrawl: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"p2pcrawl: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
