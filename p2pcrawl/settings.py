@@ -92,7 +92,9 @@ class PeerSettings:
     alpha: int = 3
     secret: str = ""
     rpc_timeout: float = 2.0
-    failures_before_evict: int = 3
+    failures_before_evict: int = 3  # failed probe rounds before a suspect may be declared dead
+    suspicion_timeout: float = 10.0  # and seconds of silence (stretched under local overload)
+    indirect_probes: int = 3  # helpers asked to probe a suspect (SWIM's PING-REQ)
     ping_interval: float = 5.0
     refresh_interval: float = 60.0
     republish_interval: float = 30.0
@@ -106,6 +108,8 @@ class PeerSettings:
             alpha=self.alpha,
             rpc_timeout=self.rpc_timeout,
             failures_before_evict=self.failures_before_evict,
+            suspicion_timeout=self.suspicion_timeout,
+            indirect_probes=self.indirect_probes,
             secret=self.secret,
             ping_interval=self.ping_interval,
             refresh_interval=self.refresh_interval,

@@ -24,7 +24,7 @@ from p2pcrawl.archive import WarcWriter
 from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, Task, urls
 from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.handlers import PeerHandler
-from p2pcrawl.network.identity import load_or_create_identity
+from p2pcrawl.network.identity import load_or_create_identity, lock_data_dir
 from p2pcrawl.network.membership import HandoffReport, Membership
 from p2pcrawl.network.replication import Replication
 from p2pcrawl.network.scopesync import ScopeSync
@@ -54,6 +54,8 @@ class Peer:
         self.config = config
         self.state: State = "joining"
         self.events = EventLog()
+        # Before anything reads the directory: its identity and stores are this peer's alone.
+        self._dir_lock = lock_data_dir(config.data_dir)
         self.node_id = load_or_create_identity(config.data_dir)
         self.started = time.monotonic()
         self.ledger: Ledger | None = None
@@ -159,6 +161,7 @@ class Peer:
                 await closer()
             except Exception:
                 log.exception("closing %s failed", name)
+        self._dir_lock.release()  # last: every store is closed
         self._stopped.set()
 
     def request_leave(self) -> None:

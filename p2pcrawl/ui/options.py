@@ -144,7 +144,14 @@ def _add_crawl_options(p: argparse.ArgumentParser) -> None:
         "--failures-before-evict",
         type=_positive_int,
         metavar="N",
-        help="consecutive failed RPCs before a peer is considered gone (3)",
+        help="failed probe rounds (direct and indirect) before a peer may be declared dead (3)",
+    )
+    a.add_argument(
+        "--suspicion-timeout",
+        type=_nonneg_float,
+        metavar="S",
+        help="seconds a peer must stay unreachable before it is declared dead; stretched "
+        "while this peer itself is overloaded (10)",
     )
     a.add_argument("--ping-interval", type=_nonneg_float, metavar="S", help="liveness pings (5)")
     a.add_argument(
@@ -331,6 +338,7 @@ def settings_from(opts: dict[str, Any]) -> tuple[CrawlSettings, PeerSettings]:
         secret=opts.get("secret") or "",
         rpc_timeout=pick("rpc_timeout", ps.rpc_timeout),
         failures_before_evict=pick("failures_before_evict", ps.failures_before_evict),
+        suspicion_timeout=pick("suspicion_timeout", ps.suspicion_timeout),
         ping_interval=pick("ping_interval", ps.ping_interval),
         refresh_interval=pick("refresh_interval", ps.refresh_interval),
         republish_interval=pick("republish_interval", ps.republish_interval),
