@@ -21,7 +21,16 @@ from pathlib import Path
 
 from p2pcrawl.testing import Cluster, PeerProc, TestWeb, TestWebConfig
 
-FAST = ["--rpc-timeout", "0.5", "--ping-interval", "0.5", "--republish-interval", "2"]
+FAST = [
+    "--rpc-timeout",
+    "0.5",
+    "--ping-interval",
+    "0.5",
+    "--suspicion-timeout",
+    "2",
+    "--republish-interval",
+    "2",
+]
 
 
 def crawl_args(web: TestWeb, delay: float) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from p2pcrawl.crawl import Task, to_stored, urls
+from p2pcrawl.crawl import Task, urls
 from protocol import KeyBatch, PeerRef, StoreResult
 
 if TYPE_CHECKING:
@@ -61,26 +61,39 @@ class PeerHandler:
             # A seed: its peer just widened the scope; links from it must not be dropped.
             await peer.scope_sync.refresh()
         self.refused += len(refused)
-        new = await peer.intake(mine, {k: v for k, v in done.items() if k not in refused})
+        kept = {k: v for k, v in done.items() if k not in refused}
+        # Only stored here: no call to another peer inside a handler, so the sender's
+        # deadline measures this peer alone. Replicas are the sender's and the follower's job.
+        new = await peer.intake(mine, kept, replicate=False)
+        if peer.replication is not None:
+            peer.replication.note_keys({t.key for t in mine} | set(kept))
         return StoreResult(new=new, duplicate=len(mine) - new, refused_keys=refused)
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
     ) -> int:
-        backups = self.peer.backups
-        assert backups is not None
-        stored = [to_stored(t) for ts in self._decode(batches).values() for t in ts]
-        return await backups.add(owner, stored) if stored else 0
-
-    async def handle_delete_backup(self, sender: PeerRef, owner: bytes, fps: list[int]) -> int:
         backups, ledger = self.peer.backups, self.peer.ledger
         assert backups is not None and ledger is not None
-        removed = await backups.remove_returning(owner, fps)
-        if removed:
-            # The owner finished these: remember them, so taking its hosts over later
-            # does not fetch them again.
-            await ledger.done.add([(t.key, t.fp) for t in removed])
-        return len(removed)
+        done = {b.key: b.done for b in batches if b.done}
+        if done:  # the owner's done range for a key this peer now replicates
+            await self._record_done(owner, done)
+        tasks = [t for ts in self._decode(batches).values() for t in ts]
+        assert self.peer.replication is not None
+        return await self.peer.replication.hold(owner, tasks)
+
+    async def handle_delete_backup(
+        self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
+    ) -> int:
+        return await self._record_done(owner, done)
+
+    async def _record_done(self, owner: bytes, done: dict[bytes, list[int]]) -> int:
+        """The owner finished these: drop the copies and remember every fingerprint under
+        its key, copy or not, so whoever takes the host over does not fetch it again."""
+        backups, ledger = self.peer.backups, self.peer.ledger
+        assert backups is not None and ledger is not None
+        pairs = [(k, fp) for k, fps in done.items() for fp in fps]
+        await ledger.done.add(pairs)
+        return await backups.remove(owner, [fp for _, fp in pairs])
 
     async def handle_refresh_task(self, sender: PeerRef) -> int:
         return await self.peer.membership.on_refresh(sender)
@@ -89,6 +102,8 @@ class PeerHandler:
         me = self.peer
         if me.dispatcher is not None:
             me.dispatcher.forget_owners()
+        if me.replication is not None:
+            me.replication.membership_changed()
         me.events.add("peer_added", peer=peer.id.hex()[:8], addr=f"{peer.host}:{peer.port}")
         me.membership.kick.set()
 
@@ -96,6 +111,8 @@ class PeerHandler:
         me = self.peer
         if me.dispatcher is not None:
             me.dispatcher.forget_owners()
+        if me.replication is not None:
+            me.replication.membership_changed()
         kind = "peer_left" if reason == "goodbye" else "peer_lost"
         me.events.add(kind, peer=peer.id.hex()[:8], reason=reason)
         me.membership.gone_owners.add(peer.id)

@@ -55,6 +55,8 @@ class Membership:
         self._handoff_lock = asyncio.Lock()
         self._handoffs_received: dict[bytes, set[bytes]] = {}
         self._handoff_progress = asyncio.Event()
+        self._resyncing = False
+        self.stall_resyncs = 0
 
     def _started(self) -> tuple[Ledger, Engine, CrawlNode, BackupStore, Dispatcher]:
         p = self.peer
@@ -126,6 +128,36 @@ class Membership:
             received = sum(len(v) for v in self._handoffs_received.values())
             self._handoffs_received.clear()
         self.peer.events.add("refreshed", neighbours=len(promised), keys=received)
+
+    def on_stall(self, seconds: float) -> None:
+        """Our event loop stood still for ``seconds`` (SIGSTOP, a long blocking call): the
+        others may have declared us dead and crawled our hosts from their backups meanwhile.
+        Fetch nothing new until the neighbours have handed back what is ours, with the done
+        fingerprints of what they crawled in our place -- otherwise we would fetch those
+        pages a second time."""
+        if self._resyncing or self.peer.state != "active" or self.peer.engine is None:
+            return
+        self._resyncing = True
+        self.peer.engine.paused = True
+        self.peer.events.add("stalled", seconds=round(seconds, 1))
+        self.peer.spawn(self._resync_after_stall(), "stall-resync")
+
+    async def _resync_after_stall(self) -> None:
+        _, engine, node, _, _ = self._started()
+        try:
+            # Our requests put us back into the others' tables; their answers refute any
+            # suspicion we had of them while we could not read.
+            await asyncio.gather(*(node.ping_peer(p) for p in node.peers()), return_exceptions=True)
+            await self.refresh_from_neighbours()
+        except (PeerTimeout, RemoteError, OSError) as exc:
+            log.warning("re-sync after a stall failed: %s", exc)
+        finally:
+            self._resyncing = False
+            self.stall_resyncs += 1
+            if self.peer.state == "active":
+                engine.paused = False
+                engine.wake()
+                self.kick.set()
 
     async def rebalance_loop(self) -> None:
         while True:

@@ -103,7 +103,9 @@ class Peer:
                 batch=ps.dispatch_batch,
                 flush_s=ps.dispatch_flush_s,
             )
-            self.replication = Replication(self.node, self.dispatcher)
+            self.replication = Replication(self.node, self.dispatcher, self.ledger, self.backups)
+            self.dispatcher.backup = self.replication.copy_for
+            self.node.on_stall = self.membership.on_stall
             self.engine = Engine(
                 cfg.crawl,
                 self.ledger,
@@ -123,6 +125,7 @@ class Peer:
                 self.events.add("joined", peers=len(peers))
             self.spawn(self.membership.rebalance_loop(), "rebalance")
             self.spawn(self.membership.republish_loop(), "republish")
+            self.spawn(self.replication.run(), "replication")
             if self.engine.scope_from_seeds:
                 self.spawn(self.scope_sync.run(), "scope")
             if cfg.bootstrap:
@@ -190,8 +193,17 @@ class Peer:
             await self.scope_sync.publish({urls.hostname_of(t.url) for t in tasks})
         return await self.engine.add_seeds(seeds)
 
-    async def intake(self, tasks: list[Task], done: dict[bytes, list[int]] | None = None) -> int:
-        """Accept tasks this peer owns: dedup, store, back up; returns how many were new."""
+    async def intake(
+        self,
+        tasks: list[Task],
+        done: dict[bytes, list[int]] | None = None,
+        *,
+        replicate: bool = True,
+    ) -> int:
+        """Accept tasks this peer owns: dedup, store, and (``replicate``) copy them to the
+        replicas before returning; returns how many were new. Tasks that came over the
+        network pass ``replicate=False``: their sender wrote the replicas, and the replica
+        set follower fills any gap in the background (``Replication``)."""
         assert self.ledger is not None and self.engine is not None
         assert self.replication is not None
         if done:
@@ -206,7 +218,8 @@ class Peer:
         new = await self.ledger.accept(tasks)
         if new:
             self.engine.include_keys({t.key for t in new})
-            await self.replication.store_backups(new)
+            if replicate:
+                await self.replication.store_backups(new)
             self.engine.wake()
         return len(new)
 

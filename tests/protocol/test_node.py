@@ -98,8 +98,10 @@ async def test_the_four_crawl_rpcs(make_node: NodeFactory) -> None:
     assert await b.store_backup(a.me, b.me.id, [batch("c.example", 4)]) == 4
     assert len(ha.backups[b.me.id]) == 4
     gone = [fp("https://c.example/p0"), fp("https://c.example/p1"), 12345]
-    assert await b.delete_backup(a.me, b.me.id, gone) == 2
+    assert await b.delete_backup(a.me, b.me.id, {key_for("c.example"): gone}) == 2
     assert len(ha.backups[b.me.id]) == 2
+    # The key travels with every fingerprint, held copy or not (12345 had none).
+    assert (key_for("c.example"), 12345) in ha.done_seen
 
     assert await b.refresh_task(a.me) == 5
     assert ha.refresh_from == [b.me]
@@ -162,7 +164,7 @@ async def test_every_rpc_raises_peer_timeout_on_silence(make_node: NodeFactory) 
     calls = [
         a.store_task(ghost, [batch("x.example", 1)]),
         a.store_backup(ghost, a.me.id, [batch("x.example", 1)]),
-        a.delete_backup(ghost, a.me.id, [1]),
+        a.delete_backup(ghost, a.me.id, {key_for("x.example"): [1]}),
         a.refresh_task(ghost),
         a.goodbye(ghost),
         a.ping_peer(ghost),
