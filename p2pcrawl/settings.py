@@ -101,6 +101,7 @@ class PeerSettings:
     dispatch_batch: int = 256
     dispatch_flush_s: float = 0.05
     handoff_timeout: float = 30.0
+    finish_settle: float = 3.0  # quiet this long, everywhere, before the network is finished
 
     def node_config(self) -> NodeConfig:
         return NodeConfig(

@@ -55,7 +55,7 @@ class Membership:
         self._handoff_lock = asyncio.Lock()
         self._handoffs_received: dict[bytes, set[bytes]] = {}
         self._handoff_progress = asyncio.Event()
-        self._resyncing = False
+        self.resyncing = False
         self.stall_resyncs = 0
 
     def _started(self) -> tuple[Ledger, Engine, CrawlNode, BackupStore, Dispatcher]:
@@ -135,9 +135,9 @@ class Membership:
         Fetch nothing new until the neighbours have handed back what is ours, with the done
         fingerprints of what they crawled in our place -- otherwise we would fetch those
         pages a second time."""
-        if self._resyncing or self.peer.state != "active" or self.peer.engine is None:
+        if self.resyncing or self.peer.state != "active" or self.peer.engine is None:
             return
-        self._resyncing = True
+        self.resyncing = True
         self.peer.engine.paused = True
         self.peer.events.add("stalled", seconds=round(seconds, 1))
         self.peer.spawn(self._resync_after_stall(), "stall-resync")
@@ -152,7 +152,7 @@ class Membership:
         except (PeerTimeout, RemoteError, OSError) as exc:
             log.warning("re-sync after a stall failed: %s", exc)
         finally:
-            self._resyncing = False
+            self.resyncing = False
             self.stall_resyncs += 1
             if self.peer.state == "active":
                 engine.paused = False

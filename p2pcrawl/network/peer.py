@@ -26,6 +26,7 @@ from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.handlers import PeerHandler
 from p2pcrawl.network.identity import load_or_create_identity, lock_data_dir
 from p2pcrawl.network.membership import HandoffReport, Membership
+from p2pcrawl.network.quiescence import Quiescence
 from p2pcrawl.network.replication import Replication
 from p2pcrawl.network.scopesync import ScopeSync
 from p2pcrawl.settings import CrawlSettings, PeerSettings
@@ -36,7 +37,7 @@ __all__ = ["Peer", "PeerConfig", "State"]
 
 log = logging.getLogger(__name__)
 
-State = Literal["joining", "active", "leaving", "stopped"]
+State = Literal["joining", "active", "finished", "leaving", "stopped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,7 @@ class Peer:
         self._leave_requested = asyncio.Event()
         self._backup_count = 0
         self.membership = Membership(self)
+        self.quiescence = Quiescence(self, config.peer.finish_settle)
 
     # -- start and stop --------------------------------------------------------------------
 
@@ -96,6 +98,8 @@ class Peer:
             ps = cfg.peer
             self.node = CrawlNode(self.node_id, self.handler, ps.node_config())
             await self.node.listen_on(*cfg.listen)
+            assert self.node.protocol is not None
+            self.node.protocol.serve("quiet", self.quiescence.serve_quiet)
             self.dispatcher = Dispatcher(
                 self.node,
                 replicas=ps.replicas,
@@ -126,6 +130,7 @@ class Peer:
             self.spawn(self.membership.rebalance_loop(), "rebalance")
             self.spawn(self.membership.republish_loop(), "republish")
             self.spawn(self.replication.run(), "replication")
+            self.spawn(self.quiescence.run(), "quiescence")
             if self.engine.scope_from_seeds:
                 self.spawn(self.scope_sync.run(), "scope")
             if cfg.bootstrap:
@@ -261,12 +266,16 @@ class Peer:
             "node_id": self.node_id.hex(),
             "version": __version__,
             "listen": f"{node.me.host}:{node.me.port}" if node and self.state != "joining" else "",
-            "state": self.state,
+            # "finished" is reported, never stored: new seeds make the same peer active again.
+            "state": "finished"
+            if self.state == "active" and self.quiescence.finished.is_set()
+            else self.state,
             "peers": len(peers),
             "network_size": len(peers) + 1,
             "tasks_queued": eng.tasks_queued if eng else 0,
             "tasks_in_flight": len(eng.in_flight) if eng else 0,
             "backups_held": self._backup_count,
+            "backups_orphaned": self.quiescence.orphaned,
             "done": led.done_count if led else 0,
             "pages_fetched": stats.pages_fetched if stats else 0,
             "urls_discovered": stats.urls_discovered if stats else 0,

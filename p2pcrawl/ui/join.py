@@ -89,12 +89,31 @@ async def run_join(opts: dict[str, Any]) -> int:
             flush=True,
         )
         progress = asyncio.ensure_future(_progress_loop(peer)) if sys.stderr.isatty() else None
+        running = asyncio.ensure_future(peer.run())
+        finished = (
+            asyncio.ensure_future(peer.quiescence.finished.wait())
+            if opts.get("exit_when_finished")
+            else None
+        )
         try:
-            report = await peer.run()
+            waits = [running] if finished is None else [running, finished]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if not running.done():
+                # The network is finished: nothing is queued anywhere, so there is nothing
+                # to hand off. Stop where we are; the data directory keeps the history.
+                summary = {"finished": True, **_summary(peer)}
+                print(json.dumps(summary), flush=True)
+                log.info("the network is finished; exiting")
+                return 0
+            report = running.result()
         finally:
-            if progress is not None:
-                progress.cancel()
-                await asyncio.gather(progress, return_exceptions=True)
+            for t in (running, finished, progress):
+                if t is not None and not t.done():
+                    t.cancel()
+            await asyncio.gather(
+                *(t for t in (running, finished, progress) if t is not None),
+                return_exceptions=True,
+            )
         print(
             json.dumps(
                 {
@@ -117,6 +136,12 @@ async def run_join(opts: dict[str, Any]) -> int:
         await server.aclose()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def _summary(peer: Any) -> dict[str, object]:
+    s = peer.status()
+    keys = ("pages_fetched", "done", "errors", "backups_held", "peers", "uptime_s")
+    return {k: s[k] for k in keys}
 
 
 def _resolve_bootstrap(value: str) -> tuple[str, int]:
