@@ -187,9 +187,32 @@ class Membership:
             taken = await backups.take_owner(owner)
             if not taken:
                 continue
-            tasks = [Task(s.url, s.fp, s.key, s.depth, s.hops) for s in taken]
+            tasks = await self._unfinished(
+                [Task(s.url, s.fp, s.key, s.depth, s.hops) for s in taken]
+            )
             self.peer.events.add("takeover", owner=owner.hex()[:8], tasks=len(tasks))
             await dispatcher.route(tasks)
+
+    async def _copy_to_replicas(
+        self, owner: PeerRef, tasks: list[Task], done: dict[bytes, list[int]] | None
+    ) -> None:
+        """A handoff writes the new owner's replicas too, done range included, as a
+        discoverer does: if the new owner crashes before its own replication pass, its
+        successor still knows what was finished before the key moved."""
+        replication = self.peer.replication
+        if replication is not None:
+            await replication.copy_for(owner, tasks, done)
+
+    async def _unfinished(self, tasks: list[Task]) -> list[Task]:
+        """Drop copies this peer knows to be finished (as a replica it records every done
+        fingerprint it is told of; as an old owner it keeps its history): republishing them
+        would make a new owner that lacks that history fetch them again."""
+        ledger = self.peer.ledger
+        assert ledger is not None
+        if not tasks:
+            return tasks
+        done = await ledger.is_done(tasks)
+        return [t for t, d in zip(tasks, done, strict=True) if not d]
 
     async def _rebalance(self) -> None:
         """Hand every key this peer no longer owns to its owner, history included."""
@@ -220,7 +243,10 @@ class Membership:
         tasks = await ledger.take_keys(keys)
         done = await ledger.done.fps_for_keys(keys)
         try:
-            result = await node.store_task(owner, to_batches(tasks, done))
+            result, _ = await asyncio.gather(
+                node.store_task(owner, to_batches(tasks, done)),
+                self._copy_to_replicas(owner, tasks, done),
+            )
         except (PeerTimeout, RemoteError, OSError):
             # Put them back: they stay ours until the owner answers.
             engine.include_keys(keyset)
@@ -265,7 +291,7 @@ class Membership:
                 if not healthy:
                     stale[owner].append(Task(s.url, s.fp, s.key, s.depth, s.hops))
             for owner, tasks in stale.items():
-                await dispatcher.route(tasks)
+                await dispatcher.route(await self._unfinished(tasks))
                 await backups.remove(owner, [t.fp for t in tasks])
                 resent += len(tasks)
 
@@ -341,7 +367,10 @@ class Membership:
         candidates.sort(key=lambda p: distance(p.id, key) if p != owner else -1)
         for cand in candidates[:4]:
             try:
-                await node.store_task(cand, to_batches(tasks, done))
+                await asyncio.gather(
+                    node.store_task(cand, to_batches(tasks, done)),
+                    self._copy_to_replicas(cand, tasks, done),
+                )
                 return True
             except (PeerTimeout, RemoteError, OSError) as exc:
                 log.warning("handoff to %s failed: %s", cand, exc)

@@ -72,17 +72,29 @@ class Replication:
         found = self.node.closest_local(key, self.dispatcher.replicas + 1)
         return [p for p in found if p.id != owner][: self.dispatcher.replicas]
 
-    async def copy_for(self, owner: PeerRef, tasks: Sequence[Task]) -> None:
-        """Copy ``tasks`` to ``owner``'s replicas (this peer included, if it is one). Best
-        effort: a replica that misses its copy is filled by the owner's ``follow``."""
+    async def copy_for(
+        self,
+        owner: PeerRef,
+        tasks: Sequence[Task],
+        done: dict[bytes, list[int]] | None = None,
+    ) -> None:
+        """Copy ``tasks`` (and the ``done`` range of their keys) to ``owner``'s replicas,
+        this peer included if it is one. Best effort: a replica that misses its copy is
+        filled by the owner's ``follow``."""
         by_rep: dict[PeerRef, list[Task]] = defaultdict(list)
-        for key in {t.key for t in tasks}:
+        keys = {t.key for t in tasks} | set(done or {})
+        dones: dict[PeerRef, dict[bytes, list[int]]] = defaultdict(dict)
+        for key in keys:
             for rep in self.replicas_for(owner.id, key):
                 by_rep[rep].extend(t for t in tasks if t.key == key)
+                if done and done.get(key):
+                    dones[rep][key] = done[key]
                 if owner.id == self.node.me.id:
                     self._holder(key, rep)
         if by_rep:
-            await asyncio.gather(*(self._store(r, owner.id, ts, None) for r, ts in by_rep.items()))
+            await asyncio.gather(
+                *(self._store(r, owner.id, ts, dones.get(r)) for r, ts in by_rep.items())
+            )
 
     async def store_backups(self, tasks: Sequence[Task]) -> None:
         """Copies of tasks this peer owns and queued itself (its own discoveries)."""
@@ -92,6 +104,10 @@ class Replication:
         self, rep: PeerRef, owner: bytes, ts: list[Task], done: dict[bytes, list[int]] | None
     ) -> bool:
         if rep.id == self.node.me.id:
+            if done:
+                pairs = [(k, fp) for k, fps in done.items() for fp in fps]
+                await self.ledger.done.add(pairs)
+                await self.backups.remove(owner, [fp for _, fp in pairs])
             await self.hold(owner, ts)
             return True
         try:
