@@ -101,6 +101,8 @@ class PeerSettings:
     dispatch_batch: int = 256
     dispatch_flush_s: float = 0.05
     handoff_timeout: float = 30.0
+    heal_interval: float = 5.0  # how often a shrunken routing table is checked
+    heal_max_backoff: float = 30.0  # the longest wait between rejoin attempts
     finish_settle: float = 3.0  # quiet this long, everywhere, before the network is finished
 
     def node_config(self) -> NodeConfig:

@@ -24,13 +24,14 @@ from p2pcrawl.archive import WarcWriter
 from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, Task, urls
 from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.handlers import PeerHandler
+from p2pcrawl.network.healing import Healing
 from p2pcrawl.network.identity import load_or_create_identity, lock_data_dir
 from p2pcrawl.network.membership import HandoffReport, Membership
 from p2pcrawl.network.quiescence import Quiescence
 from p2pcrawl.network.replication import Replication
 from p2pcrawl.network.scopesync import ScopeSync
 from p2pcrawl.settings import CrawlSettings, PeerSettings
-from protocol import CrawlNode, PeerRef, TaskSet
+from protocol import BootstrapError, CrawlNode, PeerRef, TaskSet
 from storage import BackupStore
 
 __all__ = ["Peer", "PeerConfig", "State"]
@@ -75,6 +76,7 @@ class Peer:
         self._backup_count = 0
         self.membership = Membership(self)
         self.quiescence = Quiescence(self, config.peer.finish_settle)
+        self.healing = Healing(self, config.peer.heal_interval, config.peer.heal_max_backoff)
 
     # -- start and stop --------------------------------------------------------------------
 
@@ -122,18 +124,31 @@ class Peer:
             self.scope_sync = ScopeSync(self.node, self.engine)
             # Until the neighbours have handed over the hosts this peer now owns, with their
             # history, it accepts tasks but crawls nothing: it could not tell what is done.
-            self.engine.paused = bool(cfg.bootstrap)
+            # A restart without --bootstrap rejoins the network it last knew (healing).
+            saved = [] if cfg.bootstrap else self.healing.saved
+            self.engine.paused = bool(cfg.bootstrap or saved)
             await self.engine.start()
+            joined = False
             if cfg.bootstrap:
                 peers = await self.node.join(list(cfg.bootstrap))
                 self.events.add("joined", peers=len(peers))
+                joined = True
+            elif saved:
+                try:
+                    peers = await self.node.join(saved)
+                    self.events.add("rejoined", peers=len(peers))
+                    joined = True
+                except BootstrapError as exc:
+                    # Not fatal: this peer runs alone and keeps trying (``Healing.run``).
+                    log.warning("no saved contact answered (%s); running alone for now", exc)
             self.spawn(self.membership.rebalance_loop(), "rebalance")
             self.spawn(self.membership.republish_loop(), "republish")
             self.spawn(self.replication.run(), "replication")
             self.spawn(self.quiescence.run(), "quiescence")
             if self.engine.scope_from_seeds:
                 self.spawn(self.scope_sync.run(), "scope")
-            if cfg.bootstrap:
+            self.spawn(self.healing.run(), "healing")
+            if joined:
                 await self.membership.refresh_from_neighbours()
             self.state = "active"
             self.engine.paused = False
