@@ -51,7 +51,10 @@ class ScopeSettings:
     allow_domains: tuple[str, ...] = ()
     allow_private: bool = False
     max_depth: int = 50
-    max_pages: int = 0  # 0 = unlimited
+    max_pages: int = 0  # pages this peer fetches (each peer counts its own); 0 = unlimited
+    max_network_pages: int = 0  # pages all peers fetch together (approximate); 0 = unlimited
+    include: tuple[str, ...] = ()  # regular expressions; a URL must match one, if any given
+    exclude: tuple[str, ...] = ()  # regular expressions; a URL matching one is left out
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,14 @@ class PeerSettings:
     dispatch_batch: int = 256
     dispatch_flush_s: float = 0.05
     handoff_timeout: float = 30.0
+    # A new ID takes over hosts only after others have seen it live this long
+    # (docs/security.md). Off by default: the newcomer counts itself owner at once, and a
+    # replica that already counts it established re-publishes the old owner's backups to
+    # it, so it and the old owner crawl the same hosts during the wait (duplicate fetches).
+    min_peer_age: float = 0.0
+    # STORE_TASK intake per sender (tasks/s, burst) before it is answered "busy" and retries.
+    sender_tasks_per_s: float = 5_000.0
+    sender_tasks_burst: float = 200_000.0
     heal_interval: float = 5.0  # how often a shrunken routing table is checked
     heal_max_backoff: float = 30.0  # the longest wait between rejoin attempts
     finish_settle: float = 3.0  # quiet this long, everywhere, before the network is finished
@@ -116,4 +127,5 @@ class PeerSettings:
             secret=self.secret,
             ping_interval=self.ping_interval,
             refresh_interval=self.refresh_interval,
+            min_owner_age=self.min_peer_age,
         )

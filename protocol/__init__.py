@@ -6,7 +6,7 @@ the submodules are implementation detail (``rpc`` is the only one that touches r
 
 from __future__ import annotations
 
-from protocol.errors import BootstrapError, MessageError, PeerTimeout, RemoteError
+from protocol.errors import BootstrapError, Busy, MessageError, PeerTimeout, RemoteError
 from protocol.messages import (
     MAX_URL_LENGTH,
     KeyBatch,
@@ -18,11 +18,13 @@ from protocol.messages import (
 )
 from protocol.node import CrawlHandler, CrawlNode, NodeConfig
 from protocol.ownership import closest, distance, key_for, new_node_id, owner_and_replicas
+from protocol.ratelimit import Rate, SourceLimits
 from protocol.tasks import TaskSet
 
 __all__ = [
     "MAX_URL_LENGTH",
     "BootstrapError",
+    "Busy",
     "CrawlHandler",
     "CrawlNode",
     "KeyBatch",
@@ -30,7 +32,9 @@ __all__ = [
     "NodeConfig",
     "PeerRef",
     "PeerTimeout",
+    "Rate",
     "RemoteError",
+    "SourceLimits",
     "StoreResult",
     "TaskItem",
     "TaskSet",

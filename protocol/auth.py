@@ -2,26 +2,54 @@
 
 rpcudp frames a datagram as ``kind (1) | msg_id (20) | msgpack body``. Without a secret we keep
 exactly that, so a stock ``kademlia.network.Server`` interoperates. With a secret (``--secret``)
-a 16-byte HMAC-SHA256 tag follows the message id: ``kind | msg_id | tag | body``. The tag covers
-the kind, the id and the body, so a reply cannot be replayed as a request and no field can be
-altered. Truncating SHA-256 to 128 bits is the usual trade (RFC 2104 §5 allows truncation to
-half the hash length). Replays of a whole datagram inside one cluster are not prevented: the
-crawl RPCs are idempotent (the owner deduplicates tasks) and ids are single-use on the caller.
+the frame is::
+
+    kind (1) | msg_id (20) | tag (16) | stamp (8) | source port (2) | source ip (16) | body
+
+``tag`` is HMAC-SHA256, truncated to 128 bits (RFC 2104 §5 allows truncation to half the hash
+length), over everything else. So no field can be altered and a reply cannot be replayed as a
+request (the kind byte is covered). Two more fields make a captured datagram useless elsewhere:
+
+* ``stamp`` is the sender's wall clock in milliseconds. With the random ``msg_id`` it lets the
+  receiver refuse a datagram it has seen before, or one older than its window
+  (``replay.ReplayGuard``), without keeping every id forever.
+* ``source`` is the address the sender's socket is bound to (the IP is all zeros when it
+  listens on a wildcard address and cannot know which of its addresses the kernel picks).
+  ``open`` refuses a datagram whose observed source differs: a copy re-sent from another
+  address is dropped before anything reads it, so it can neither move the sender's entry in a
+  routing table nor draw replies to the copier.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
+import time
 from dataclasses import dataclass
 
-__all__ = ["ID_LEN", "REPLY", "REQUEST", "TAG_LEN", "Frame", "Framer", "Rejected"]
+__all__ = [
+    "ID_LEN",
+    "REPLY",
+    "REQUEST",
+    "TAG_LEN",
+    "Frame",
+    "Framer",
+    "Rejected",
+    "pack_address",
+]
 
 REQUEST = 0
 REPLY = 1
 ID_LEN = 20
 TAG_LEN = 16
-_DOMAIN = b"p2pcrawl/rpc/1"  # keeps these tags useless for any other use of the same secret
+STAMP_LEN = 8
+PORT_LEN = 2
+IP_LEN = 16  # IPv6, or IPv4 mapped into it (::ffff:a.b.c.d)
+_HEAD = 1 + ID_LEN
+_SIGNED_HEAD = _HEAD + TAG_LEN + STAMP_LEN + PORT_LEN + IP_LEN
+_WILDCARD = bytes(IP_LEN)
+_DOMAIN = b"p2pcrawl/rpc/2"  # keeps these tags useless for any other use of the same secret
 
 
 class Rejected(Exception):
@@ -37,6 +65,25 @@ class Frame:
     kind: int
     msg_id: bytes
     body: bytes
+    stamp_ms: int = 0  # the sender's clock; 0 on an unauthenticated wire
+
+
+def _ip16(host: str) -> bytes:
+    """``host`` as 16 bytes; a wildcard address (0.0.0.0, ::) as all zeros."""
+    ip = ipaddress.ip_address(host)
+    if ip.is_unspecified:
+        return _WILDCARD
+    if isinstance(ip, ipaddress.IPv4Address):
+        return ipaddress.IPv6Address("::ffff:" + str(ip)).packed
+    mapped = ip.ipv4_mapped
+    if mapped is not None:
+        return ipaddress.IPv6Address("::ffff:" + str(mapped)).packed
+    return ip.packed
+
+
+def pack_address(host: str, port: int) -> bytes:
+    """The ``source`` field for a socket bound to ``host:port``."""
+    return port.to_bytes(PORT_LEN, "big") + _ip16(host)
 
 
 class Framer:
@@ -44,39 +91,76 @@ class Framer:
 
     def __init__(self, secret: str) -> None:
         self._key = secret.encode("utf-8") if secret else b""
+        self._source = pack_address("0.0.0.0", 0)
+        # The HMAC state after the domain string, copied per datagram instead of rebuilt.
+        self._mac = hmac.new(self._key, _DOMAIN, hashlib.sha256) if self._key else None
 
     @property
     def authenticated(self) -> bool:
         return bool(self._key)
 
-    def _tag(self, head: bytes, body: bytes) -> bytes:
-        mac = hmac.new(self._key, _DOMAIN, hashlib.sha256)
+    @property
+    def overhead(self) -> int:
+        """Bytes a sealed datagram adds to its body."""
+        return _SIGNED_HEAD if self._key else _HEAD
+
+    def bind(self, host: str, port: int) -> None:
+        """Record the address our socket is bound to; it goes into every sealed datagram."""
+        self._source = pack_address(host, port)
+
+    def _tag(self, head: bytes, rest: bytes) -> bytes:
+        assert self._mac is not None
+        mac = self._mac.copy()
         mac.update(head)
-        mac.update(body)
+        mac.update(rest)
         return mac.digest()[:TAG_LEN]
 
-    def seal(self, kind: int, msg_id: bytes, body: bytes) -> bytes:
+    def seal(self, kind: int, msg_id: bytes, body: bytes, now_ms: int | None = None) -> bytes:
         head = bytes((kind,)) + msg_id
         if not self._key:
             return head + body
-        return head + self._tag(head, body) + body
+        stamp = (time.time_ns() // 1_000_000 if now_ms is None else now_ms).to_bytes(
+            STAMP_LEN, "big"
+        )
+        rest = stamp + self._source + body
+        return head + self._tag(head, rest) + rest
 
-    def open(self, datagram: bytes) -> Frame:
-        """Return the frame, or raise Rejected("short" | "bad_kind" | "bad_hmac")."""
-        overhead = 1 + ID_LEN + (TAG_LEN if self._key else 0)
-        if len(datagram) <= overhead:
+    def open(self, datagram: bytes, source: tuple[str, int] | None = None) -> Frame:
+        """Return the frame, or raise Rejected("short" | "bad_kind" | "bad_hmac" |
+        "bad_source"). ``source`` is the observed sender address (None skips that check)."""
+        if len(datagram) <= _HEAD:
             raise Rejected("short")
+        if not self._key:
+            if datagram[0] not in (REQUEST, REPLY):
+                raise Rejected("bad_kind")
+            return Frame(datagram[0], datagram[1:_HEAD], datagram[_HEAD:])
+        if len(datagram) <= _SIGNED_HEAD:
+            raise Rejected("bad_hmac")  # too short to carry a tag: most likely an unkeyed peer
+        head = datagram[:_HEAD]
+        tag = datagram[_HEAD : _HEAD + TAG_LEN]
+        rest = datagram[_HEAD + TAG_LEN :]
+        # Authenticate before even looking at the kind byte: unauthenticated input gets
+        # no further parsing at all.
+        if not hmac.compare_digest(tag, self._tag(head, rest)):
+            raise Rejected("bad_hmac")
         kind = datagram[0]
-        head = datagram[: 1 + ID_LEN]
-        if self._key:
-            tag = datagram[1 + ID_LEN : overhead]
-            body = datagram[overhead:]
-            # Authenticate before even looking at the kind byte: unauthenticated input gets
-            # no further parsing at all.
-            if not hmac.compare_digest(tag, self._tag(head, body)):
-                raise Rejected("bad_hmac")
-        else:
-            body = datagram[overhead:]
         if kind not in (REQUEST, REPLY):
             raise Rejected("bad_kind")
-        return Frame(kind, head[1:], body)
+        stamp = int.from_bytes(rest[:STAMP_LEN], "big")
+        claimed = rest[STAMP_LEN : STAMP_LEN + PORT_LEN + IP_LEN]
+        if source is not None and not _same_source(claimed, source):
+            raise Rejected("bad_source")
+        return Frame(kind, head[1:], rest[STAMP_LEN + PORT_LEN + IP_LEN :], stamp)
+
+
+def _same_source(claimed: bytes, source: tuple[str, int]) -> bool:
+    host, port = source
+    if int.from_bytes(claimed[:PORT_LEN], "big") != port:
+        return False
+    ip = claimed[PORT_LEN:]
+    if ip == _WILDCARD:
+        return True
+    try:
+        return ip == _ip16(host)
+    except ValueError:
+        return False

@@ -3,7 +3,8 @@
 ``Endpoint`` is mixed in front of rpcudp's ``RPCProtocol`` (``rpc.CrawlProtocol``) and replaces
 all of its wire handling:
 
-* Datagrams are authenticated first (``auth.Framer``) and parsed defensively; rpcudp's
+* Datagrams are authenticated first (``auth.Framer``), signed requests are checked for replays
+  (``replay.ReplayGuard``), and everything is parsed defensively; rpcudp's
   ``_solve_datagram`` raised inside an unowned task on bad msgpack. Every drop is counted by
   reason (``stats``) and nothing a peer sends can raise out of ``datagram_received``.
 * A handler exception, an unknown name or a wrong arity gets ``{"error": ...}`` back at once;
@@ -12,6 +13,10 @@ all of its wire handling:
   (``asyncio.wait_for`` around an rpcudp future left it in ``_outstanding``).
 * ``__getattr__`` raises: rpcudp turned any missing attribute, typos included, into a remote
   call. Calls go through ``_call`` with an explicit name.
+* Requests are rate limited per source (``InboundLimits``): generously for members of the
+  routing table, tightly for strangers, whose replies are also kept within ``AMPLIFICATION``
+  times the size of their request, so a forged source address cannot turn us into an
+  amplifier. Calls of our own waiting for a reply are capped at ``MAX_PENDING``.
 """
 
 from __future__ import annotations
@@ -23,22 +28,44 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import umsgpack
 
 from protocol.auth import ID_LEN, REPLY, REQUEST, Framer, Rejected
 from protocol.codec import RPC_REQUEST_LIMIT
-from protocol.errors import MessageError
+from protocol.errors import Busy, MessageError
+from protocol.ratelimit import Rate, SourceLimits
+from protocol.replay import ReplayGuard
 from protocol.stats import RateLimit, RpcStats
 from protocol.tasks import TaskSet
 
-__all__ = ["MAX_CONCURRENT_REQUESTS", "Endpoint", "sendable"]
+__all__ = [
+    "AMPLIFICATION",
+    "MAX_CONCURRENT_REQUESTS",
+    "MAX_PENDING",
+    "Endpoint",
+    "InboundLimits",
+    "sendable",
+]
 
 log = logging.getLogger(__name__)
 
 MAX_CONCURRENT_REQUESTS = 256  # deferred handlers in progress; beyond this we answer "busy"
+MAX_PENDING = 16_384  # our own calls awaiting a reply; beyond this a call fails at once
+AMPLIFICATION = 2  # a stranger's reply is at most this many times its request's size
+
+
+@dataclass(frozen=True, slots=True)
+class InboundLimits:
+    """Requests per second a source may make. A member of the routing table is limited per
+    address; a stranger per address, per IP across its ports, and all strangers together."""
+
+    member: Rate = field(default_factory=lambda: Rate(per_s=5000.0, burst=10_000.0))
+    stranger: Rate = field(default_factory=lambda: Rate(per_s=20.0, burst=40.0))
+    stranger_ip: Rate = field(default_factory=lambda: Rate(per_s=200.0, burst=400.0))
+    strangers: Rate = field(default_factory=lambda: Rate(per_s=1000.0, burst=2000.0))
 
 
 def sendable(host: object, port: object) -> tuple[str, int] | None:
@@ -64,9 +91,18 @@ class _Pending:
 class Endpoint(asyncio.DatagramProtocol):
     transport: Any  # asyncio.DatagramTransport once connected (rpcudp starts it as None)
 
-    def _init_endpoint(self, rpc_timeout: float, secret: str) -> None:
+    def _init_endpoint(
+        self, rpc_timeout: float, secret: str, inbound: InboundLimits | None = None
+    ) -> None:
+        limits = inbound or InboundLimits()
+        self._members_in = SourceLimits(limits.member)
+        self._strangers_in = SourceLimits(limits.stranger)
+        self._stranger_ips_in = SourceLimits(limits.stranger_ip)
+        self._all_strangers_in = SourceLimits(limits.strangers, max_sources=1)
+        self.reply_budget: int | None = None  # bytes an inline handler may answer with
         self._wait_timeout = rpc_timeout
         self._framer = Framer(secret)
+        self._replays = ReplayGuard()
         self._pending: dict[bytes, _Pending] = {}
         self._busy = 0
         self._secret_warning = RateLimit(30.0)
@@ -87,6 +123,10 @@ class Endpoint(asyncio.DatagramProtocol):
         """True if ``name`` is served by ``_serve_deferred`` in its own task."""
         return False
 
+    def _from_member(self, addr: tuple[str, int]) -> bool:
+        """True if ``addr`` is a proven contact (higher rate, replies of any size)."""
+        return False
+
     async def _serve_deferred(
         self, name: str, args: list[Any], addr: tuple[str, int]
     ) -> dict[str, Any]:
@@ -94,12 +134,17 @@ class Endpoint(asyncio.DatagramProtocol):
 
     # --- incoming --------------------------------------------------------------------------
 
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        host, port = transport.get_extra_info("sockname")[:2]
+        self._framer.bind(host, port)  # signed datagrams name the address they come from
+
     def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
         addr = (addr[0], addr[1])
         self.stats.datagrams_in += 1
         self.stats.bytes_in += len(data)
         try:
-            frame = self._framer.open(data)
+            frame = self._framer.open(data, addr)
         except Rejected as rej:
             self._drop(rej.reason)
             if rej.reason == "bad_hmac" and self._secret_warning.ready():
@@ -115,6 +160,25 @@ class Endpoint(asyncio.DatagramProtocol):
         if frame.kind == REQUEST and len(frame.body) > RPC_REQUEST_LIMIT:
             self._drop("oversize")  # rpcudp's limit, kept so stock peers see the same rules
             return
+        if frame.kind == REQUEST and self._framer.authenticated:
+            refused = self._replays.check(frame.msg_id, frame.stamp_ms, time.time_ns() // 10**6)
+            if refused is not None:  # "replay" or "stale": no reply, no state touched
+                self._drop(refused)
+                return
+        budget: int | None = None
+        if frame.kind == REQUEST:
+            if self._from_member(addr):
+                allowed = self._members_in.allow(addr)
+            else:
+                budget = AMPLIFICATION * len(data)
+                allowed = (
+                    self._strangers_in.allow(addr)
+                    and self._stranger_ips_in.allow(addr[0])
+                    and self._all_strangers_in.allow(None)
+                )
+            if not allowed:  # dropped unanswered: a reply to a flood is more flood
+                self._drop("rate_limited")
+                return
         try:
             obj = umsgpack.unpackb(frame.body)
         except Exception:  # umsgpack raises a dozen types, and RecursionError on deep nesting
@@ -123,7 +187,7 @@ class Endpoint(asyncio.DatagramProtocol):
         if frame.kind == REPLY:
             self._on_reply(frame.msg_id, obj, addr)
         else:
-            self._on_request(frame.msg_id, obj, addr)
+            self._on_request(frame.msg_id, obj, addr, budget)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._closed.done():
@@ -146,7 +210,9 @@ class Endpoint(asyncio.DatagramProtocol):
         if not pending.future.done():
             pending.future.set_result((True, obj))
 
-    def _on_request(self, msg_id: bytes, obj: Any, addr: tuple[str, int]) -> None:
+    def _on_request(
+        self, msg_id: bytes, obj: Any, addr: tuple[str, int], budget: int | None = None
+    ) -> None:
         if (
             not isinstance(obj, list)
             or len(obj) != 2
@@ -154,29 +220,30 @@ class Endpoint(asyncio.DatagramProtocol):
             or not isinstance(obj[1], list)
         ):
             self._drop("malformed")
-            self._reply(msg_id, addr, {"error": "malformed request: expected [name, args]"})
+            self._reply(msg_id, addr, {"error": "malformed request"}, budget)
             return
         name, args = obj
         if self._deferred(name):
             self.stats.received[name] += 1
             if self._busy >= MAX_CONCURRENT_REQUESTS:
                 self._drop("busy")
-                self._reply(msg_id, addr, {"error": "busy"})
+                self._reply(msg_id, addr, {"error": "busy"}, budget)
                 return
             self._busy += 1
-            self.tasks.spawn(self._run_deferred(name, msg_id, args, addr), name)
+            self.tasks.spawn(self._run_deferred(name, msg_id, args, addr, budget), name)
             return
         inline = self._inline(name)
         if inline is None:  # not counted by name: arbitrary names must not grow our stats
             self._drop("unknown_rpc")
-            self._reply(msg_id, addr, {"error": f"unknown rpc {name[:64]!r}"})
+            self._reply(msg_id, addr, {"error": f"unknown rpc {name[:64]!r}"}, budget)
             return
         self.stats.received[name] += 1
         arity, handler = inline
         if len(args) != arity:
             self._drop("bad_args")
-            self._reply(msg_id, addr, {"error": f"{name} takes {arity} arguments"})
+            self._reply(msg_id, addr, {"error": f"{name} takes {arity} arguments"}, budget)
             return
+        self.reply_budget = None if budget is None else budget - self._framer.overhead
         try:
             result = handler(addr, *args)
         except MessageError as exc:
@@ -186,13 +253,23 @@ class Endpoint(asyncio.DatagramProtocol):
             log.exception("rpc %s failed", name)
             self._drop("handler_error")
             result = {"error": f"{type(exc).__name__}: {exc}"[:200]}
-        self._reply(msg_id, addr, result)
+        finally:
+            self.reply_budget = None
+        self._reply(msg_id, addr, result, budget)
 
     async def _run_deferred(
-        self, name: str, msg_id: bytes, args: list[Any], addr: tuple[str, int]
+        self,
+        name: str,
+        msg_id: bytes,
+        args: list[Any],
+        addr: tuple[str, int],
+        budget: int | None,
     ) -> None:
         try:
             reply = await self._serve_deferred(name, args, addr)
+        except Busy:
+            self._drop("busy")
+            reply = {"error": "busy"}
         except MessageError as exc:
             self._drop("bad_args")
             reply = {"error": f"bad arguments: {exc}"}
@@ -202,13 +279,21 @@ class Endpoint(asyncio.DatagramProtocol):
             reply = {"error": f"{type(exc).__name__}: {exc}"[:200]}
         finally:
             self._busy -= 1
-        self._reply(msg_id, addr, reply)
+        self._reply(msg_id, addr, reply, budget)
 
-    def _reply(self, msg_id: bytes, addr: tuple[str, int], obj: Any) -> None:
+    def _reply(
+        self, msg_id: bytes, addr: tuple[str, int], obj: Any, budget: int | None = None
+    ) -> None:
         try:
             body = umsgpack.packb(obj)
         except Exception:
             body = umsgpack.packb({"error": "reply not encodable"})
+        if budget is not None and len(body) + self._framer.overhead > budget:
+            # A stranger gets no more than AMPLIFICATION times what it sent.
+            self.stats.replies_trimmed += 1
+            body = umsgpack.packb({"error": "too large"})
+            if len(body) + self._framer.overhead > budget:
+                return
         self._send(REPLY, msg_id, body, addr)
 
     def _send(self, kind: int, msg_id: bytes, body: bytes, addr: tuple[str, int]) -> None:
@@ -230,7 +315,12 @@ class Endpoint(asyncio.DatagramProtocol):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[bool, Any]] = loop.create_future()
         dest = sendable(addr[0], addr[1])
-        if dest is None or self.transport is None or self.transport.is_closing():
+        if (
+            dest is None
+            or self.transport is None
+            or self.transport.is_closing()
+            or len(self._pending) >= MAX_PENDING
+        ):
             self.stats.failed[rpc] += 1
             future.set_result((False, None))
             return future

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from protocol.messages import PeerRef
 
-__all__ = ["BootstrapError", "MessageError", "PeerTimeout", "RemoteError"]
+__all__ = ["BootstrapError", "Busy", "MessageError", "PeerTimeout", "RemoteError"]
 
 
 class PeerTimeout(Exception):
@@ -46,3 +46,8 @@ class MessageError(ValueError):
 
 class BootstrapError(Exception):
     """No bootstrap address answered a ping: wrong address, peer down, or a different secret."""
+
+
+class Busy(Exception):
+    """Raised by a handler to answer "busy": the caller keeps its request and retries later
+    (``RemoteError`` on its side), so nothing is lost; the sender is just slowed down."""

@@ -10,6 +10,8 @@ because it is one idea: the rules for trusting a contact.
 * A reply proves who lives at an address. A request claiming a new ID from an address we know
   under another ID is checked by pinging the old contact: the answer tells whether it restarted
   with a new ID (the ghost is replaced) or the claim was false.
+* A new contact, or a known one at a new address, enters the table only with proof of its ID
+  at that address; without it, ``admission.Admission`` challenges the claim first.
 * A missed reply makes a suspect, never an eviction; anything heard from a suspect clears
   it. The probe loop (``upkeep.probe_suspects``) declares a suspect dead on the rules of
   ``liveness`` (time, indirect probes, local health), and only then is it removed.
@@ -23,6 +25,7 @@ from typing import Any
 
 from kademlia.node import Node
 
+from protocol.admission import Admission, AdmissionLimits
 from protocol.liveness import Detector, LivenessConfig
 from protocol.model import PeerRef
 from protocol.routing import ContactTable
@@ -31,6 +34,8 @@ from protocol.tasks import TaskSet
 __all__ = ["Membership", "peer_of"]
 
 log = logging.getLogger(__name__)
+
+WELCOME_STORES = 32
 
 
 def peer_of(node: Node) -> PeerRef:
@@ -44,6 +49,7 @@ class Membership:
     tasks: TaskSet
     call_ping: Callable[[Node], Coroutine[Any, Any, tuple[bool, Any]]]
     call_store: Callable[[Node, bytes, Any], Coroutine[Any, Any, tuple[bool, Any]]]
+    probe: Callable[[tuple[str, int]], Coroutine[Any, Any, bytes | None]]
 
     def _init_membership(
         self,
@@ -51,6 +57,7 @@ class Membership:
         liveness: LivenessConfig,
         on_added: Callable[[PeerRef], None],
         on_removed: Callable[[PeerRef, str], None],
+        admission: AdmissionLimits | None = None,
     ) -> None:
         self.liveness = Detector(liveness)
 
@@ -66,6 +73,9 @@ class Membership:
             on_full=self.check_alive,
         )
         self._checking: set[bytes] = set()
+        self.admission = Admission(
+            self.probe, self._admit, self._move, self.tasks, admission or AdmissionLimits()
+        )
 
     @property
     def my_id(self) -> bytes:
@@ -85,15 +95,44 @@ class Membership:
             log.info("declared %s dead after %s", peer_of(node), "direct and indirect probes")
             self.router.remove_contact(node, "unresponsive")
 
-    def welcome_if_new(self, node: Node) -> None:
-        """Record a contact that answered us; hand a new one the values it should hold."""
+    def welcome_if_new(self, node: Node, proven: bool = False) -> None:
+        """Record a contact we heard from. A known one at its known address is moved to the
+        tail (§2.2); anything else needs ``proven`` (a reply naming ``node.id`` came from its
+        address), or it is challenged first."""
         if node.id == self.my_id or self.router.is_departed(node.id):
             return
-        self.liveness.heard(node.id)  # SWIM: any message from a suspect refutes it
-        if not self.router.is_new_node(node):
+        known = self.router.get(node.id)
+        if known is not None and (known.ip, known.port) == (node.ip, node.port):
+            self.liveness.heard(node.id)  # SWIM: any message from a suspect refutes it
             self.router.add_contact(node)  # §2.2: move to the tail as most recently seen
             return
+        if not proven:
+            self.admission.challenge(node, known)
+            return
+        self.liveness.heard(node.id)
+        if known is not None:
+            self.router.add_contact(node)  # proven at its new address
+            return
+        self._admit(node)
+
+    def _move(self, old: Node, new: Node) -> None:
+        if self.router.get(old.id) is not None:
+            log.info(
+                "%s moved from %s:%s to %s:%s", peer_of(new), old.ip, old.port, new.ip, new.port
+            )
+            self.router.add_contact(new)
+
+    def _admit(self, node: Node) -> None:
+        """Add a proven new contact; hand it the values it should hold (§2.5)."""
+        if node.id == self.my_id or self.router.is_departed(node.id):
+            return
+        if not self.router.is_new_node(node):
+            self.router.add_contact(node)
+            return
+        welcomed = 0
         for key, value in self.storage:
+            if welcomed >= WELCOME_STORES:  # each new contact costs us at most this many STOREs
+                break
             keynode = Node(key)  # stock: Node(digest(key)), a digest of the stored digest
             neighbors = self.router.find_neighbors(keynode)
             if neighbors:
@@ -102,6 +141,7 @@ class Membership:
                 first = neighbors[0].distance_to(keynode)
                 this_closest = self.source_node.distance_to(keynode) < first
             if not neighbors or (new_node_close and this_closest):
+                welcomed += 1
                 self.tasks.spawn(self.call_store(node, key, value), "welcome-store")
         self.router.add_contact(node)
 
@@ -125,7 +165,7 @@ class Membership:
             log.info("%s now answers at %s:%s; dropping %s", who, new.ip, new.port, gone)
             self.router.remove_contact(ghost, "replaced")
         self.router.clear_departed(new.id)
-        self.welcome_if_new(new)
+        self.welcome_if_new(new, proven=True)
 
     def said_goodbye(self, node_id: bytes, addr: tuple[str, int], ttl: float) -> None:
         """GOODBYE from ``addr``: drop the node at once (stock waits for failed pings)."""

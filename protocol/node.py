@@ -5,6 +5,15 @@ The node joins like any Kademlia node (ping a bootstrap contact, then FIND_NODE 
 STORE_BACKUP, DELETE_BACKUP, REFRESH_TASK (``calls`` / ``service``) and GOODBYE. It owns every
 task it starts: the liveness and refresh loops (``upkeep``) and, through the protocol, every
 handler and check; ``aclose()`` cancels and awaits them all, then closes the socket.
+
+What the crawler sees of the routing table (``peers``, ``closest_local``, ``closest`` and the
+``peer_added`` callback) leaves out contacts admitted less than ``min_owner_age`` seconds ago:
+a new ID takes over keys only once it has stayed live that long, so a node that appears next
+to a busy key and vanishes again cannot catch the key's queue on the way. Contacts found while
+this node joins count as established at once: a joiner has nothing older to compare with.
+So does an ID that was established before and comes back (a restart with its data directory):
+it proved itself already, and making it wait would leave its own queue and the replicas'
+takeover of it crawling the same hosts.
 """
 
 from __future__ import annotations
@@ -13,15 +22,18 @@ import asyncio
 import logging
 import os
 import socket
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kademlia.crawling import NodeSpiderCrawl
 from kademlia.network import Server
 from kademlia.node import Node
 
+from protocol.admission import AdmissionLimits
 from protocol.calls import CrawlCalls
+from protocol.endpoint import InboundLimits
 from protocol.errors import BootstrapError
 from protocol.liveness import LagMonitor, LivenessConfig, socket_drops, socket_inode
 from protocol.membership import peer_of
@@ -32,11 +44,13 @@ from protocol.service import CrawlHandler, crawl_servers
 from protocol.state import SavedState, read_state, write_state
 from protocol.tasks import TaskSet
 from protocol.upkeep import ProbeRound, every, ping_round, probe_suspects, refresh_once
+from protocol.valuestore import BoundedStorage, StoreLimits
 
 __all__ = ["CrawlHandler", "CrawlNode", "NodeConfig"]
 
 log = logging.getLogger(__name__)
 
+PROVEN_IDS = 4096  # established IDs remembered after they leave the table
 SOCKET_BUFFER = 2 * 1024 * 1024  # bursts of 8 KiB chunks overflow the 208 KiB Linux default
 
 
@@ -53,6 +67,10 @@ class NodeConfig:
     secret: str = ""
     ping_interval: float = 5.0
     refresh_interval: float = 60.0
+    min_owner_age: float = 0.0  # seconds a new contact must stay live before it owns keys
+    store_limits: StoreLimits = field(default_factory=StoreLimits)
+    admission: AdmissionLimits = field(default_factory=AdmissionLimits)
+    inbound: InboundLimits = field(default_factory=InboundLimits)
 
 
 class CrawlNode(CrawlCalls, Server):
@@ -64,8 +82,20 @@ class CrawlNode(CrawlCalls, Server):
     ) -> None:
         self.config = config or NodeConfig()
         cfg = self.config
-        super().__init__(ksize=cfg.ksize, alpha=cfg.alpha, node_id=check_id(node_id))
+        super().__init__(
+            ksize=cfg.ksize,
+            alpha=cfg.alpha,
+            node_id=check_id(node_id),
+        )
+        # Set here, not passed: kademlia's ``storage or ForgetfulStorage()`` would take an
+        # empty store (len 0) for no store at all.
+        self.storage: BoundedStorage = BoundedStorage(cfg.store_limits)
         self.handler = handler
+        self._admitted: dict[bytes, asyncio.TimerHandle | None] = {}  # None once established
+        self._established_version = 0
+        self._joining = False
+        # IDs established before, most recent last (bounded: an attacker's IDs are new ones).
+        self._proven: OrderedDict[bytes, None] = OrderedDict()
         self._loops = TaskSet("node")
         self._me: PeerRef | None = None
         self._members_cache: tuple[int, dict[bytes, Node]] = (-1, {})
@@ -94,9 +124,11 @@ class CrawlNode(CrawlCalls, Server):
                 indirect_probes=self.config.indirect_probes,
             ),
             secret=self.config.secret,
-            on_added=self.handler.peer_added,
-            on_removed=self.handler.peer_removed,
+            on_added=self._contact_added,
+            on_removed=self._contact_removed,
             departed_ttl=max(self.config.refresh_interval, 30.0),
+            admission=self.config.admission,
+            inbound=self.config.inbound,
         )
         for name, server in crawl_servers(self.handler).items():
             proto.serve(name, server)
@@ -156,6 +188,9 @@ class CrawlNode(CrawlCalls, Server):
 
     async def aclose(self) -> None:
         """Cancel and await every task the node owns, then close the socket."""
+        for timer in self._admitted.values():
+            if timer is not None:
+                timer.cancel()
         await self._loops.aclose()
         if self.protocol is not None:
             await self.protocol.aclose()
@@ -167,6 +202,13 @@ class CrawlNode(CrawlCalls, Server):
         """Ping every bootstrap address, then FIND_NODE(self) through those that answered
         (§2.3: this fills our table and announces us to the nodes near our ID)."""
         proto = self._proto()
+        self._joining = True
+        try:
+            return await self._join(proto, addrs)
+        finally:
+            self._joining = False
+
+    async def _join(self, proto: CrawlProtocol, addrs: Sequence[tuple[str, int]]) -> list[PeerRef]:
         resolved = await self._resolve(addrs)
         answers = await asyncio.gather(*(proto.ping_address(a) for a in resolved))
         nodes = [
@@ -180,6 +222,9 @@ class CrawlNode(CrawlCalls, Server):
                 "(wrong address, peer down, or a different --secret)"
             )
         await NodeSpiderCrawl(proto, self.node, nodes, self.ksize, self.alpha).find()
+        # The lookup's contacts enter the table through admission challenges; wait for them
+        # (each is one ping, so a few timeouts bound this).
+        await proto.admission.settle(3 * self.config.rpc_timeout)
         return self.peers()
 
     async def _resolve(self, addrs: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -219,12 +264,51 @@ class CrawlNode(CrawlCalls, Server):
         return self.protocol
 
     def _members(self) -> dict[bytes, Node]:
+        """The established members of the routing table."""
         router = self._proto().router
         version, members = self._members_cache
-        if version != router.version:
-            members = {n.id: n for n in router.members()}
-            self._members_cache = (router.version, members)
+        now = router.version + self._established_version
+        if version != now:
+            members = {
+                n.id: n
+                for n in router.members()
+                if n.id in self._admitted and self._admitted[n.id] is None
+            }
+            self._members_cache = (now, members)
         return members
+
+    def _contact_added(self, peer: PeerRef) -> None:
+        if self.config.min_owner_age <= 0 or self._joining or peer.id in self._proven:
+            self._establish(peer)
+            return
+        if peer.id not in self._admitted:
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(self.config.min_owner_age, self._establish, peer)
+            self._admitted[peer.id] = timer
+
+    def _establish(self, peer: PeerRef) -> None:
+        if peer.id in self._admitted and self._admitted[peer.id] is None:
+            return
+        if self._proto().router.get(peer.id) is None:
+            self._admitted.pop(peer.id, None)  # left before it was established
+            return
+        self._admitted[peer.id] = None
+        self._proven[peer.id] = None
+        self._proven.move_to_end(peer.id)
+        if len(self._proven) > PROVEN_IDS:
+            self._proven.popitem(last=False)
+        self._established_version += 1
+        self.handler.peer_added(peer)
+
+    def _contact_removed(self, peer: PeerRef, reason: str) -> None:
+        if peer.id not in self._admitted:
+            return
+        timer = self._admitted.pop(peer.id)
+        if timer is None:  # the crawler only hears of contacts it was told about
+            self._established_version += 1
+            self.handler.peer_removed(peer, reason)
+        else:
+            timer.cancel()
 
     def peers(self) -> list[PeerRef]:
         """Everyone in the routing table (never this node)."""
@@ -354,6 +438,9 @@ class CrawlNode(CrawlCalls, Server):
             peers=len(self._members()),
             outstanding=proto.outstanding(),
             tasks=len(proto.tasks),
+            admission=dict(proto.admission.counts),
+            dht_values=len(self.storage),
+            dht_refused=getattr(self.storage, "refused", 0),
             ping_rounds=self._ping_rounds,
             refresh_runs=self._refresh_runs,
             liveness=proto.liveness.snapshot(),

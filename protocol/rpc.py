@@ -19,11 +19,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import umsgpack
 from kademlia.node import Node
 from kademlia.protocol import KademliaProtocol
 
+from protocol.admission import AdmissionLimits
 from protocol.auth import ID_LEN
-from protocol.endpoint import Endpoint, sendable
+from protocol.endpoint import Endpoint, InboundLimits, sendable
 from protocol.errors import MessageError, PeerTimeout, RemoteError
 from protocol.liveness import LivenessConfig
 from protocol.membership import Membership, peer_of
@@ -53,13 +55,16 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
         on_added: Callable[[PeerRef], None],
         on_removed: Callable[[PeerRef, str], None],
         departed_ttl: float = 60.0,
+        admission: AdmissionLimits | None = None,
+        inbound: InboundLimits | None = None,
     ) -> None:
         KademliaProtocol.__init__(self, source_node, storage, ksize)
-        self._init_endpoint(rpc_timeout, secret)
-        self._init_membership(ksize, liveness, on_added, on_removed)
+        self._init_endpoint(rpc_timeout, secret, inbound)
+        self._init_membership(ksize, liveness, on_added, on_removed, admission)
         self._departed_ttl = departed_ttl
         self._rpc_timeout = rpc_timeout
         self._crawl: dict[str, CrawlServer] = {"ping_req": self._serve_ping_req}
+        self._member_addrs: tuple[int, frozenset[tuple[str, int]]] = (-1, frozenset())
 
     def serve(self, rpc: str, server: CrawlServer) -> None:
         """Register the handler of a crawl RPC."""
@@ -75,6 +80,13 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
 
     def _deferred(self, name: str) -> bool:
         return name in self._crawl
+
+    def _from_member(self, addr: tuple[str, int]) -> bool:
+        version, addrs = self._member_addrs
+        if version != self.router.version:
+            addrs = frozenset((n.ip, n.port) for n in self.router.members())
+            self._member_addrs = (self.router.version, addrs)
+        return addr in addrs
 
     async def _serve_deferred(
         self, name: str, args: list[Any], addr: tuple[str, int]
@@ -103,7 +115,7 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
         ok, data = await self.ping((target.ip, target.port), self.my_id)
         alive = bool(ok) and data == target.id
         if alive:
-            self.welcome_if_new(target)
+            self.welcome_if_new(target, proven=True)
         return {"ok": alive, "known": True}
 
     async def ping_req(self, helper: Node, target: Node) -> bool | None:
@@ -115,7 +127,7 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
         ok, data = await self._call(peer.addr, "ping_req", [self.my_id, target.id], timeout)
         if not ok or not isinstance(data, dict) or "error" in data:
             return None
-        self.welcome_if_new(helper)
+        self.welcome_if_new(helper, proven=data.get("id") == helper.id)
         return data.get("ok") is True
 
     def rpc_stun(self, sender: tuple[str, int]) -> list[Any]:
@@ -134,25 +146,38 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
         if type(value) not in _DHT_VALUE_TYPES:
             raise MessageError("value must be int, float, bool, str or bytes")
         self.welcome_sender(source)
-        self.storage[check_id(key, "key")] = value
-        return True
+        key = check_id(key, "key")
+        put = getattr(self.storage, "put", None)
+        if put is None:  # a stock IStorage: unbounded, as the caller chose
+            self.storage[key] = value
+            return True
+        stored: bool = put(key, value, sender)
+        return stored
 
     def rpc_find_node(self, sender: tuple[str, int], nodeid: object, key: object) -> list[Any]:
         source = Node(check_id(nodeid, "node id"), *sender)
         target = Node(check_id(key, "key"))
         self.welcome_sender(source)
         neighbors = self.router.find_neighbors(target, exclude=source)
-        return [[n.id, n.ip, n.port] for n in neighbors]
+        found = [[n.id, n.ip, n.port] for n in neighbors]
+        budget = self.reply_budget
+        if budget is not None:  # a stranger: no more than its request's worth of contacts
+            while found and len(umsgpack.packb(found)) > budget:
+                found.pop()
+        return found
 
     def rpc_find_value(self, sender: tuple[str, int], nodeid: object, key: object) -> Any:
         value = self.storage.get(check_id(key, "key"), None)
-        if value is None:
+        budget = self.reply_budget
+        if value is None or (budget is not None and len(umsgpack.packb(value)) > budget):
             return self.rpc_find_node(sender, nodeid, key)
         self.welcome_sender(Node(check_id(nodeid, "node id"), *sender))
         return {"value": value}
 
     def rpc_goodbye(self, sender: tuple[str, int], nodeid: object) -> dict[str, Any]:
-        self.said_goodbye(check_id(nodeid, "node id"), sender, self._departed_ttl)
+        node_id = check_id(nodeid, "node id")
+        if self.router.knows(node_id):  # strangers' goodbyes must not grow the departed list
+            self.said_goodbye(node_id, sender, self._departed_ttl)
         return {"id": self.my_id, "ok": True}
 
     # --- calling ---------------------------------------------------------------------------
@@ -197,7 +222,7 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
         if type(responder) is bytes and len(responder) == ID_LEN and responder != peer.id:
             self.replace(node, Node(responder, peer.host, peer.port))
         elif record:
-            self.welcome_if_new(node)
+            self.welcome_if_new(node, proven=responder == peer.id)
         return data
 
     async def call_ping(self, node_to_ask: Node) -> tuple[bool, Any]:
@@ -210,8 +235,17 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
             # with a new ID). Stock kept the ghost until it failed elsewhere.
             self.replace(node_to_ask, Node(data, node_to_ask.ip, node_to_ask.port))
         else:
-            self.welcome_if_new(node_to_ask)
+            self.welcome_if_new(node_to_ask, proven=True)
         return (True, data)
+
+    async def probe(self, addr: tuple[str, int]) -> bytes | None:
+        """The ID that answers a ping at ``addr``, or None; the table is left alone (an
+        admission challenge decides what to do with the answer)."""
+        ok, data = await self.ping(addr, self.my_id)
+        if not ok or type(data) is not bytes or len(data) != ID_LEN:
+            return None
+        answered: bytes = data
+        return answered
 
     async def ping_address(self, addr: tuple[str, int]) -> bytes | None:
         """Ping an address whose ID we don't know (bootstrap); welcome whoever answers."""

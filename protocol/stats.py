@@ -1,9 +1,13 @@
 """Counters for the status page and for tests: RPCs by name and direction, latency, drops.
 
-Drop reasons: ``short``, ``bad_kind``, ``bad_hmac``, ``oversize``, ``malformed`` (not msgpack or
+Drop reasons: ``short``, ``bad_kind``, ``bad_hmac``, ``bad_source`` (a signed datagram sent
+from another address than the one it names), ``replay`` and ``stale`` (a signed request seen
+before, or stamped outside the window: ``replay``), ``oversize``, ``malformed`` (not msgpack or
 not ``[name, args]``), ``unknown_rpc``, ``bad_args``, ``handler_error``, ``busy`` (too many
-requests in progress), ``unexpected_reply`` (no caller waits for that id, or it came from the
-wrong address).
+requests in progress), ``rate_limited`` (a source over its request rate: ``ratelimit``),
+``unexpected_reply`` (no caller waits for that id, or it came from the wrong address). Each
+dropped datagram is counted once. ``replies_trimmed`` counts replies to strangers cut down to
+an error because they would have outgrown the request (no amplification).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ class RpcStats:
         self.datagrams_out = 0
         self.bytes_in = 0
         self.bytes_out = 0
+        self.replies_trimmed = 0
 
     def latency(self, rpc: str, seconds: float) -> None:
         self._latency_sum[rpc] = self._latency_sum.get(rpc, 0.0) + seconds
@@ -46,6 +51,7 @@ class RpcStats:
             "datagrams_out": self.datagrams_out,
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
+            "replies_trimmed": self.replies_trimmed,
         }
 
 

@@ -41,6 +41,11 @@ class TaskSet:
         if not task.cancelled() and task.exception() is not None:
             log.error("task %s failed", task.get_name(), exc_info=task.exception())
 
+    async def idle(self) -> None:
+        """Wait until every task has finished, including tasks those tasks start."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
     def cancel(self) -> None:
         """Synchronous part of shutdown (for ``Server.stop``): refuse new tasks, cancel all."""
         self._closed = True

@@ -135,6 +135,30 @@ class DoneRecord(WorkerStore):
         new, _ = await self._worker.run(job, on_commit=self._committed)
         return len(new)
 
+    async def forget(self, items: Sequence[tuple[bytes, int]]) -> int:
+        """Drop (host key, fp) pairs from the record, so they may be crawled again (an
+        operator's re-crawl); returns how many were there. The filter keeps their bits: it
+        may claim too much, never too little, and :meth:`contains` asks the disk."""
+        if not items:
+            return 0
+        rows = [(_check_key(key), to_sql_fp(fp)) for key, fp in items]
+        known = self._host_ids
+
+        def job(conn: sqlite3.Connection) -> int:
+            gone = 0
+            for key, fp in rows:
+                key_id = known.get(key) or _host_id(conn, key, create=False)
+                if key_id:
+                    sql = "DELETE FROM done WHERE key_id = ? AND fp = ?"
+                    gone += conn.execute(sql, (key_id, fp)).rowcount
+            return gone
+
+        return await self._worker.run(job, on_commit=self._forgotten)
+
+    def _forgotten(self, gone: int) -> None:
+        # Worker thread, after the commit, like every other change of the count.
+        self._count -= gone
+
     def _committed(self, result: tuple[list[int], dict[bytes, int]]) -> None:
         # Worker thread, after the commit: the filter never claims less than the disk holds
         # once add() has returned, and host ids enter the cache only once they exist.

@@ -1,4 +1,4 @@
-"""The WARC writer process: ``python -m p2pcrawl.archive.process '<json options>'``.
+"""The WARC writer process: ``python -m p2pcrawl.archive '<json options>'``.
 
 :class:`p2pcrawl.archive.writer.WarcWriter`, on the event loop, starts it and feeds it
 records over its stdin; it writes them with :class:`p2pcrawl.archive.files.WarcFiles` and

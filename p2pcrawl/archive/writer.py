@@ -123,7 +123,7 @@ class WarcWriter:
             sys.executable,
             "-P",  # not the working directory on sys.path
             "-m",
-            "p2pcrawl.archive.process",
+            "p2pcrawl.archive",
             json.dumps(opts),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

@@ -15,9 +15,11 @@ from p2pcrawl.crawl.frontier import Frontier, HostQueue, HostSlot, Task
 from p2pcrawl.crawl.ledger import Ledger, from_stored, to_stored
 from p2pcrawl.crawl.links import LinkFilter, make_task
 from p2pcrawl.crawl.parse import ParsedPage, extract_links
+from p2pcrawl.crawl.patterns import UrlPatterns
 from p2pcrawl.crawl.robots import RobotsCache, RobotsPolicy, policy_from_response
 from p2pcrawl.crawl.runner import CrawlSummary, crawl
 from p2pcrawl.crawl.scope import Scope, is_forbidden_address, normalise_domain
+from p2pcrawl.crawl.seeds import SeedVerdict, check_seed, scheme_hint
 from p2pcrawl.crawl.seen import SeenCache
 from p2pcrawl.crawl.stats import CrawlStats, EventLog, Histogram
 
@@ -41,8 +43,11 @@ __all__ = [
     "RobotsPolicy",
     "Router",
     "Scope",
+    "SeedVerdict",
     "SeenCache",
     "Task",
+    "UrlPatterns",
+    "check_seed",
     "crawl",
     "extract_links",
     "from_stored",
@@ -50,6 +55,7 @@ __all__ = [
     "make_task",
     "normalise_domain",
     "policy_from_response",
+    "scheme_hint",
     "to_stored",
     "urls",
 ]

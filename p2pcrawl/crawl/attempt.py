@@ -29,6 +29,7 @@ class Outcome(enum.Enum):
     FINISH = "finish"  # settled without a page (robots.txt, a final error): record it done
     DONE_ELSEWHERE = "done_elsewhere"  # finished meanwhile by an earlier owner
     WAITING = "waiting"  # back on the host's queue (retry, robots.txt first, max-pages)
+    REFUSED = "refused"  # refused by this peer's own configuration: drop, do not record done
 
 
 async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, FetchResult | None]:
@@ -64,8 +65,15 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     gap = politeness.next_gap(pset, hq.polite.robots_delay, res.elapsed)
     hq.est.observe(None, res.elapsed)
     stats.fetch_hist.observe(res.elapsed)
+    stats.recent.append((time.time(), task.url, res.status, res.error or ""))
     if res.status == 0:
         stats.errors[res.error or "unknown"] += 1
+        if res.error == "forbidden":
+            # Refused by this peer's own configuration (the SSRF guard, --allow-private).
+            # Recorded done, the URL would never be crawled once the operator allows it.
+            slot.after(res.elapsed, gap)
+            engine.note_refused(task.url)
+            return Outcome.REFUSED, None
         if res.error in RETRYABLE_ERRORS and task.tries < pset.max_retries:
             task.tries += 1
             stats.retries += 1

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from p2pcrawl.archive import WarcWriteError, WarcWriter
+from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.attempt import Outcome, attempt
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
 from p2pcrawl.crawl.frontier import Frontier, Task
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 # Page tails (archive, parse, route, finish) allowed per fetch slot. Each holds one fetched
 # body, so this bounds the pages in memory at (1 + TAILS_PER_FETCH) x concurrency.
 TAILS_PER_FETCH = 2
+MAX_REFUSED_HOSTS_NOTED = 1000
 
 
 class Router(Protocol):
@@ -82,6 +84,9 @@ class Engine:
         self._progress = asyncio.Event()
         self._started = False
         self._fetching = 0  # page fetches under way, reserved against max_pages
+        self._refused_hosts: set[str] = set()
+        # Set by whoever watches the network's total (--max-network-pages).
+        self.network_limit_reached = False
         # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
         # the stores, so with only one per fetch slot the fetchers sat idle behind them.
         self._tail_slots = asyncio.Semaphore(TAILS_PER_FETCH * settings.concurrency)
@@ -144,6 +149,8 @@ class Engine:
 
     @property
     def exhausted(self) -> bool:
+        if self.network_limit_reached:
+            return True
         mp = self.settings.scope.max_pages
         # Fetches under way count too, or workers passing this check together overshoot.
         return bool(mp) and self.stats.pages_fetched + self._fetching >= mp
@@ -250,6 +257,8 @@ class Engine:
                         self._tail_slots.release()  # shutting down: the URL stays queued
                 elif outcome is Outcome.FINISH:
                     await self.finish([task])
+                elif outcome is Outcome.REFUSED:
+                    await self.refuse(task)
                 elif outcome is Outcome.DONE_ELSEWHERE:
                     self.stats.skipped_done += 1
                     await self.ledger.drop_done([task.fp])
@@ -302,6 +311,28 @@ class Engine:
         self._progress.set()
         if self.on_failure is not None:
             self.on_failure(exc)
+
+    def note_refused(self, url: str) -> None:
+        """Say once per host that the address guard refused it, and how to allow it."""
+        host = urls.hostname_of(url)
+        if host in self._refused_hosts:
+            return
+        if len(self._refused_hosts) >= MAX_REFUSED_HOSTS_NOTED:
+            self._refused_hosts.clear()
+        self._refused_hosts.add(host)
+        log.warning(
+            "refused %s: %s is a loopback, private or link-local address "
+            "(start the peer with --allow-private to crawl it)",
+            url,
+            host,
+        )
+
+    async def refuse(self, task: Task) -> None:
+        """Drop a task this peer's configuration refuses, without recording it done: the
+        same URL seeded again once the configuration allows it is crawled."""
+        await self.ledger.drop_done([task.fp])
+        if self.on_finished is not None:
+            await self.on_finished([task])  # the replicas drop their copies
 
     async def finish(self, tasks: list[Task]) -> None:
         await self.ledger.finish(tasks)

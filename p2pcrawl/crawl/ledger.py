@@ -167,6 +167,12 @@ class Ledger:
         self.queued -= removed
         return removed
 
+    async def forget_done(self, tasks: Sequence[Task]) -> int:
+        """Let done tasks be crawled again (``--recrawl``); returns how many were done."""
+        gone = await self.done.forget([(t.key, t.fp) for t in tasks])
+        self.done_count -= gone
+        return gone
+
     async def is_done(self, tasks: Sequence[Task]) -> list[bool]:
         return await self.done.contains([(t.key, t.fp) for t in tasks])
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.frontier import Task
+from p2pcrawl.crawl.patterns import UrlPatterns
 from p2pcrawl.crawl.scope import Scope
 from p2pcrawl.crawl.seen import SeenCache
 from p2pcrawl.crawl.stats import CrawlStats
@@ -42,6 +43,7 @@ class LinkFilter:
         self.stats = stats
         self.seen = SeenCache(settings.seen_cache_size)
         self.scope = Scope(settings.scope.allow_domains, allow_private=settings.scope.allow_private)
+        self.patterns = UrlPatterns(settings.scope.include, settings.scope.exclude)
         # No --allow-domain: the scope is the seeds' hosts, widened as the network tells.
         self.scope_from_seeds = not settings.scope.allow_domains
         self._key_cache: dict[str, bytes] = {}
@@ -89,13 +91,14 @@ class LinkFilter:
         host_of = urls.host_of
         fingerprint = urls.fingerprint
         seen = self.seen.check_and_add
+        patterns = self.patterns if self.patterns else None
         outside = repeats = 0
         for url in links:
             host = host_of(url)
             ok = in_scope.get(host)
             if ok is None:
                 ok = self._host_in_scope(host, url)
-            if not ok:
+            if not ok or (patterns is not None and not patterns.allows(url)):
                 outside += 1
                 continue
             fp = fingerprint(url)

@@ -63,6 +63,8 @@ class CrawlStats:
         )
     )
     history: deque[tuple[float, int, int, int]] = field(default_factory=lambda: deque(maxlen=600))
+    # The last fetches: (unix time, URL, HTTP status or 0, error kind or "").
+    recent: deque[tuple[float, str, int, str]] = field(default_factory=lambda: deque(maxlen=25))
 
     @property
     def error_total(self) -> int:

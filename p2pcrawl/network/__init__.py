@@ -11,16 +11,30 @@ from __future__ import annotations
 from p2pcrawl.network.dispatch import Dispatcher, to_batches
 from p2pcrawl.network.identity import DataDirError, load_or_create_identity, lock_data_dir
 from p2pcrawl.network.membership import HandoffReport, Membership
+from p2pcrawl.network.netkey import (
+    KEY_FILE,
+    KeyDecision,
+    NetworkKeyError,
+    decide_key,
+    is_loopback,
+    join_command,
+)
 from p2pcrawl.network.peer import Peer, PeerConfig, State
 
 __all__ = [
+    "KEY_FILE",
     "DataDirError",
     "Dispatcher",
     "HandoffReport",
+    "KeyDecision",
     "Membership",
+    "NetworkKeyError",
     "Peer",
     "PeerConfig",
     "State",
+    "decide_key",
+    "is_loopback",
+    "join_command",
     "load_or_create_identity",
     "lock_data_dir",
     "to_batches",

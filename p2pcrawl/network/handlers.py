@@ -1,21 +1,33 @@
 """The receiving side of the crawl RPCs on a peer: what it does with what neighbours send.
 
 The node (:mod:`protocol`) checks a datagram's framing and types; this module checks what
-only a crawler can: that each URL is canonical and belongs to the key it came with, and
-that this peer owns the key. Bad items are dropped and counted, never stored.
+only a crawler can: that each URL is canonical and belongs to the key it came with, that
+this peer owns the key, and that the URL is inside *this peer's own* scope and depth limit
+(a sender's word is not enough: any peer, or anyone in an open network, could otherwise make
+it crawl anything). Bad items are dropped and counted (``rejected`` by reason), never stored.
+
+A sender whose *new* tasks outrun ``sender_tasks_per_s`` (beyond a large burst, so a host
+handed over whole passes) is answered "busy" once its budget is spent; its dispatcher keeps
+the tasks and tries again later, so a flood is slowed down without losing anything a real
+peer sent. Only new tasks are charged, after the fact: a retried batch whose tasks are
+already here costs nothing, so a batch larger than the burst cannot be refused forever.
 """
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from p2pcrawl.crawl import Task, urls
-from protocol import KeyBatch, PeerRef, StoreResult
+from protocol import Busy, KeyBatch, PeerRef, Rate, SourceLimits, StoreResult
 
 if TYPE_CHECKING:
     from p2pcrawl.network.peer import Peer
 
 __all__ = ["PeerHandler"]
+
+SCOPE_REFRESH_GAP_S = 1.0  # at most one DHT scope lookup per second caused by strangers' tasks
 
 
 class PeerHandler:
@@ -25,6 +37,13 @@ class PeerHandler:
         self.peer = peer
         self.malformed = 0  # task items that failed the checks
         self.refused = 0  # keys refused because another peer owns them
+        self.rejected: Counter[str] = Counter()  # tasks dropped: "scope", "depth"
+        self.busy = 0  # STORE_TASK requests answered "busy"
+        ps = peer.config.peer
+        self._senders = SourceLimits(
+            Rate(ps.sender_tasks_per_s, ps.sender_tasks_burst), max_sources=1024
+        )
+        self._scope_refreshed = 0.0
 
     def _decode(self, batches: list[KeyBatch]) -> dict[bytes, list[Task]]:
         """Tasks by key, checked: canonical URL, key matching the URL. Bad items counted."""
@@ -42,6 +61,35 @@ class PeerHandler:
             out[b.key] = tasks
         return out
 
+    async def _within_scope(self, tasks: list[Task]) -> list[Task]:
+        """The tasks this peer's own scope and depth limit allow; the rest counted."""
+        engine = self.peer.engine
+        assert engine is not None
+        scope = engine.scope
+
+        def allowed(ts: list[Task]) -> list[Task]:
+            return [t for t in ts if scope.allows_host(urls.hostname_of(t.url))]
+
+        ok = allowed(tasks)
+        sync = self.peer.scope_sync
+        now = time.monotonic()
+        if (
+            len(ok) < len(tasks)
+            and engine.scope_from_seeds
+            and sync is not None
+            and sync.trusted
+            and now - self._scope_refreshed >= SCOPE_REFRESH_GAP_S
+        ):
+            # A seed host this peer has not heard of yet: ask the DHT (trusted) once.
+            self._scope_refreshed = now
+            await sync.refresh()
+            ok = allowed(tasks)
+        self.rejected["scope"] += len(tasks) - len(ok)
+        max_depth = engine.settings.scope.max_depth
+        shallow = [t for t in ok if t.depth <= max_depth]
+        self.rejected["depth"] += len(ok) - len(shallow)
+        return shallow
+
     def _owns(self, key: bytes) -> bool:
         node = self.peer.node
         assert node is not None
@@ -55,11 +103,15 @@ class PeerHandler:
         by_key = self._decode(batches)
         done = {b.key: b.done for b in batches if b.done}
         refused = [k for k in by_key if not self._owns(k)]
+        offered = [t for k, ts in by_key.items() if k not in refused for t in ts]
+        if offered and not self._senders.allow(sender.id, 0.5):  # some budget left?
+            self.busy += 1
+            raise Busy()
         peer.membership.note_received(sender, {k for k in by_key if k not in refused})
-        mine = [t for k, ts in by_key.items() if k not in refused for t in ts]
-        if any(t.depth == 0 for t in mine) and peer.scope_sync is not None:
+        if any(t.depth == 0 for t in offered) and peer.scope_sync is not None:
             # A seed: its peer just widened the scope; links from it must not be dropped.
             await peer.scope_sync.refresh()
+        mine = await self._within_scope(offered)
         self.refused += len(refused)
         kept = {k: v for k, v in done.items() if k not in refused}
         # Only stored here: no call to another peer inside a handler, so the sender's
@@ -67,7 +119,9 @@ class PeerHandler:
         new = await peer.intake(mine, kept, replicate=False)
         if peer.replication is not None:
             peer.replication.note_keys({t.key for t in mine} | set(kept))
-        return StoreResult(new=new, duplicate=len(mine) - new, refused_keys=refused)
+        self._senders.charge(sender.id, new)
+        # Rejected tasks count as duplicates: the sender must not re-route them elsewhere.
+        return StoreResult(new=new, duplicate=len(offered) - new, refused_keys=refused)
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
@@ -77,7 +131,8 @@ class PeerHandler:
         done = {b.key: b.done for b in batches if b.done}
         if done:  # the owner's done range for a key this peer now replicates
             await self._record_done(owner, done)
-        tasks = [t for ts in self._decode(batches).values() for t in ts]
+        decoded = [t for ts in self._decode(batches).values() for t in ts]
+        tasks = await self._within_scope(decoded)
         assert self.peer.replication is not None
         return await self.peer.replication.hold(owner, tasks)
 

@@ -21,15 +21,17 @@ from typing import Any, Literal
 
 from p2pcrawl import __version__
 from p2pcrawl.archive import WarcWriter
-from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, Task, urls
+from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, SeedVerdict, Task, urls
 from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.handlers import PeerHandler
 from p2pcrawl.network.healing import Healing
 from p2pcrawl.network.identity import load_or_create_identity, lock_data_dir
 from p2pcrawl.network.membership import HandoffReport, Membership
+from p2pcrawl.network.netkey import is_loopback
 from p2pcrawl.network.quiescence import Quiescence
 from p2pcrawl.network.replication import Replication
 from p2pcrawl.network.scopesync import ScopeSync
+from p2pcrawl.network.seeding import Forward, log_verdicts, seed_with_report
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from protocol import BootstrapError, CrawlNode, PeerRef, TaskSet
 from storage import BackupStore
@@ -121,7 +123,9 @@ class Peer:
                 on_finished=self.replication.finished,
                 on_failure=self._engine_failed,
             )
-            self.scope_sync = ScopeSync(self.node, self.engine)
+            self.scope_sync = ScopeSync(
+                self.node, self.engine, trusted=bool(ps.secret) or is_loopback(cfg.listen[0])
+            )
             # Until the neighbours have handed over the hosts this peer now owns, with their
             # history, it accepts tasks but crawls nothing: it could not tell what is done.
             # A restart without --bootstrap rejoins the network it last knew (healing).
@@ -155,7 +159,7 @@ class Peer:
             # A restart may find tasks whose keys moved while it was down.
             self.membership.kick.set()
             if cfg.seeds:
-                await self.add_seeds(cfg.seeds)
+                log_verdicts(await self.seed(cfg.seeds))
         except BaseException:
             await self.aclose()
             raise
@@ -203,6 +207,12 @@ class Peer:
 
     # -- seeds and intake ------------------------------------------------------------------
 
+    async def seed(
+        self, seeds: Iterable[str], *, recrawl: bool = False, forward: Forward | None = None
+    ) -> list[SeedVerdict]:
+        """Seed, and say per URL what became of it (see :mod:`~p2pcrawl.network.seeding`)."""
+        return await seed_with_report(self, seeds, recrawl=recrawl, forward=forward)
+
     async def add_seeds(self, seeds: Iterable[str]) -> int:
         assert self.engine is not None and self.scope_sync is not None
         seeds = list(seeds)
@@ -232,9 +242,6 @@ class Peer:
             # Tasks queued here before the history arrived (a restart) are finished already.
             if await self.ledger.drop_done([fp for _, fp in pairs]):
                 await self.replication.finished([Task("", fp, k, 0) for k, fp in pairs])
-        if self.engine.scope_from_seeds and tasks:
-            # The sender checked these against its scope; this peer owns their hosts now.
-            self.engine.adopt_hosts({urls.hostname_of(t.url) for t in tasks})
         new = await self.ledger.accept(tasks)
         if new:
             self.engine.include_keys({t.key for t in new})

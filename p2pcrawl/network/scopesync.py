@@ -3,6 +3,10 @@
 A peer started without ``--allow-domain`` crawls the hosts of the network's seeds. Seeds
 arrive through one peer, so that peer publishes their hosts under one DHT key (Kademlia
 STORE), and every peer reads it back periodically and when a seed reaches it.
+
+The value store takes a STORE from any member, so the value is only as trustworthy as the
+network's membership: it is read only when ``trusted`` (a keyed network, or one confined to
+loopback). An open network off loopback must give every peer ``--allow-domain``.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ MAX_SCOPE_HOSTS = 10_000
 
 
 class ScopeSync:
-    def __init__(self, node: CrawlNode, engine: Engine) -> None:
+    def __init__(self, node: CrawlNode, engine: Engine, *, trusted: bool) -> None:
         self.node = node
         self.engine = engine
+        self.trusted = trusted
 
     async def publish(self, hosts: set[str]) -> None:
         """Merge ``hosts`` into the scope kept in the DHT's value store (Kademlia STORE)."""
@@ -38,6 +43,10 @@ class ScopeSync:
             await self.node.set(SCOPE_KEY, value)
 
     async def fetch(self) -> list[str]:
+        if not self.node.peers():
+            # Alone (a founder before anyone joined): only the local copy exists, and asking
+            # the network makes kademlia warn that there is no one to ask.
+            return parse_scope(self.node.storage.get(key_for(SCOPE_KEY)))
         try:
             raw = await self.node.get(SCOPE_KEY)
         except (PeerTimeout, RemoteError, OSError):
@@ -45,7 +54,7 @@ class ScopeSync:
         return parse_scope(raw)
 
     async def refresh(self) -> None:
-        if self.engine.scope_from_seeds:
+        if self.engine.scope_from_seeds and self.trusted:
             self.engine.adopt_hosts(await self.fetch())
 
     async def run(self) -> None:

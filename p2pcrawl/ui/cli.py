@@ -1,8 +1,10 @@
-"""The ``p2pcrawl`` command: join, seed, leave, status and demo."""
+"""The ``p2pcrawl`` command: join, seed, leave, status, export and demo."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 
@@ -29,6 +31,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from p2pcrawl.ui.demo import run_demo
 
             return asyncio.run(run_demo(args))
+        if args.command == "export":
+            return _export(args)
         return asyncio.run(run_client(args))
     except UsageError as exc:
         print(f"p2pcrawl: error: {exc}", file=sys.stderr)
@@ -38,6 +42,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130
+
+
+def _export(args: argparse.Namespace) -> int:
+    from p2pcrawl.ui.export import ExportError, run_export
+
+    def note(message: str) -> None:
+        print(f"p2pcrawl: warning: {message}", file=sys.stderr)
+
+    try:
+        if args.output is None:
+            run_export(args.sources, args.format, sys.stdout, note)
+        else:
+            with args.output.open("w", encoding="utf-8") as out:
+                n = run_export(args.sources, args.format, out, note)
+            print(f"wrote {n} lines to {args.output}", file=sys.stderr)
+    except ExportError as exc:
+        raise UsageError(str(exc)) from exc
+    except BrokenPipeError:
+        # `p2pcrawl export ... | head`: the reader has what it wanted. Point stdout at
+        # /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from p2pcrawl.archive import read_warc_urls
+from p2pcrawl.crawl import urls
 from p2pcrawl.network import Peer, PeerConfig
 from p2pcrawl.settings import CrawlSettings, PeerSettings, PolitenessSettings, ScopeSettings
 from p2pcrawl.testing import TestWeb, TestWebConfig
@@ -144,16 +145,30 @@ async def run_demo(args: argparse.Namespace) -> int:
         )
         for i, n in enumerate(shares):
             print(f"  peer {i}: {n} pages ({100 * n / total if total else 0:.0f}%)")
+        print(
+            f"  (each of the {len(web.hosts)} hosts belongs to the peer whose random node ID is "
+            "XOR-closest to the host's hash, so shares are uneven and a peer can own no host "
+            "at all; more hosts even them out)"
+        )
         if args.keep_running and not stop.is_set():
             print("status pages: " + "  ".join(s.url for s in servers))
+            print(f"network view: {servers[0].url}network")
             print("running; Ctrl-C to stop")
             await stop.wait()
         # WARC files are complete only once their writers are closed.
         for p in peers:
             await p.aclose()
         fetched_urls: list[str] = []
+        hosts_of: list[set[str]] = []
         for i in range(len(peers)):
-            fetched_urls.extend(read_warc_urls(root / f"peer{i}" / "warc"))
+            mine = read_warc_urls(root / f"peer{i}" / "warc")
+            fetched_urls.extend(mine)
+            hosts_of.append({urls.host_of(u) for u in mine})
+        print(
+            "hosts crawled: "
+            + ", ".join(f"peer {i} {len(h)}" for i, h in enumerate(hosts_of))
+            + f" (of {len(web.hosts)})"
+        )
         unique = set(fetched_urls)
         match = unique == truth and len(fetched_urls) == len(unique)
         print(
@@ -161,12 +176,23 @@ async def run_demo(args: argparse.Namespace) -> int:
             f"{len(fetched_urls) - len(unique)} fetched twice -> "
             f"{'MATCH' if match else 'MISMATCH'}"
         )
-        print("WARC files:")
-        for i in range(len(peers)):
-            for f in sorted((root / f"peer{i}" / "warc").glob("*.warc.gz")):
-                print(f"  {f}")
+        files = [
+            f
+            for i in range(len(peers))
+            for f in sorted((root / f"peer{i}" / "warc").glob("*.warc.gz"))
+        ]
+        size = sum(f.stat().st_size for f in files)
         if tmp is not None:
-            print("(the data directory is temporary; pass --data DIR to keep it)")
+            print(
+                f"WARC files: {len(files)} ({size / 1e6:.1f} MB) in a temporary directory, "
+                "deleted now; run with --out DIR to keep them"
+            )
+        else:
+            print(f"WARC files: {len(files)} ({size / 1e6:.1f} MB), kept:")
+            for f in files:
+                print(f"  {f}")
+            dirs = " ".join(str(root / f"peer{i}") for i in range(len(peers)))
+            print(f"list what was crawled: p2pcrawl export --format jsonl {dirs}")
         return 0 if finished and match else 1
     finally:
         for p in peers:

@@ -118,12 +118,23 @@ class _Collector:
                 "Keys refused because another peer owns them",
                 peer.handler.refused,
             ),
+            (
+                "p2pcrawl_store_task_busy",
+                "STORE_TASK requests answered busy (sender over its rate; it retries)",
+                peer.handler.busy,
+            ),
             ("p2pcrawl_handoff_tasks", "Tasks handed to other owners", peer.handoff.tasks),
             ("p2pcrawl_handoff_failed", "Tasks a handoff could not place", peer.handoff.failed),
         ):
             c = CounterMetricFamily(name, help_)
             c.add_metric([], float(value))
             yield c
+        yield _labelled_counter(
+            "p2pcrawl_tasks_rejected",
+            "Tasks from peers outside this peer's own scope or depth limit, by reason",
+            "reason",
+            {r: peer.handler.rejected.get(r, 0) for r in ("scope", "depth")},
+        )
 
     def _rpc(self) -> Iterator[Metric]:
         routing = self.peer.routing()
@@ -133,6 +144,20 @@ class _Collector:
         assert isinstance(rpc, dict)
         for name, help_, key in _RPC_COUNTERS:
             yield _labelled_counter(name, help_, "method", _as_counts(rpc.get(key)))
+        yield _labelled_counter(
+            "p2pcrawl_admission",
+            "Routing-table admission checks, by outcome (docs/security.md)",
+            "outcome",
+            _as_counts(rpc.get("admission")),
+        )
+        yield _gauge(
+            "p2pcrawl_dht_values", "Values in the DHT value store", _number(rpc.get("dht_values"))
+        )
+        yield _gauge(
+            "p2pcrawl_dht_values_refused",
+            "DHT STOREs refused by the value store's limits",
+            _number(rpc.get("dht_refused")),
+        )
         yield _labelled_counter(
             "p2pcrawl_datagrams_dropped",
             "Datagrams dropped, by reason",

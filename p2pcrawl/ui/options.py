@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from p2pcrawl import __version__
+from p2pcrawl.crawl import UrlPatterns
 from p2pcrawl.settings import (
     CrawlSettings,
     FetchLimits,
@@ -83,6 +84,7 @@ def _number(kind: type[int] | type[float], minimum: float, what: str, bound: str
 _positive_int = _number(int, 1, "an integer", "must be at least 1")
 _nonneg_int = _number(int, 0, "an integer", "must not be negative")
 _nonneg_float = _number(float, 0.0, "a number", "must be a finite non-negative number")
+_positive_float = _number(float, 0.1, "a number", "must be at least 0.1")
 
 
 def _add_crawl_options(p: argparse.ArgumentParser) -> None:
@@ -115,7 +117,31 @@ def _add_crawl_options(p: argparse.ArgumentParser) -> None:
         help="wait F times the host's last response time before the next request (5)",
     )
     g.add_argument(
-        "--max-pages", type=_nonneg_int, metavar="N", help="stop after N pages (0: no limit)"
+        "--max-pages",
+        type=_nonneg_int,
+        metavar="N",
+        help="this peer stops fetching after N pages; each peer counts its own, so a network "
+        "of P peers fetches at most P x N (0: no limit)",
+    )
+    g.add_argument(
+        "--max-network-pages",
+        type=_nonneg_int,
+        metavar="N",
+        help="every peer stops fetching once the network view counts N pages fetched by all "
+        "peers together; checked every few seconds, so it may overshoot by a few seconds of "
+        "crawling (0: no limit)",
+    )
+    g.add_argument(
+        "--include",
+        action="append",
+        metavar="REGEX",
+        help="crawl only URLs matching one of these regular expressions (repeatable)",
+    )
+    g.add_argument(
+        "--exclude",
+        action="append",
+        metavar="REGEX",
+        help="never crawl URLs matching this regular expression; wins over --include (repeatable)",
     )
     g.add_argument("--max-depth", type=_nonneg_int, metavar="N", help="link depth limit (50)")
     g.add_argument(
@@ -131,7 +157,20 @@ def _add_crawl_options(p: argparse.ArgumentParser) -> None:
         "--partition", choices=["host", "url"], help="DHT key: the URL's host or the URL (host)"
     )
     g.add_argument("--replicas", type=_nonneg_int, metavar="R", help="backup copies per task (2)")
-    g.add_argument("--secret", metavar="S", help="cluster key: RPCs without it are dropped")
+    g.add_argument(
+        "--secret",
+        metavar="S",
+        help="network key: datagrams without it are dropped. Required when --listen is not "
+        "loopback; a founder without one generates it, stores it in DATA/network.key and "
+        "prints the join command",
+    )
+    g.add_argument(
+        "--open",
+        action="store_true",
+        default=None,
+        help="run without a key off loopback: anyone who can reach the UDP port can join "
+        "and steer the crawl (needs --allow-domain)",
+    )
     g.add_argument("--user-agent", metavar="UA", help="User-Agent (default p2pcrawl/VERSION)")
     g.add_argument("--contact-url", metavar="URL", help="contact URL added to the User-Agent")
     g.add_argument("--no-warc", action="store_true", default=None, help="do not write WARC files")
@@ -158,6 +197,12 @@ def _add_crawl_options(p: argparse.ArgumentParser) -> None:
         "--refresh-interval", type=_nonneg_float, metavar="S", help="routing-table refresh (60)"
     )
     a.add_argument(
+        "--min-peer-age",
+        type=_nonneg_float,
+        metavar="S",
+        help="seconds a new peer must stay live before others hand it hosts (0: off)",
+    )
+    a.add_argument(
         "--republish-interval",
         type=_nonneg_float,
         metavar="S",
@@ -179,6 +224,12 @@ def _add_join_options(join: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help="exit 0 with a summary once the whole network reports finished (batch crawls)",
+    )
+    join.add_argument(
+        "--progress-interval",
+        type=_positive_float,
+        metavar="S",
+        help="seconds between progress lines (2 on a terminal; 30 as log lines otherwise)",
     )
     _add_crawl_options(join)
 
@@ -250,11 +301,41 @@ def build_parser() -> argparse.ArgumentParser:
 
     seed = _client_parser(sub, "seed", "add seed URLs through a running peer")
     seed.add_argument("urls", nargs="+", metavar="URL", help="seed URLs to crawl")
+    seed.add_argument(
+        "--recrawl",
+        action="store_true",
+        help="fetch these URLs again even if they were crawled before (a URL another peer "
+        "owns is re-seeded through that peer's status server)",
+    )
 
     _client_parser(sub, "leave", "ask a running peer to hand off its work and exit")
 
     status = _client_parser(sub, "status", "show a running peer's state")
     status.add_argument("--json", action="store_true", help="print the raw JSON")
+    status.add_argument(
+        "--network",
+        action="store_true",
+        help="every peer of the network (found through the DHT) and the network's totals",
+    )
+
+    export = sub.add_parser(
+        "export",
+        help="list what was crawled, from the WARC files of data directories",
+        description="Read the WARC files of one or more data directories (or WARC folders or "
+        "files) and print what was crawled: 'urls' (each distinct URL once), 'jsonl' (one "
+        "object per capture: url, status, content_type, length, fetched_at, truncated, "
+        "warc_file, warc_offset, warc_length) or 'cdxj' (a sorted CDXJ index for pywb and "
+        "other wayback tools, written by cdxj-indexer).",
+    )
+    export.add_argument(
+        "--format", choices=["urls", "jsonl", "cdxj"], default="urls", help="(urls)"
+    )
+    export.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write here instead of stdout"
+    )
+    export.add_argument(
+        "sources", nargs="+", type=Path, metavar="DATA_DIR", help="data directories or WARCs"
+    )
 
     demo = sub.add_parser(
         "demo", help="crawl a local generated test web with 3 peers (no internet needed)"
@@ -262,7 +343,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--peers", type=_positive_int, default=3, help="number of peers (3)")
     demo.add_argument("--hosts", type=_positive_int, default=8, help="test-web hosts (8)")
     demo.add_argument("--pages", type=_positive_int, default=150, help="pages per host (150)")
-    demo.add_argument("--data", type=Path, metavar="DIR", help="where the peers keep their data")
+    demo.add_argument(
+        "--out",
+        "--data",
+        dest="data",
+        type=Path,
+        metavar="DIR",
+        help="keep the peers' data directories (WARC files included) in DIR/peerN; "
+        "without it they live in a temporary directory deleted at exit",
+    )
     demo.add_argument(
         "--keep-running", action="store_true", help="leave everything up for a browser"
     )
@@ -319,7 +408,14 @@ def settings_from(opts: dict[str, Any]) -> tuple[CrawlSettings, PeerSettings]:
         allow_private=bool(opts.get("allow_private") or False),
         max_depth=int(opts["max_depth"] if opts.get("max_depth") is not None else sc.max_depth),
         max_pages=int(opts.get("max_pages") or 0),
+        max_network_pages=int(opts.get("max_network_pages") or 0),
+        include=tuple(opts.get("include") or ()),
+        exclude=tuple(opts.get("exclude") or ()),
     )
+    try:
+        UrlPatterns(scope.include, scope.exclude)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     cs = CrawlSettings()
     crawl = CrawlSettings(
         concurrency=int(opts.get("concurrency") or cs.concurrency),
@@ -348,5 +444,6 @@ def settings_from(opts: dict[str, Any]) -> tuple[CrawlSettings, PeerSettings]:
         ping_interval=pick("ping_interval", ps.ping_interval),
         refresh_interval=pick("refresh_interval", ps.refresh_interval),
         republish_interval=pick("republish_interval", ps.republish_interval),
+        min_peer_age=pick("min_peer_age", ps.min_peer_age),
     )
     return crawl, peer

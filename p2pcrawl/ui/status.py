@@ -23,13 +23,15 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from yarl import URL
 
-from p2pcrawl.crawl import urls
+from p2pcrawl.crawl import scheme_hint, urls
 from p2pcrawl.ui.metrics import PeerMetrics
+from p2pcrawl.ui.network import NetworkMonitor, announced_address
+from p2pcrawl.ui.progress import extended_status, warc_output
 
 if TYPE_CHECKING:
     from p2pcrawl.network import Peer
@@ -44,6 +46,7 @@ MAX_HOSTS = 500
 MAX_HISTORY_S = 3600
 MAX_EVENTS = 1000
 OWNER_COUNTS_EVERY_S = 5.0  # a GROUP BY over the backup store: not every second
+OUTPUT_SCAN_EVERY_S = 5.0  # a directory listing of the WARC files, in a thread
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -79,7 +82,7 @@ def parse_seed_body(doc: object, max_url_length: int) -> list[str]:
     """The URLs of a ``POST /api/seed`` body, or BadRequest saying what is wrong with it."""
     if not isinstance(doc, dict):
         raise BadRequest(400, 'body must be a JSON object: {"urls": ["http://..."]}')
-    extra = sorted(set(doc) - {"urls"})
+    extra = sorted(set(doc) - {"urls", "recrawl"})
     if extra:
         raise BadRequest(400, f"unknown fields: {extra[:5]}")
     seeds = doc.get("urls")
@@ -87,10 +90,13 @@ def parse_seed_body(doc: object, max_url_length: int) -> list[str]:
         raise BadRequest(400, '"urls" must be a non-empty list of strings')
     if len(seeds) > MAX_SEEDS_PER_REQUEST:
         raise BadRequest(413, f"at most {MAX_SEEDS_PER_REQUEST} URLs per request")
+    if not isinstance(doc.get("recrawl", False), bool):
+        raise BadRequest(400, '"recrawl" must be true or false')
     bad = [u for u in seeds if urls.canonicalize(u, max_length=max_url_length) is None]
     if bad:
         shown = [u[:200] for u in bad[:5]]
-        raise BadRequest(400, f"not crawlable http(s) URLs ({len(bad)}): {shown}")
+        hint = f" ({scheme_hint(bad[0][:200])})" if len(bad) == 1 else ""
+        raise BadRequest(400, f"not crawlable http(s) URLs ({len(bad)}): {shown}{hint}")
     return seeds
 
 
@@ -143,22 +149,14 @@ class StatusServer:
         self.port = port
         self.token = token
         self.metrics = PeerMetrics(peer)
-        page = resources.files("p2pcrawl.ui").joinpath("static/status.html")
-        self._page = page.read_text("utf-8")
-        self._page_headers = {
-            "Content-Security-Policy": (
-                "default-src 'none'; "
-                f"script-src {_csp_hash(self._page, 'script')}; "
-                f"style-src {_csp_hash(self._page, 'style')}; "
-                "connect-src 'self'; img-src 'self' data:; "
-                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-            ),
-            # The token may be in the page's URL: never send it anywhere as a referrer.
-            "Referrer-Policy": "no-referrer",
-            "X-Content-Type-Options": "nosniff",
-            "Cache-Control": "no-store",
+        static = resources.files("p2pcrawl.ui").joinpath("static")
+        self._pages = {
+            name: _page_with_headers(static.joinpath(name).read_text("utf-8"))
+            for name in ("status.html", "network.html")
         }
+        self.network = NetworkMonitor(peer, self.announced_address, token)
         self._backup_owners: dict[str, int] = {}
+        self._output: dict[str, Any] = {}
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
 
@@ -167,9 +165,18 @@ class StatusServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/"
 
+    def announced_address(self) -> str:
+        """Where other peers reach this server (its bind address, or the peer's UDP host
+        when it listens on every interface)."""
+        node = self.peer.node
+        udp_host = node.me.host if node is not None and node.protocol is not None else self.host
+        return announced_address(self.host, self.port, udp_host)
+
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors, self._guard])
         app.router.add_get("/", self.page)
+        app.router.add_get("/network", self.network_page)
+        app.router.add_get("/api/network", self.api_network)
         app.router.add_get("/api/status", self.api_status)
         app.router.add_get("/api/peers", self.api_peers)
         app.router.add_get("/api/hosts", self.api_hosts)
@@ -188,8 +195,10 @@ class StatusServer:
         if self.port == 0 and self._runner.addresses:
             self.port = int(self._runner.addresses[0][1])
         self._sampler = asyncio.ensure_future(self._sample_loop())
+        await self.network.start()
 
     async def aclose(self) -> None:
+        await self.network.aclose()
         if self._sampler is not None:
             self._sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -200,11 +209,16 @@ class StatusServer:
             self._runner = None
 
     async def _sample_loop(self) -> None:
-        last_owners = 0.0
+        last_owners = last_output = -OUTPUT_SCAN_EVERY_S
         while True:
             try:
                 await self.peer.refresh_counts()
                 now = time.monotonic()
+                if now - last_output >= OUTPUT_SCAN_EVERY_S:
+                    last_output = now
+                    warc_dir = self.peer.config.data_dir / "warc"
+                    self._output = await asyncio.to_thread(warc_output, warc_dir)
+                    self._output["data_dir"] = str(self.peer.config.data_dir)
                 if now - last_owners >= OWNER_COUNTS_EVERY_S:
                     counts = await self.peer.backup_owners()
                     if counts is not None:
@@ -268,16 +282,23 @@ class StatusServer:
     # -- pages -------------------------------------------------------------------------------
 
     async def page(self, request: web.Request) -> web.Response:
-        return web.Response(
-            text=self._page,
-            content_type="text/html",
-            charset="utf-8",
-            headers=self._page_headers,
-        )
+        return self._html("status.html")
+
+    async def network_page(self, request: web.Request) -> web.Response:
+        return self._html("network.html")
+
+    def _html(self, name: str) -> web.Response:
+        text, headers = self._pages[name]
+        return web.Response(text=text, content_type="text/html", charset="utf-8", headers=headers)
+
+    async def api_network(self, request: web.Request) -> web.Response:
+        """Every peer this one knows, each asked for its status, and the network's totals."""
+        return _json(await self.network.view())
 
     async def api_status(self, request: web.Request) -> web.Response:
-        doc = dict(self.peer.status())
+        doc = extended_status(self.peer)
         doc["backups_by_owner"] = dict(self._backup_owners)
+        doc["output"] = dict(self._output)
         return _json(doc)
 
     async def api_peers(self, request: web.Request) -> web.Response:
@@ -324,19 +345,34 @@ class StatusServer:
             raise BadRequest(400, 'body must be JSON: {"urls": ["http://..."]}') from None
         max_len = self.peer.config.crawl.fetch.max_url_length
         seeds = parse_seed_body(doc, max_len)
-        if self.peer.state != "active":
+        if self.peer.state not in ("active", "finished"):  # a finished crawl takes new seeds
             raise BadRequest(409, f"peer is {self.peer.state}")
-        try:
-            added = await self.peer.add_seeds(seeds)
-        except ValueError as exc:
-            raise BadRequest(400, str(exc)) from None
-        return _json({"accepted": added})
+        recrawl = bool(doc.get("recrawl", False)) if isinstance(doc, dict) else False
+        verdicts = await self.peer.seed(seeds, recrawl=recrawl, forward=self.network.recrawl_at)
+        accepted = sum(v.result == "accepted" for v in verdicts)
+        return _json({"accepted": accepted, "seeds": [v.as_dict() for v in verdicts]})
 
     async def api_leave(self, request: web.Request) -> web.Response:
         if self.peer.state not in ("active", "joining"):
             raise BadRequest(409, f"peer is {self.peer.state}")
         self.peer.request_leave()
         return _json({"state": "leaving"}, status=202)
+
+
+def _page_with_headers(html: str) -> tuple[str, dict[str, str]]:
+    return html, {
+        "Content-Security-Policy": (
+            "default-src 'none'; "
+            f"script-src {_csp_hash(html, 'script')}; "
+            f"style-src {_csp_hash(html, 'style')}; "
+            "connect-src 'self'; img-src 'self' data:; "
+            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        ),
+        # The token may be in the page's URL: never send it anywhere as a referrer.
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-store",
+    }
 
 
 def _json(doc: object, status: int = 200) -> web.Response:

@@ -466,7 +466,8 @@ async def test_seed_through_a_running_peer_then_leave(test_web: TestWeb, tmp_pat
         await ready_line(proc)
         code, out, err = await run_cli("seed", "--peer", f"127.0.0.1:{port}", test_web.hub_url)
         assert code == 0, err
-        assert "accepted 1 seed" in out
+        assert out.splitlines()[-1] == "accepted 1 of 1 seed(s)"
+        assert out.splitlines()[0].split() == ["accepted", test_web.hub_url]
         code, _, err = await run_cli("seed", "--peer", f"127.0.0.1:{port}", "not a url")
         assert code == 2 and "not crawlable" in err
         await wait_drained(port, len(truth))

@@ -5,8 +5,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+DEMO = [sys.executable, "-m", "p2pcrawl", "demo"]
 
 
 @pytest.mark.slow
@@ -26,4 +29,52 @@ def test_demo_crawls_its_test_web_exactly(tmp_path: object) -> None:
     assert "-> MATCH" in out
     assert len(re.findall(r"^  peer \d: ", out, re.M)) == 3
     assert re.search(r"status http://127\.0\.0\.1:\d+/", out)
-    assert ".warc.gz" in out
+    assert re.search(r"^WARC files: [1-9]\d* \(", out, re.M)
+
+
+@pytest.mark.slow
+def test_demo_out_keeps_its_output_and_explains_shares(tmp_path: Path) -> None:
+    out_dir = tmp_path / "demo-out"
+    proc = subprocess.run(
+        [*DEMO, "--hosts", "3", "--pages", "20", "--out", str(out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "XOR-closest" in out and "a peer can own no host" in out
+    assert re.search(r"^hosts crawled: peer 0 \d, peer 1 \d, peer 2 \d \(of 3\)$", out, re.M)
+    kept = re.findall(r"^  (\S+\.warc\.gz)$", out, re.M)
+    assert kept and all(Path(p).is_file() and Path(p).is_relative_to(out_dir) for p in kept)
+    assert f"p2pcrawl export --format jsonl {out_dir / 'peer0'}" in out
+    # What the demo points at works: export lists exactly the ground truth it matched.
+    export = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "p2pcrawl",
+            "export",
+            *(str(out_dir / f"peer{i}") for i in range(3)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    truth = int(re.search(r"test web: \d+ hosts, (\d+) URLs", out).group(1))  # type: ignore[union-attr]
+    assert len(export.stdout.splitlines()) == truth
+
+
+def test_demo_without_out_says_its_files_are_deleted() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "p2pcrawl", "demo", "--peers", "1", "--hosts", "1", "--pages", "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "deleted now; run with --out DIR to keep them" in proc.stdout
+    assert not re.search(r"^  \S+\.warc\.gz$", proc.stdout, re.M)

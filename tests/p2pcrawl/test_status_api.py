@@ -86,7 +86,11 @@ async def test_api_shapes_seed_drain_and_metrics(
 
         async with s.post(base + "api/seed", json={"urls": [web.hub_url]}) as resp:
             assert resp.status == 200
-            assert await resp.json() == {"accepted": 1}
+            doc = await resp.json()
+            assert doc["accepted"] == 1
+            assert doc["seeds"] == [
+                {"url": web.hub_url, "canonical": web.hub_url, "result": "accepted", "reason": ""}
+            ]
         st = await wait_idle(s, base)
         check_fields(st, STATUS_FIELDS)
         assert st["tasks_queued"] == 0 and st["tasks_in_flight"] == 0

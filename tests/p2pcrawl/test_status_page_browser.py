@@ -142,9 +142,94 @@ async def test_status_page_matches_the_api_and_charts_a_live_crawl(
             assert st["tasks_queued"] == 0 and st["pages_fetched"] > 0
             assert "disconnected" not in (await page.text_content("#conn") or "")
 
+            # The panels besides: HTTP statuses, last fetches, output, two charts.
+            chips = await page.locator("#status_codes .chip").all_text_contents()
+            assert chips == [f"{code}: {n:,}" for code, n in st["status_codes"].items()]
+            assert "404" in st["status_codes"]  # the test web has missing pages
+            recent = await page.locator("#recent tr td.url").all_text_contents()
+            assert recent and recent[0] == st["recent"][0]["url"]
+            await page.wait_for_function(
+                "n => document.getElementById('out_files').textContent === String(n)",
+                arg=st["output"]["files"] if st["output"] else 0,
+                timeout=10_000,
+            )
+            assert await page.text_content("#out_dir") == str(peer.config.data_dir / "warc")
+            pages_top = float(await page.get_attribute("#chart", "data-top") or 0)
+            disc_top = float(await page.get_attribute("#chart_disc", "data-top") or 0)
+            assert await page.get_attribute("#chart_discovered", "d")
+            assert pages_top > 0 and disc_top > 0  # each chart has its own axis
+
             shot = tmp_path / "status-page.png"
             await page.screenshot(path=str(shot), full_page=True)
             assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        finally:
+            await browser.close()
+    assert problems == []
+
+
+async def test_network_page_lists_every_peer_with_links_to_their_pages(
+    tmp_path: Path,
+    chromium: str,
+    make_web: WebFactory,
+    make_peer: PeerFactory,
+    make_status: StatusFactory,
+) -> None:
+    from playwright.async_api import async_playwright
+
+    web = await make_web()
+    crawl = crawl_settings_for(web)
+    founder = await make_peer(crawl=crawl)
+    joiner = await make_peer(crawl=crawl, bootstrap=((founder.me.host, founder.me.port),))
+    servers = [await make_status(p, token=TOKEN) for p in (founder, joiner)]
+    await founder.add_seeds([web.hub_url])
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    problems: list[str] = []
+    async with aiohttp.ClientSession(headers=auth) as api, async_playwright() as pw:
+        # One of the two may own no host at all, so wait on the total, not on each peer.
+        truth = len(web.ground_truth())
+        async with asyncio.timeout(30):
+            while True:
+                fetched = [p.status()["pages_fetched"] for p in (founder, joiner)]
+                if sum(int(n) for n in fetched) >= truth:  # type: ignore[call-overload]
+                    break
+                await asyncio.sleep(0.2)
+        browser = await pw.chromium.launch(executable_path=chromium, args=LAUNCH_ARGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 800})
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            await page.goto(f"{servers[0].url}network?token={TOKEN}")
+            await page.wait_for_function(
+                "() => document.querySelectorAll('#peers tr[data-node] a').length === 2",
+                timeout=30_000,
+            )
+            async with api.get(servers[0].url + "api/network") as resp:
+                view = await resp.json()
+            await asyncio.sleep(2.5)  # one more poll past the view's cache
+            rows = page.locator("#peers tr[data-node]")
+            assert await rows.count() == 2
+            ids = [await rows.nth(i).get_attribute("data-node") for i in range(2)]
+            assert ids == [founder.node_id.hex(), joiner.node_id.hex()]
+            links = await page.locator("#peers tr[data-node] a").evaluate_all(
+                "els => els.map(a => a.href)"
+            )
+            assert links == [f"{s.url}?token={TOKEN}" for s in servers]
+            total = view["totals"]["pages_fetched"]
+            assert total == len(web.ground_truth())
+            shown_total = _number(await page.text_content("#t_pages_fetched"))
+            assert shown_total == total
+            assert await page.text_content("#t_peers") == "2 / 2"
+            # Following a link opens the other peer's own page, which shows that peer.
+            await page.locator("#peers tr[data-node] a").nth(1).click()
+            await page.wait_for_function(
+                "id => document.getElementById('node_id').textContent === id",
+                arg=joiner.node_id.hex(),
+                timeout=10_000,
+            )
+            await page.screenshot(path=str(tmp_path / "peer-page.png"), full_page=True)
+            await page.goto(f"{servers[0].url}network?token={TOKEN}")
+            await page.wait_for_selector("#peers tr[data-node] a")
+            await page.screenshot(path=str(tmp_path / "network-page.png"), full_page=True)
         finally:
             await browser.close()
     assert problems == []

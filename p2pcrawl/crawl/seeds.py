@@ -1,0 +1,121 @@
+"""What becomes of a seed URL, said per URL before it is routed.
+
+A seed can be refused for a reason the operator can fix (no scheme, a host outside
+``--allow-domain``, an ``--exclude`` pattern, an address the SSRF guard refuses without
+``--allow-private``); each is reported with that reason instead of being dropped later out
+of sight. What the owner then says (new, or already queued or done) is added by the peer.
+
+Host names are compared as they are spelled: ``localhost`` and ``127.0.0.1`` are two hosts
+(two owners, two robots.txt, two entries in the WARC index), as in the WARC and CDX
+formats; seeding both crawls that site twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from p2pcrawl.crawl import urls
+from p2pcrawl.crawl.patterns import UrlPatterns
+from p2pcrawl.crawl.scope import Scope, is_forbidden_address
+
+__all__ = ["SeedVerdict", "check_seed", "resolve_addresses", "scheme_hint"]
+
+ACCEPTED = "accepted"
+INVALID = "invalid"
+OUT_OF_SCOPE = "out_of_scope"
+PRIVATE = "refused_private"
+ALREADY_KNOWN = "already_known"
+RESOLVE_TIMEOUT_S = 3.0
+
+Resolve = Callable[[str], Awaitable[list[str]]]
+
+
+@dataclass(slots=True)
+class SeedVerdict:
+    ACCEPTED: ClassVar[str] = ACCEPTED
+    ALREADY_KNOWN: ClassVar[str] = ALREADY_KNOWN
+
+    url: str  # as given
+    result: str  # accepted | invalid | out_of_scope | refused_private | already_known
+    reason: str = ""
+    canonical: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {
+            "url": self.url,
+            "canonical": self.canonical,
+            "result": self.result,
+            "reason": self.reason,
+        }
+
+
+async def resolve_addresses(host: str) -> list[str]:
+    """Every address ``host`` resolves to (the loop's resolver, never a blocking call)."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+            infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, TimeoutError):
+        return []
+    return [str(info[4][0]) for info in infos]
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def scheme_hint(raw: str) -> str:
+    text = raw.strip()
+    if "://" not in text and text and " " not in text:
+        return f"no scheme: did you mean https://{text}?"
+    return "not an http(s) URL with a host"
+
+
+async def check_seed(
+    raw: str,
+    *,
+    scope: Scope,
+    scope_from_seeds: bool,
+    patterns: UrlPatterns,
+    allow_private: bool,
+    max_url_length: int,
+    resolve: Resolve = resolve_addresses,
+) -> SeedVerdict:
+    """The verdict on one seed by this peer's own configuration (not yet the owner's)."""
+    url = urls.canonicalize(raw, max_length=max_url_length)
+    if url is None:
+        return SeedVerdict(raw, INVALID, scheme_hint(raw))
+    host = urls.hostname_of(url)
+    if not allow_private:
+        if _is_ip(host):
+            refused = is_forbidden_address(host)
+        else:
+            addresses = await resolve(host)
+            # A name that does not resolve now is left to the fetch, which records the error.
+            refused = bool(addresses) and all(is_forbidden_address(a) for a in addresses)
+        if refused:
+            return SeedVerdict(
+                raw,
+                PRIVATE,
+                f"{host} is a loopback, private or link-local address, which the SSRF guard "
+                "refuses; start the peers with --allow-private to crawl it",
+                url,
+            )
+    if not scope_from_seeds and not scope.allows_host(host):
+        allowed = ", ".join(scope.domains[:5]) + (" ..." if len(scope.domains) > 5 else "")
+        return SeedVerdict(
+            raw, OUT_OF_SCOPE, f"host {host} is not in --allow-domain ({allowed})", url
+        )
+    refusal = patterns.refusal(url)
+    if refusal is not None:
+        return SeedVerdict(raw, OUT_OF_SCOPE, refusal, url)
+    return SeedVerdict(raw, ACCEPTED, "", url)

@@ -1,0 +1,127 @@
+"""Seeding with a report: what became of each seed URL, by this peer and by its owner.
+
+:func:`~p2pcrawl.crawl.seeds.check_seed` gives this peer's verdict (scheme, address guard,
+scope, patterns); an accepted seed is then offered to its owner on its own, so the owner's
+answer (new, or already queued or done there) is known per URL rather than summed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from p2pcrawl.crawl import SeedVerdict, Task, check_seed, urls
+from p2pcrawl.network.dispatch import to_batches
+from protocol import PeerTimeout, RemoteError
+
+if TYPE_CHECKING:
+    from p2pcrawl.network.peer import Peer
+
+__all__ = ["Forward", "log_verdicts", "seed_with_report"]
+
+log = logging.getLogger("p2pcrawl.seeds")
+
+SEEDS_AT_ONCE = 16
+
+
+# Asks the owner itself (through its status server) to seed one URL again: the owner's own
+# verdict, or None when it cannot be asked. Given by the status server, which knows where
+# the other peers' status servers are.
+Forward = Callable[[bytes, str], Awaitable[dict[str, Any] | None]]
+
+
+async def seed_with_report(
+    peer: Peer, seeds: Iterable[str], *, recrawl: bool = False, forward: Forward | None = None
+) -> list[SeedVerdict]:
+    eng, disp, node = peer.engine, peer.dispatcher, peer.node
+    assert eng is not None and disp is not None and node is not None and peer.ledger is not None
+    settings = peer.config.crawl
+    # Each seed may wait on DNS or on its owner's reply: a few at a time, so a request of
+    # many seeds ends well within the client's timeout even when some owners are slow.
+    gate = asyncio.Semaphore(SEEDS_AT_ONCE)
+
+    async def verdict(raw: str) -> SeedVerdict:
+        async with gate:
+            return await check_seed(
+                raw,
+                scope=eng.scope,
+                scope_from_seeds=eng.scope_from_seeds,
+                patterns=eng.links.patterns,
+                allow_private=settings.scope.allow_private,
+                max_url_length=settings.fetch.max_url_length,
+            )
+
+    verdicts = list(await asyncio.gather(*(verdict(raw) for raw in seeds)))
+    ok = [v for v in verdicts if v.result == SeedVerdict.ACCEPTED and v.canonical is not None]
+    if not ok:
+        return verdicts
+    tasks = eng.seed_tasks([v.canonical for v in ok if v.canonical is not None])
+    if eng.scope_from_seeds and peer.scope_sync is not None:
+        # Published before the seeds travel, so an owner that refreshes its scope on
+        # receiving a seed already finds every seed host there.
+        await peer.scope_sync.publish({urls.hostname_of(t.url) for t in tasks})
+
+    async def offer(v: SeedVerdict, t: Task) -> None:
+        async with gate:
+            await _offer(peer, v, t, recrawl, forward)
+
+    for t in tasks:
+        eng.seen.check_and_add(t.fp)
+    await asyncio.gather(*(offer(v, t) for v, t in zip(ok, tasks, strict=True)))
+    return verdicts
+
+
+async def _offer(
+    peer: Peer, v: SeedVerdict, t: Task, recrawl: bool, forward: Forward | None
+) -> None:
+    """Hand one accepted seed to its owner and write the owner's answer into ``v``."""
+    disp, node, ledger = peer.dispatcher, peer.node, peer.ledger
+    assert disp is not None and node is not None and ledger is not None
+    owner = await disp.owner_of(t.key)
+    if owner.id == node.me.id:
+        again = recrawl and await ledger.forget_done([t]) > 0
+        new = await peer.intake([t])
+        if again and new:
+            v.reason = "crawled before; queued again (--recrawl)"
+        elif not new:
+            v.result = SeedVerdict.ALREADY_KNOWN
+            v.reason = "already queued or done here" + (
+                "" if recrawl else "; --recrawl fetches it again"
+            )
+        return
+    try:
+        result = await node.store_task(owner, to_batches([t]))
+    except (PeerTimeout, RemoteError, OSError):
+        # The dispatcher retries and re-resolves the owner; what it says is not known.
+        await disp.route([t])
+        v.reason = f"routed; its owner {owner.id.hex()[:8]} did not answer yet"
+        return
+    if result.refused_keys:
+        await disp.route([t], attempt=1)  # ownership moved meanwhile: look it up afresh
+        v.reason = "routed to its new owner"
+    elif not result.new:
+        short = owner.id.hex()[:8]
+        answer = await forward(owner.id, t.url) if recrawl and forward is not None else None
+        if answer is not None:
+            v.result = str(answer.get("result", SeedVerdict.ALREADY_KNOWN))
+            v.reason = f"{answer.get('reason') or 'accepted'}, at its owner {short}"
+            return
+        v.result = SeedVerdict.ALREADY_KNOWN
+        v.reason = f"already queued or done at its owner {short}" + (
+            " (its status server could not be asked to fetch it again: seed it there "
+            "with --recrawl)"
+            if recrawl
+            else "; --recrawl fetches it again"
+        )
+
+
+def log_verdicts(verdicts: Iterable[SeedVerdict]) -> None:
+    """One log line per seed: info when it will be crawled, a warning when it will not."""
+    for v in verdicts:
+        shown = v.canonical or v.url
+        if v.result == SeedVerdict.ACCEPTED:
+            log.info("seed %s accepted%s", shown, f" ({v.reason})" if v.reason else "")
+        else:
+            log.warning("seed %s %s: %s", shown, v.result.replace("_", " "), v.reason)

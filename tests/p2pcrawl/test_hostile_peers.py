@@ -1,0 +1,282 @@
+"""Hostile datagrams against a real peer: out-of-scope injections, and a fuzz of its handler.
+
+The peer is in-process (its stores and counters are inspected directly); the datagrams are
+well-formed RPCs that a script would send, checked through ``/metrics`` as an operator would.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from typing import Any
+
+import pytest
+import umsgpack
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from p2pcrawl.crawl import urls
+from p2pcrawl.network import Peer
+from p2pcrawl.settings import PeerSettings
+from p2pcrawl.ui.metrics import PeerMetrics
+from protocol import CrawlNode, KeyBatch, NodeConfig, TaskItem, key_for
+from protocol.codec import encode_chunks
+from tests.conftest import PeerFactory, WebFactory, crawl_settings_for
+from tests.protocol.conftest import MemoryHandler, eventually, recv
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def metric(peer: Peer, line_start: str) -> float:
+    text = PeerMetrics(peer).render()[0].decode()
+    for line in text.splitlines():
+        if line.startswith(line_start + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{line_start} not in /metrics")
+
+
+def store_task(sender: bytes, batches: list[KeyBatch]) -> list[bytes]:
+    return [
+        b"\x00" + secrets.token_bytes(20) + umsgpack.packb(["store_task", [sender, payload]])
+        for payload, _ in encode_chunks(batches)
+    ]
+
+
+async def queued_urls(peer: Peer) -> list[str]:
+    assert peer.ledger is not None
+    return [t.url for _, t in await peer.ledger.tasks.page(0, 100_000)]
+
+
+async def test_tasks_outside_the_receivers_scope_are_rejected_and_counted(
+    make_peer: PeerFactory, make_web: WebFactory
+) -> None:
+    web = await make_web()
+    peer = await make_peer(crawl=crawl_settings_for(web))
+    host = "unrelated.example"
+    injected = [TaskItem(f"http://{host}/p{i}", 1) for i in range(300)]
+    own_host = web.allow_domains[0]
+    deep = [TaskItem(f"http://{own_host}/too-deep", 10_000)]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.setblocking(False)
+    try:
+        for datagram in store_task(
+            secrets.token_bytes(20),
+            [KeyBatch(key_for(host), injected), KeyBatch(key_for(own_host), deep)],
+        ):
+            sock.sendto(datagram, peer.me.addr)
+        replies = []
+        while (got := await recv(sock, 1.0)) is not None:
+            if got[0] == 1:
+                replies.append(umsgpack.unpackb(got[21:]))
+    finally:
+        sock.close()
+    assert replies and all("error" not in r and r["new"] == 0 for r in replies)
+    await eventually(lambda: peer.handler.rejected["scope"] == 300)
+    assert peer.handler.rejected["depth"] == 1
+    assert metric(peer, 'p2pcrawl_tasks_rejected_total{reason="scope"}') == 300
+    assert metric(peer, 'p2pcrawl_tasks_rejected_total{reason="depth"}') == 1
+    assert not [u for u in await queued_urls(peer) if host in u or "too-deep" in u]
+
+
+# --- the fuzz test -------------------------------------------------------------------------
+
+SCOPE_HOST = "in-scope.test"
+# The peer's ID sits next to SCOPE_HOST's key and the member's is its complement, so the peer
+# owns every key whose top bit it shares: SCOPE_HOST's and, chosen so, ELSEWHERE's. Tasks
+# for ELSEWHERE then pass every check but the scope.
+PEER_ID = bytes([*key_for(SCOPE_HOST)[:-1], key_for(SCOPE_HOST)[-1] ^ 1])
+MEMBER_ID = bytes(b ^ 0xFF for b in PEER_ID)
+ELSEWHERE = next(
+    h
+    for h in (f"elsewhere{i}.example" for i in range(64))
+    if (key_for(h)[0] ^ PEER_ID[0]) & 0x80 == 0
+)
+NAMES = ["store_task", "store_backup", "delete_backup", "refresh_task", "ping", "store", "goodbye"]
+junk = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True),
+    st.binary(max_size=40),
+    st.text(max_size=40),
+    st.lists(st.integers(), max_size=5),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+)
+# URLs the codec carries (it checks form, not meaning): canonical or not, in scope or not.
+encodable_urls = st.sampled_from(
+    [
+        f"http://{SCOPE_HOST}/ok",
+        f"http://{SCOPE_HOST}/a?b=c",
+        f"http://{ELSEWHERE}/x",
+        "HTTP://IN-SCOPE.TEST/Upper",
+        f"http://{SCOPE_HOST}/a/../b",
+    ]
+)
+url_samples = st.sampled_from(
+    [
+        f"http://{SCOPE_HOST}/ok",
+        f"http://{ELSEWHERE}/x",
+        "javascript:alert(1)",
+        "http://",
+        "HTTP://IN-SCOPE.TEST/Upper",
+        f"http://{SCOPE_HOST}/" + "x" * 3000,
+        "ftp://in-scope.test/file",
+    ]
+)
+task_urls = st.one_of(url_samples, st.text(max_size=60))
+
+
+@st.composite
+def payloads(draw: st.DrawFn) -> Any:
+    """A batch payload as the codec makes it, or a hand-made map that breaks its rules."""
+    if draw(st.integers(0, 3)) > 0:
+        items = draw(
+            st.lists(
+                st.builds(
+                    TaskItem,
+                    encodable_urls,
+                    st.integers(0, 60),
+                    st.integers(0, 3),
+                ),
+                min_size=1,
+                max_size=3,
+            )
+        )
+        key = draw(st.sampled_from([key_for(SCOPE_HOST), key_for(ELSEWHERE)]))
+        try:
+            return encode_chunks([KeyBatch(key, items)])[0][0]
+        except ValueError:  # the codec refuses it on our side: send raw columns instead
+            pass
+    return draw(
+        st.one_of(
+            junk,
+            st.fixed_dictionaries(
+                {
+                    "keys": st.lists(st.binary(min_size=20, max_size=20), max_size=3),
+                    "counts": st.lists(st.integers(-5, 2**40), max_size=3),
+                    "urls": st.lists(task_urls, max_size=3),
+                }
+            ),
+        )
+    )
+
+
+@st.composite
+def requests(draw: st.DrawFn, sender: bytes, owner: bytes) -> list[Any]:
+    name = draw(st.sampled_from([*NAMES, *["store_task"] * 4, *["store_backup"] * 2]))
+    forged = draw(st.sampled_from([owner, secrets.token_bytes(20), b"short", sender]))
+    shapes = {
+        "store_task": [sender, draw(payloads())],
+        "store_backup": [sender, forged, draw(payloads())],
+        "delete_backup": [sender, forged, draw(st.one_of(junk, st.binary(max_size=64)))],
+        "refresh_task": [sender],
+        "ping": [draw(st.one_of(junk, st.just(sender)))],
+        "store": [sender, draw(junk), draw(junk)],
+        "goodbye": [draw(st.one_of(junk, st.just(forged)))],
+    }
+    args: list[Any] = shapes[name]
+    if draw(st.integers(0, 9)) == 0:  # the wrong number of arguments
+        args = [*args, draw(junk)] if draw(st.booleans()) else args[:-1]
+    return [name, args]
+
+
+@pytest.fixture
+async def target(make_peer: PeerFactory, tmp_path: Any) -> Any:
+    """A peer, and a member of its routing table whose address the fuzz sends from (a
+    stranger would be rate limited after 40 datagrams, which is a rejection, but not the
+    handler's)."""
+    import json
+
+    from p2pcrawl.settings import CrawlSettings, ScopeSettings
+
+    (tmp_path / "peer0").mkdir()
+    (tmp_path / "peer0" / "node.json").write_text(json.dumps({"node_id": PEER_ID.hex()}))
+    peer = await make_peer(
+        crawl=CrawlSettings(scope=ScopeSettings(allow_domains=(SCOPE_HOST,))),
+        peer=PeerSettings(min_peer_age=0.0, replicas=0),
+    )
+    assert peer.node_id == PEER_ID
+    member = CrawlNode(MEMBER_ID, MemoryHandler(), NodeConfig(rpc_timeout=0.5))
+    await member.listen_on("127.0.0.1", 0)
+    await member.join([peer.me.addr])
+    await eventually(lambda: len(peer.node.peers()) == 1)  # type: ignore[union-attr]
+    yield peer, member
+    await member.aclose()
+
+
+def rejections(peer: Peer) -> float:
+    assert peer.node is not None
+    rpc: dict[str, Any] = peer.node.stats()
+    h = peer.handler
+    counted = h.malformed + h.refused + sum(h.rejected.values()) + rpc["replies_trimmed"]
+    return float(sum(rpc["dropped"].values()) + counted)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+async def test_fuzzed_rpcs_never_raise_never_store_invalid_tasks_and_are_counted(
+    target: Any, data: st.DataObject
+) -> None:
+    peer, member = target
+    proto = peer.node.protocol
+    request = data.draw(requests(member.me.id, member.me.id))
+    try:
+        body = umsgpack.packb(request)
+    except Exception:
+        return
+    before = rejections(peer)
+    received_before = sum(peer.node.stats()["rpc_received"].values())
+    proto.datagram_received(b"\x00" + secrets.token_bytes(20) + body, member.me.addr)
+    await proto.tasks.idle()  # the deferred handler runs in its own task
+    stats = peer.node.stats()
+    assert stats["dropped"].get("handler_error", 0) == 0, request  # nothing raised
+    for url in await queued_urls(peer):  # nothing invalid stored
+        assert urls.canonicalize(url) == url and urls.hostname_of(url) == SCOPE_HOST, url
+    stored = await peer.backups.page(0, 100_000)
+    for _, _, t in stored:
+        assert urls.canonicalize(t.url) == t.url and urls.hostname_of(t.url) == SCOPE_HOST
+    handled = sum(stats["rpc_received"].values()) > received_before
+    # Every datagram is either handled or counted as a rejection.
+    assert handled or rejections(peer) > before, request
+
+
+async def test_a_metrics_page_names_the_new_counters(target: Any) -> None:
+    peer, _ = target
+    text = PeerMetrics(peer).render()[0].decode()
+    for name in (
+        "p2pcrawl_tasks_rejected_total",
+        "p2pcrawl_store_task_busy_total",
+        "p2pcrawl_admission_total",
+        "p2pcrawl_dht_values",
+    ):
+        assert name in text
+
+
+async def test_a_flooding_sender_is_answered_busy_and_loses_nothing(
+    make_peer: PeerFactory,
+) -> None:
+    from p2pcrawl.settings import CrawlSettings, ScopeSettings
+
+    crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("busy.test",)))
+    a = await make_peer(
+        crawl=crawl, peer=PeerSettings(sender_tasks_per_s=500.0, sender_tasks_burst=100.0)
+    )
+    assert a.engine is not None and a.ledger is not None
+    a.engine.paused = True  # nothing is fetched: every accepted task stays in the queue
+    b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
+    assert b.engine is not None and b.dispatcher is not None and b.node is not None
+    hosts = [f"h{i}.busy.test" for i in range(200)]
+    owned_by_a = [h for h in hosts if b.node.closest_local(key_for(h), 1)[0].id == a.node_id]
+    seeds = [f"http://{h}/p{j}" for h in owned_by_a[:10] for j in range(200)]
+    tasks = b.engine.seed_tasks(seeds)
+    for i in range(0, len(tasks), 400):  # returns once every task was accepted somewhere
+        await b.dispatcher.route(tasks[i : i + 400])
+    assert a.handler.busy > 0  # the flood was slowed down ...
+    assert set(await queued_urls(a)) == set(seeds)  # ... and every task reached its owner
+    assert await queued_urls(b) == []
+    assert metric(a, "p2pcrawl_store_task_busy_total") == a.handler.busy
