@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from p2pcrawl.archive import read_warc_urls
 from p2pcrawl.testing import Cluster, PeerProc, TestWeb, TestWebConfig
 from tests.integration.conftest import crawl_args, start_mesh
 
@@ -74,6 +75,11 @@ async def finish_and_count(cluster: Cluster, web: TestWeb, what: str) -> tuple[i
     assert all(s["backups_orphaned"] == 0 for s in final)
     dups, pages = server_duplicates(web)
     print(f"{what}: {dups} duplicate fetches of {pages} pages ({100 * dups / pages:.2f}%)")
+    if dups:  # who fetched what twice, for whoever reads a failure
+        by_peer = {p.name: set(read_warc_urls(p.data / "warc")) for p in cluster.peers}
+        twice = sorted(u for u, n in web.request_counts.items() if n > 1)
+        for u in twice[:10]:
+            print(" ", u, [name for name, got in by_peer.items() if u in got])
     return dups, pages
 
 
