@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from p2pcrawl.crawl import Task
 from p2pcrawl.network.dispatch import to_batches
-from protocol import MessageError, PeerRef, PeerTimeout, RemoteError, distance
+from protocol import MessageError, PeerRef, PeerTimeout, RemoteError, closest, distance
 
 if TYPE_CHECKING:
     from p2pcrawl.crawl import Engine, Ledger
@@ -183,6 +183,8 @@ class Membership:
         live = {p.id for p in node.peers()}
         gone = [o for o in self.gone_owners if o not in live]
         self.gone_owners.clear()
+        if gone:
+            await self._hand_on_history(gone)
         for owner in gone:
             taken = await backups.take_owner(owner)
             if not taken:
@@ -192,6 +194,33 @@ class Membership:
             )
             self.peer.events.add("takeover", owner=owner.hex()[:8], tasks=len(tasks))
             await dispatcher.route(tasks)
+
+    async def _hand_on_history(self, gone: list[bytes]) -> None:
+        """Give the successors of vanished owners the done fingerprints this peer knows for
+        their keys (as a replica, or as an earlier owner), before any backup is re-routed.
+
+        A successor that was not yet a replica when the pages were finished -- it joined
+        after the key last moved, and the owner died before its replication pass -- would
+        otherwise accept every newly discovered link to those pages as new work, and for a
+        host that was already fully crawled it would crawl the whole host again.
+        """
+        ledger, _, node, _, _ = self._started()
+        me = self.peer.node_id
+        candidates = [*(p.id for p in node.peers()), me, *gone]
+        gone_set = set(gone)
+        by_owner: dict[PeerRef, list[bytes]] = defaultdict(list)
+        for key in await ledger.done.keys():
+            if closest(key, candidates, 1)[0] not in gone_set:
+                continue  # its owner did not change
+            successor = node.closest_local(key, 1)[0]
+            if successor.id != me:
+                by_owner[successor].append(key)
+        for owner, keys in by_owner.items():
+            done = await ledger.done.fps_for_keys(keys)
+            try:
+                await node.store_task(owner, to_batches([], done))
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.info("history for %d keys to %s failed: %s", len(keys), owner, exc)
 
     async def _copy_to_replicas(
         self, owner: PeerRef, tasks: list[Task], done: dict[bytes, list[int]] | None
