@@ -1,19 +1,24 @@
 """Churn benchmark: 8 peers crawl the test web while peers join, leave and are killed.
 
-Two runs on the same test web, in one invocation: a baseline with 8 steady peers, then the
-same crawl under churn (random joins, graceful leaves and SIGKILLs at random moments, at
-least 4 peers always alive). Prints pages lost (must be 0), duplicate fetches, and the time
-to complete relative to the baseline.
+For each of several seeds, two runs on one test web: a baseline with 8 steady peers, then
+the same crawl under churn (random joins, graceful leaves and SIGKILLs at random moments,
+at least 4 peers always alive). Per run: pages lost (must be 0), duplicate fetches counted
+by the test web's server (not from WARC files), and the time to complete against the steady
+run of the same seed, with the fixed quiet window of the finish check subtracted from both.
+Prints the median and range over the seeds; the last line is one JSON object.
 
-    python benchmarks/churn.py                 # 16 hosts x 40 pages, 8 churn events
-    python benchmarks/churn.py --events 12 --seed 3
+    python benchmarks/churn.py                 # 5 seeds, 16 hosts x 40 pages, 8 events
+    python benchmarks/churn.py --quick         # 2 seeds, 4 events
+    python benchmarks/churn.py --runs 3 --seed 7
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -21,7 +26,16 @@ from pathlib import Path
 
 from p2pcrawl.testing import Cluster, PeerProc, TestWeb, TestWebConfig
 
-FAST = ["--rpc-timeout", "0.5", "--ping-interval", "0.5", "--republish-interval", "2"]
+FAST = [
+    "--rpc-timeout",
+    "0.5",
+    "--ping-interval",
+    "0.5",
+    "--suspicion-timeout",
+    "2",
+    "--republish-interval",
+    "2",
+]
 
 
 def crawl_args(web: TestWeb, delay: float) -> list[str]:
@@ -42,10 +56,19 @@ async def start_network(cluster: Cluster, n: int) -> list[PeerProc]:
     return list(cluster.peers)
 
 
+QUIET_S = 3.0  # Cluster.wait_finished's settle window, the same in every run
+
+
+def _seconds(value: object) -> float:
+    assert isinstance(value, int | float)
+    return float(value)
+
+
 async def one_run(
     web: TestWeb, root: Path, *, peers: int, events: int, rng: random.Random, delay: float
 ) -> dict[str, object]:
     truth = web.ground_truth()
+    web.request_counts.clear()
     async with Cluster(root, crawl_args(web, delay)) as cluster:
         await start_network(cluster, peers)
         started = time.monotonic()
@@ -71,22 +94,24 @@ async def one_run(
                     cluster.kill(victim)
                     await victim.proc.wait()
             log.append(f"{kind}@{done}")
-        await cluster.wait_finished(timeout=300)
-        elapsed = time.monotonic() - started
+        await cluster.wait_finished(timeout=300, quiet=QUIET_S)
+        elapsed = time.monotonic() - started - QUIET_S
         for p in cluster.peers:
             cluster.terminate(p)
         for p in cluster.peers:
             if p.proc.returncode is None:
                 await cluster.wait_exit(p, 60)
-        counts = cluster.warc_counts()
-    lost = truth - set(counts)
+    counts = web.request_counts
     return {
         "elapsed": elapsed,
-        "lost": len(lost),
-        "extra": len(set(counts) - truth),
-        "duplicates": sum(n - 1 for n in counts.values()),
+        "lost": len(truth - set(counts)),
+        "duplicates": sum(n - 1 for u, n in counts.items() if u in truth),
         "events": log,
     }
+
+
+def spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.2f} (range {min(values):.2f}-{max(values):.2f})"
 
 
 async def main() -> int:
@@ -95,40 +120,69 @@ async def main() -> int:
     ap.add_argument("--hosts", type=int, default=16)
     ap.add_argument("--pages", type=int, default=40)
     ap.add_argument("--events", type=int, default=8)
+    ap.add_argument("--runs", type=int, default=5, help="seeds: --seed, --seed+1, ...")
     ap.add_argument("--delay", type=float, default=0.3, help="per-host politeness gap")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="2 seeds, 4 churn events")
     args = ap.parse_args()
-    rng = random.Random(args.seed)
+    if args.quick:
+        args.runs, args.events = 2, 4
     cfg = TestWebConfig(
         hosts=args.hosts, pages_per_host=args.pages, slow_host_delay=0.02, large_page_bytes=200_000
     )
+    rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="p2pcrawl-churn-") as tmp:
         async with TestWeb(cfg) as web:
             n = len(web.ground_truth())
-            print(f"test web: {args.hosts} hosts, {n} URLs; {args.peers} peers")
-            base = await one_run(
-                web, Path(tmp) / "steady", peers=args.peers, events=0, rng=rng, delay=args.delay
-            )
-            web.request_counts.clear()
-            churn = await one_run(
-                web,
-                Path(tmp) / "churn",
-                peers=args.peers,
-                events=args.events,
-                rng=rng,
-                delay=args.delay,
-            )
-    for name, r in (("steady", base), ("churn", churn)):
-        print(
-            f"{name:7s} {r['elapsed']:7.1f} s  lost {r['lost']}  duplicates {r['duplicates']}"
-            f"  out-of-truth {r['extra']}"
-        )
-    print(f"churn events: {' '.join(churn['events'])}")  # type: ignore[arg-type]
-    ratio = float(churn["elapsed"]) / float(base["elapsed"])  # type: ignore[arg-type]
-    print(f"time to complete under churn: {ratio:.2f}x the steady run")
-    dup_pct = 100 * int(churn["duplicates"]) / n  # type: ignore[call-overload]
-    print(f"pages lost: {churn['lost']} (must be 0); duplicate fetches: {dup_pct:.2f}%")
-    return 0 if churn["lost"] == 0 and base["lost"] == 0 else 1
+            print(f"test web: {args.hosts} hosts, {n} URLs; {args.peers} peers; {args.runs} seeds")
+            for i in range(args.runs):
+                seed = args.seed + i
+                rng = random.Random(seed)
+                root = Path(tmp) / f"seed{seed}"
+                base = await one_run(
+                    web, root / "steady", peers=args.peers, events=0, rng=rng, delay=args.delay
+                )
+                churn = await one_run(
+                    web,
+                    root / "churn",
+                    peers=args.peers,
+                    events=args.events,
+                    rng=rng,
+                    delay=args.delay,
+                )
+                ratio = _seconds(churn["elapsed"]) / _seconds(base["elapsed"])
+                row = {
+                    "seed": seed,
+                    "lost": churn["lost"],
+                    "steady_lost": base["lost"],
+                    "duplicates": churn["duplicates"],
+                    "steady_duplicates": base["duplicates"],
+                    "time_ratio": round(ratio, 3),
+                    "events": churn["events"],
+                }
+                rows.append(row)
+                print(
+                    f"seed {seed}: lost {row['lost']}  duplicates {row['duplicates']}"
+                    f" ({100 * int(row['duplicates']) / n:.2f}%)  time {ratio:.2f}x steady"
+                    f"  [{' '.join(churn['events'])}]"  # type: ignore[arg-type]
+                )
+    lost = [float(r["lost"]) for r in rows]  # type: ignore[arg-type]
+    dups = [100 * float(r["duplicates"]) / n for r in rows]  # type: ignore[arg-type]
+    ratios = [float(r["time_ratio"]) for r in rows]  # type: ignore[arg-type]
+    print(f"pages lost: {spread(lost)} (must be 0)")
+    print(f"duplicate fetches, % of pages: {spread(dups)}")
+    print(f"time to complete under churn, x steady: {spread(ratios)}")
+    summary = {
+        "runs": len(rows),
+        "pages": n,
+        "lost_max": max(lost),
+        "duplicates_pct_median": round(statistics.median(dups), 3),
+        "duplicates_pct_range": [round(min(dups), 3), round(max(dups), 3)],
+        "time_ratio_median": round(statistics.median(ratios), 3),
+        "time_ratio_range": [round(min(ratios), 3), round(max(ratios), 3)],
+    }
+    print(json.dumps(summary))
+    return 0 if all(r["lost"] == 0 and r["steady_lost"] == 0 for r in rows) else 1
 
 
 if __name__ == "__main__":

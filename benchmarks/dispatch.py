@@ -66,7 +66,9 @@ class CountingHandler:
     ) -> int:
         return 0
 
-    async def handle_delete_backup(self, sender: PeerRef, owner: bytes, fps: list[int]) -> int:
+    async def handle_delete_backup(
+        self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
+    ) -> int:
         return 0
 
     async def handle_refresh_task(self, sender: PeerRef) -> int:

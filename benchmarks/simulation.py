@@ -107,10 +107,9 @@ class Net:
             # here (no timeout to wait for), which promotes the newest replacement.
             other = self.peers.get(head.id)
             if other is None or not other.alive:
-                for _ in range(holder[0].table.evict_after):
-                    holder[0].table.record_failure(head)
+                holder[0].table.remove_contact(head)
 
-        table = ContactTable(node, KSIZE, 3, changed, changed, on_full)
+        table = ContactTable(node, KSIZE, changed, changed, on_full)
         peer = Peer(node, table)
         holder.append(peer)
         self.peers[node_id] = peer

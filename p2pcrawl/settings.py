@@ -369,12 +369,23 @@ class PeerSettings:
     rpc_timeout: float = option(2.0, "RPC reply timeout", gt=0, max=300, metavar="S", group=_NET)
     failures_before_evict: int = option(
         3,
-        "consecutive failed RPCs before a peer is considered gone",
+        "failed probe rounds (direct and indirect) before a peer may be declared dead",
         min=1,
         max=1000,
         metavar="N",
         group=_NET,
     )
+    suspicion_timeout: float = option(
+        10.0,
+        "seconds a peer must stay unreachable before it is declared dead; stretched while "
+        "this peer itself is overloaded",
+        gt=0,
+        max=DAY,
+        metavar="S",
+        group=_NET,
+    )
+    # Helpers asked to probe a suspect (SWIM's PING-REQ).
+    indirect_probes: int = option(3, "helpers probing a suspect", min=0, max=32, flag=False)
     # Intervals have floors: 0 would make an idle peer spin a core.
     ping_interval: float = option(5.0, "liveness pings", min=0.05, max=DAY, metavar="S", group=_NET)
     refresh_interval: float = option(
@@ -410,6 +421,19 @@ class PeerSettings:
     sender_tasks_burst: float = option(
         200_000.0, "tasks a sender may add at once", min=1, max=10**12, flag=False
     )
+    heal_interval: float = option(
+        5.0, "how often a shrunken routing table is checked", gt=0, max=DAY, flag=False
+    )
+    heal_max_backoff: float = option(
+        30.0, "the longest wait between rejoin attempts", gt=0, max=DAY, flag=False
+    )
+    finish_settle: float = option(
+        3.0,
+        "quiet this long, everywhere, before the network is finished",
+        gt=0,
+        max=DAY,
+        flag=False,
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -420,7 +444,10 @@ class PeerSettings:
             alpha=self.alpha,
             rpc_timeout=self.rpc_timeout,
             failures_before_evict=self.failures_before_evict,
+            suspicion_timeout=self.suspicion_timeout,
+            indirect_probes=self.indirect_probes,
             secret=self.secret,
             ping_interval=self.ping_interval,
             refresh_interval=self.refresh_interval,
+            min_owner_age=self.min_peer_age,
         )

@@ -9,7 +9,7 @@ error; none returns rpcudp's ``(False, None)``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kademlia.node import Node
@@ -22,7 +22,6 @@ from protocol.messages import (
     check_id,
     count_from_wire,
     encode_chunks,
-    encode_fps,
     store_result_from_wire,
 )
 from protocol.rpc import CrawlProtocol
@@ -62,11 +61,18 @@ class CrawlCalls:
         replies = await self._chunked(peer, "store_backup", [[owner, p] for p, _ in chunks])
         return sum(_parse(peer, "store_backup", count_from_wire, r) for r in replies)
 
-    async def delete_backup(self, peer: PeerRef, owner: bytes, fps: Sequence[int]) -> int:
-        """DELETE_BACKUP: ``owner`` finished these URLs; returns how many copies were dropped."""
+    async def delete_backup(
+        self, peer: PeerRef, owner: bytes, done: Mapping[bytes, Sequence[int]]
+    ) -> int:
+        """DELETE_BACKUP: ``owner`` finished these URLs (fingerprints by host key); returns
+        how many copies were dropped. The keys travel so that a replica holding no copy can
+        still record the fingerprints as done under their key (and hand them on with it)."""
         check_id(owner, "owner")
-        chunks = encode_fps(fps)
-        replies = await self._chunked(peer, "delete_backup", [[owner, c] for c in chunks])
+        batches = [KeyBatch(key, [], list(fps)) for key, fps in done.items() if fps]
+        if not batches:
+            return 0
+        chunks = encode_chunks(batches)
+        replies = await self._chunked(peer, "delete_backup", [[owner, c] for c, _ in chunks])
         return sum(_parse(peer, "delete_backup", count_from_wire, r) for r in replies)
 
     async def refresh_task(self, peer: PeerRef) -> int:

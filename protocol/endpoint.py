@@ -306,9 +306,12 @@ class Endpoint(asyncio.DatagramProtocol):
 
     # --- outgoing --------------------------------------------------------------------------
 
-    def _call(self, addr: tuple[Any, Any], rpc: str, args: list[Any]) -> asyncio.Future[Any]:
+    def _call(
+        self, addr: tuple[Any, Any], rpc: str, args: list[Any], timeout: float | None = None
+    ) -> asyncio.Future[Any]:
         """Send one request; the future resolves to (True, reply) or, on timeout, (False, None)
-        (rpcudp's convention, which kademlia's lookup code relies on)."""
+        (rpcudp's convention, which kademlia's lookup code relies on). ``timeout`` overrides
+        the RPC timeout for a call whose answer itself waits on another call (PING-REQ)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[bool, Any]] = loop.create_future()
         dest = sendable(addr[0], addr[1])
@@ -325,7 +328,8 @@ class Endpoint(asyncio.DatagramProtocol):
         if len(body) > RPC_REQUEST_LIMIT:  # a bug in the caller: the codec chunks below this
             raise MessageError(f"{rpc} request of {len(body)} bytes exceeds {RPC_REQUEST_LIMIT}")
         msg_id = secrets.token_bytes(ID_LEN)
-        timer = loop.call_later(self._wait_timeout, self._expire, msg_id)
+        wait = self._wait_timeout if timeout is None else timeout
+        timer = loop.call_later(wait, self._expire, msg_id)
         self._pending[msg_id] = _Pending(future, timer, dest, rpc, time.monotonic())
         future.add_done_callback(functools.partial(self._settled, msg_id))
         self.stats.sent[rpc] += 1

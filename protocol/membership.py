@@ -12,7 +12,9 @@ because it is one idea: the rules for trusting a contact.
   with a new ID (the ghost is replaced) or the claim was false.
 * A new contact, or a known one at a new address, enters the table only with proof of its ID
   at that address; without it, ``admission.Admission`` challenges the claim first.
-* One missed reply is one strike, not an eviction (``routing.ContactTable``).
+* A missed reply makes a suspect, never an eviction; anything heard from a suspect clears
+  it. The probe loop (``upkeep.probe_suspects``) declares a suspect dead on the rules of
+  ``liveness`` (time, indirect probes, local health), and only then is it removed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from kademlia.node import Node
 
 from protocol.admission import Admission, AdmissionLimits
+from protocol.liveness import Detector, LivenessConfig
 from protocol.model import PeerRef
 from protocol.routing import ContactTable
 from protocol.tasks import TaskSet
@@ -51,17 +54,22 @@ class Membership:
     def _init_membership(
         self,
         ksize: int,
-        failures_before_evict: int,
+        liveness: LivenessConfig,
         on_added: Callable[[PeerRef], None],
         on_removed: Callable[[PeerRef, str], None],
         admission: AdmissionLimits | None = None,
     ) -> None:
+        self.liveness = Detector(liveness)
+
+        def removed(node: Node, why: str) -> None:
+            self.liveness.forget(node.id)
+            _notify(on_removed, peer_of(node), why)
+
         self.router = ContactTable(
             self.source_node,
             ksize,
-            failures_before_evict,
             on_added=lambda n: _notify(on_added, peer_of(n)),
-            on_removed=lambda n, why: _notify(on_removed, peer_of(n), why),
+            on_removed=removed,
             on_full=self.check_alive,
         )
         self._checking: set[bytes] = set()
@@ -75,8 +83,17 @@ class Membership:
         return node_id
 
     def contact_failed(self, node: Node) -> None:
-        if self.router.record_failure(node):
-            log.info("evicted %s after %d failed calls", peer_of(node), self.router.evict_after)
+        """A call went unanswered: a suspect, not yet a corpse (``liveness``)."""
+        if self.router.knows(node.id):
+            self.router.record_failure(node)
+            self.liveness.failed(node.id)
+
+    def declare_dead(self, node: Node) -> None:
+        """The failure detector's verdict: drop the contact (its keys move to others)."""
+        self.liveness.declare(node.id)
+        if self.router.knows(node.id):
+            log.info("declared %s dead after %s", peer_of(node), "direct and indirect probes")
+            self.router.remove_contact(node, "unresponsive")
 
     def welcome_if_new(self, node: Node, proven: bool = False) -> None:
         """Record a contact we heard from. A known one at its known address is moved to the
@@ -86,11 +103,13 @@ class Membership:
             return
         known = self.router.get(node.id)
         if known is not None and (known.ip, known.port) == (node.ip, node.port):
+            self.liveness.heard(node.id)  # SWIM: any message from a suspect refutes it
             self.router.add_contact(node)  # §2.2: move to the tail as most recently seen
             return
         if not proven:
             self.admission.challenge(node, known)
             return
+        self.liveness.heard(node.id)
         if known is not None:
             self.router.add_contact(node)  # proven at its new address
             return

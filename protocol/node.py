@@ -25,7 +25,7 @@ import logging
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +37,7 @@ from protocol.admission import AdmissionLimits
 from protocol.calls import CrawlCalls
 from protocol.endpoint import InboundLimits
 from protocol.errors import BootstrapError
+from protocol.liveness import LagMonitor, LivenessConfig, socket_drops, socket_inode
 from protocol.membership import peer_of
 from protocol.model import PeerRef, check_id
 from protocol.ownership import closest as closest_ids
@@ -44,7 +45,7 @@ from protocol.rpc import CrawlProtocol
 from protocol.service import CrawlHandler, crawl_servers
 from protocol.state import SavedState, read_state, write_state
 from protocol.tasks import TaskSet
-from protocol.upkeep import every, ping_round, refresh_once
+from protocol.upkeep import ProbeRound, every, ping_round, probe_suspects, refresh_once
 from protocol.valuestore import BoundedStorage, StoreLimits
 
 __all__ = ["CrawlHandler", "CrawlNode", "NodeConfig"]
@@ -60,7 +61,11 @@ class NodeConfig:
     ksize: int = 20
     alpha: int = 3
     rpc_timeout: float = 2.0
+    # Liveness (``liveness``): a suspect is declared dead after this many failed probe
+    # rounds *and* ``suspicion_timeout`` seconds (times the local health multiplier).
     failures_before_evict: int = 3
+    suspicion_timeout: float = 10.0
+    indirect_probes: int = 3
     secret: str = ""
     ping_interval: float = 5.0
     refresh_interval: float = 60.0
@@ -98,6 +103,14 @@ class CrawlNode(CrawlCalls, Server):
         self._members_cache: tuple[int, dict[bytes, Node]] = (-1, {})
         self._refresh_runs = 0
         self._ping_rounds = 0
+        # A stall longer than the suspicion timeout may have got us declared dead: the
+        # crawler re-checks what it owns before fetching on (``on_stall``).
+        self.on_stall: Callable[[float], None] | None = None
+        self.lag = LagMonitor(stall_after=self.config.suspicion_timeout / 2, on_stall=self._stalled)
+        self._sock_inode: int | None = None
+        self._sock_drops: int | None = None
+        self._junk_seen = 0
+        self.last_round = ProbeRound()
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -107,7 +120,11 @@ class CrawlNode(CrawlCalls, Server):
             self.storage,
             self.ksize,
             rpc_timeout=self.config.rpc_timeout,
-            failures_before_evict=self.config.failures_before_evict,
+            liveness=LivenessConfig(
+                suspicion_timeout=self.config.suspicion_timeout,
+                min_failed_rounds=self.config.failures_before_evict,
+                indirect_probes=self.config.indirect_probes,
+            ),
             secret=self.config.secret,
             on_added=self._contact_added,
             on_removed=self._contact_removed,
@@ -143,6 +160,9 @@ class CrawlNode(CrawlCalls, Server):
         self.node.ip, self.node.port = host, real_port
         self._me = PeerRef(self.node.id, host, real_port)
         log.info("node %s listening on %s:%s", self._me.short, host, real_port)
+        self._sock_inode = socket_inode(sock.fileno())
+        self._sock_drops = await asyncio.to_thread(socket_drops, self._sock_inode)
+        self._loops.spawn(self.lag.run(), "lag")
         self._loops.spawn(every(self.config.ping_interval, self._ping_round), "ping")
         self._loops.spawn(every(self.config.refresh_interval, self._refresh_once), "refresh")
 
@@ -367,8 +387,44 @@ class CrawlNode(CrawlCalls, Server):
     # --- background loops and introspection ----------------------------------------------
 
     async def _ping_round(self) -> None:
-        await ping_round(self._proto(), self.config.ping_interval, self.config.refresh_interval)
+        """Ping, probe the suspects, then fold what this round saw into our local health."""
+        proto, cfg = self._proto(), self.config
+        seen = ProbeRound()
+        await ping_round(proto, cfg.ping_interval, cfg.refresh_interval, seen)
+        await probe_suspects(proto, cfg.indirect_probes, seen)
+        proto.liveness.health.round(
+            loop_lag=self.lag.take(),
+            socket_drops=await self._new_socket_drops(),
+            junk=self._new_junk(),
+            missed_nacks=seen.missed_nacks,
+            probes_ok=len(seen.ok),
+            probes_failed=len(seen.failed - seen.ok),
+        )
+        self.last_round = seen
         self._ping_rounds += 1
+
+    async def _new_socket_drops(self) -> int:
+        """Datagrams the kernel dropped on our socket since the last round (0 if unknown)."""
+        if self._sock_inode is None:
+            return 0
+        total = await asyncio.to_thread(socket_drops, self._sock_inode)
+        if total is None:
+            return 0
+        before, self._sock_drops = self._sock_drops, total
+        return 0 if before is None else max(0, total - before)
+
+    def _new_junk(self) -> int:
+        total = sum(self._proto().stats.dropped.values())
+        before, self._junk_seen = self._junk_seen, total
+        return total - before
+
+    def _stalled(self, seconds: float) -> None:
+        log.warning("event loop stalled for %.1f s: others may have declared us dead", seconds)
+        if self.on_stall is not None:
+            try:
+                self.on_stall(seconds)
+            except Exception:
+                log.exception("stall callback failed")
 
     async def _refresh_once(self) -> None:
         proto, cfg = self._proto(), self.config
@@ -389,6 +445,8 @@ class CrawlNode(CrawlCalls, Server):
             dht_refused=getattr(self.storage, "refused", 0),
             ping_rounds=self._ping_rounds,
             refresh_runs=self._refresh_runs,
+            liveness=proto.liveness.snapshot(),
+            loop_stalls=self.lag.stalls,
         )
         return out
 

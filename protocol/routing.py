@@ -3,9 +3,10 @@
 Built on ``kademlia.routing.RoutingTable`` (bucket splitting of Kademlia §2.4/§4.2 and the
 replacement cache of §4.1 are kept). What changes:
 
-* Eviction needs ``failures_before_evict`` *consecutive* failures; any success resets the count.
-  Stock kademlia removes a contact on the first missed reply, and on a lossy or busy network
-  that empties routing tables and partitions the DHT (bmuller/kademlia issues #23 and #98).
+* A missed reply never evicts here: it is counted (for the status page) and the failure
+  detector (``liveness``) decides, on time and indirect probes, when a contact is dead. Stock
+  kademlia removes a contact on the first missed reply, and on a lossy or busy network that
+  empties routing tables and partitions the DHT (bmuller/kademlia issues #23 and #98).
 * Every contact is moved to the tail of its bucket when heard from (Kademlia §2.2: buckets are
   ordered by time last seen); stock kademlia only did that for new contacts.
 * A full bucket asks its owner to ping the least-recently-seen contact (``on_full``) instead of
@@ -30,12 +31,10 @@ class ContactTable(RoutingTable):
         self,
         me: Node,
         ksize: int,
-        failures_before_evict: int,
         on_added: Callable[[Node], None],
         on_removed: Callable[[Node, str], None],
         on_full: Callable[[Node], None],
     ) -> None:
-        self.evict_after = max(1, failures_before_evict)
         self._on_added = on_added
         self._on_removed = on_removed
         self._on_full = on_full
@@ -136,16 +135,14 @@ class ContactTable(RoutingTable):
                 self.version += 1
                 self._notify_added(n)
 
-    def record_failure(self, node: Node) -> bool:
-        """Count a missed reply; evict after the configured run of them. True if evicted."""
+    def record_failure(self, node: Node) -> int:
+        """Count a missed reply (reset by any success); returns the run so far. Eviction is
+        the failure detector's decision, not a count's."""
         if not self.knows(node.id):
-            return False
+            return 0
         count = self._failures.get(node.id, 0) + 1
         self._failures[node.id] = count
-        if count < self.evict_after:
-            return False
-        self.remove_contact(node, "unresponsive")
-        return True
+        return count
 
     # --- graceful leave --------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from protocol.admission import AdmissionLimits
 from protocol.auth import ID_LEN
 from protocol.endpoint import Endpoint, InboundLimits, sendable
 from protocol.errors import MessageError, PeerTimeout, RemoteError
+from protocol.liveness import LivenessConfig
 from protocol.membership import Membership, peer_of
 from protocol.model import PeerRef, check_id
 
@@ -49,7 +50,7 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
         ksize: int,
         *,
         rpc_timeout: float,
-        failures_before_evict: int,
+        liveness: LivenessConfig,
         secret: str,
         on_added: Callable[[PeerRef], None],
         on_removed: Callable[[PeerRef, str], None],
@@ -59,9 +60,10 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
     ) -> None:
         KademliaProtocol.__init__(self, source_node, storage, ksize)
         self._init_endpoint(rpc_timeout, secret, inbound)
-        self._init_membership(ksize, failures_before_evict, on_added, on_removed, admission)
+        self._init_membership(ksize, liveness, on_added, on_removed, admission)
         self._departed_ttl = departed_ttl
-        self._crawl: dict[str, CrawlServer] = {}
+        self._rpc_timeout = rpc_timeout
+        self._crawl: dict[str, CrawlServer] = {"ping_req": self._serve_ping_req}
         self._member_addrs: tuple[int, frozenset[tuple[str, int]]] = (-1, frozenset())
 
     def serve(self, rpc: str, server: CrawlServer) -> None:
@@ -96,6 +98,37 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
         reply = await self._crawl[name](peer_of(sender), args[1:])
         reply["id"] = self.my_id  # lets the caller spot a restarted node with a new ID
         return reply
+
+    async def _serve_ping_req(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
+        """SWIM's PING-REQ: ping ``target`` for the sender and say whether it answered.
+
+        Only a contact in our own table is pinged, at the address we know it by: a request
+        cannot make us send datagrams to an arbitrary address (no reflection or amplification).
+        The answer comes either way (SWIM's ack, Lifeguard's nack), so the sender learns that
+        we are alive even when the target is not.
+        """
+        if len(args) != 1:
+            raise MessageError("ping_req takes 1 argument after the sender id")
+        target = self.router.get(check_id(args[0], "target id"))
+        if target is None or target.id == sender.id:
+            return {"ok": False, "known": False}
+        ok, data = await self.ping((target.ip, target.port), self.my_id)
+        alive = bool(ok) and data == target.id
+        if alive:
+            self.welcome_if_new(target, proven=True)
+        return {"ok": alive, "known": True}
+
+    async def ping_req(self, helper: Node, target: Node) -> bool | None:
+        """Ask ``helper`` to ping ``target``: True (the target acked), False (the helper
+        answered, but the target did not or the helper does not know it), None (the helper
+        itself stayed silent: Lifeguard's missed nack, a hint that *we* are the problem)."""
+        peer = peer_of(helper)
+        timeout = 2 * self._rpc_timeout + 0.5  # the helper's own ping must fit inside
+        ok, data = await self._call(peer.addr, "ping_req", [self.my_id, target.id], timeout)
+        if not ok or not isinstance(data, dict) or "error" in data:
+            return None
+        self.welcome_if_new(helper, proven=data.get("id") == helper.id)
+        return data.get("ok") is True
 
     def rpc_stun(self, sender: tuple[str, int]) -> list[Any]:
         return list(sender)

@@ -21,7 +21,6 @@ from protocol.messages import (
     StoreResult,
     check_id,
     decode_batches,
-    decode_fps,
     store_result_to_wire,
 )
 from protocol.rpc import CrawlServer
@@ -42,8 +41,11 @@ class CrawlHandler(Protocol):
         """STORE_BACKUP: hold copies for ``owner``; returns how many were stored."""
         ...
 
-    async def handle_delete_backup(self, sender: PeerRef, owner: bytes, fps: list[int]) -> int:
-        """DELETE_BACKUP: ``owner`` finished these URLs; returns how many copies were dropped."""
+    async def handle_delete_backup(
+        self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
+    ) -> int:
+        """DELETE_BACKUP: ``owner`` finished these URLs (fingerprints by host key): drop the
+        copies and remember them as done, copy or not; returns how many copies were dropped."""
         ...
 
     async def handle_refresh_task(self, sender: PeerRef) -> int:
@@ -93,7 +95,12 @@ def crawl_servers(handler: CrawlHandler) -> dict[str, CrawlServer]:
     async def delete_backup(sender: PeerRef, args: list[Any]) -> dict[str, Any]:
         owner, payload = _args(args, 2, "delete_backup")
         owner = check_id(owner, "owner")
-        n = await handler.handle_delete_backup(sender, owner, decode_fps(payload))
+        done: dict[bytes, list[int]] = {}
+        for b in decode_batches(payload):
+            if b.tasks:
+                raise MessageError("delete_backup carries fingerprints only")
+            done.setdefault(b.key, []).extend(b.done)
+        n = await handler.handle_delete_backup(sender, owner, done)
         return _count(n, "handle_delete_backup")
 
     async def refresh_task(sender: PeerRef, args: list[Any]) -> dict[str, Any]:

@@ -6,8 +6,11 @@ on its own: a dead neighbour is only noticed when a lookup happens to hit it. He
 
 * ``ping_round`` (every ``ping_interval``): ping the closest neighbours -- the likely owners and
   replicas of our keys -- that were silent for a whole interval, plus the contacts silent for
-  longest. Failures feed the eviction count, so a crashed owner is noticed within about
-  ``failures_before_evict * (ping_interval + rpc_timeout)``.
+  longest. A failure makes a suspect (``liveness``).
+* ``probe_suspects`` (same round): SWIM's probe of each suspect, directly and then through
+  ``k`` helpers (PING-REQ); a suspect nobody reaches for the suspicion timeout (stretched by
+  our local health score) and enough rounds is declared dead. A crashed owner is noticed
+  within about ``max(suspicion_timeout, min_failed_rounds * ping_interval)`` plus a round.
 * ``refresh_once`` (every ``refresh_interval``): Kademlia §2.3 bucket refresh -- a lookup of a
   random ID in each bucket idle that long -- plus a lookup of our own ID, which finds new
   close neighbours; then republish stored values older than an hour (§2.5).
@@ -17,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from kademlia.crawling import NodeSpiderCrawl
@@ -28,7 +33,7 @@ from kademlia.node import Node
 from protocol.ownership import closest
 from protocol.rpc import CrawlProtocol
 
-__all__ = ["every", "ping_round", "refresh_once"]
+__all__ = ["ProbeRound", "every", "ping_round", "probe_suspects", "refresh_once"]
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +52,20 @@ async def every(interval: float, job: Callable[[], Awaitable[None]]) -> None:
             log.exception("background job %s failed", getattr(job, "__name__", job))
 
 
-async def ping_round(proto: CrawlProtocol, ping_interval: float, stale_after: float) -> None:
+@dataclass(slots=True)
+class ProbeRound:
+    """What one round saw: the contacts that answered and that did not (by ID, so pinging
+    and then probing one dead peer is one failure, not two), and silent helpers."""
+
+    ok: set[bytes] = field(default_factory=set)
+    failed: set[bytes] = field(default_factory=set)
+    missed_nacks: int = 0
+    declared: int = 0
+
+
+async def ping_round(
+    proto: CrawlProtocol, ping_interval: float, stale_after: float, seen: ProbeRound
+) -> None:
     router = proto.router
     now = time.monotonic()
 
@@ -59,7 +77,47 @@ async def ping_round(proto: CrawlProtocol, ping_interval: float, stale_after: fl
     targets = [n for n in near if silent_for(n) >= ping_interval]
     stale = sorted((n for n in members.values() if silent_for(n) > stale_after), key=silent_for)
     targets += [n for n in reversed(stale[-STALE_PINGS:]) if n not in targets]
-    await asyncio.gather(*(proto.call_ping(n) for n in targets))
+    results = await asyncio.gather(*(proto.call_ping(n) for n in targets))
+    for n, (ok, _) in zip(targets, results, strict=True):
+        (seen.ok if ok else seen.failed).add(n.id)
+
+
+async def probe_suspects(proto: CrawlProtocol, helpers: int, seen: ProbeRound) -> None:
+    """SWIM §3.1-3.2 for every suspect at once: a direct ping, then PING-REQ through up to
+    ``helpers`` other contacts; then declare the ones that stayed silent long enough."""
+    detector = proto.liveness
+    router = proto.router
+
+    async def one(node_id: bytes) -> None:
+        node = router.get(node_id)
+        if node is None:
+            detector.forget(node_id)
+            return
+        ok, _ = await proto.call_ping(node)
+        if ok:
+            seen.ok.add(node_id)
+            return
+        # Helpers: contacts not under suspicion themselves, most recently heard first, with
+        # a random pick among equals so repeated rounds do not lean on the same few.
+        pool = [n for n in router.members() if n.id != node_id and not detector.is_suspect(n.id)]
+        random.shuffle(pool)
+        pool.sort(key=lambda n: -(router.last_seen(n.id) or 0.0))
+        chosen = pool[:helpers]
+        answers = await asyncio.gather(*(proto.ping_req(h, node) for h in chosen))
+        if any(a is True for a in answers):
+            detector.heard(node_id)  # someone reached it: alive, whatever we could hear
+            seen.ok.add(node_id)
+            return
+        seen.failed.add(node_id)
+        seen.missed_nacks += sum(a is None for a in answers)
+        if not detector.is_suspect(node_id):
+            return  # heard from meanwhile (a request of its own arrived)
+        detector.probe_failed(node_id)
+        if detector.dead(node_id):
+            seen.declared += 1
+            proto.declare_dead(node)
+
+    await asyncio.gather(*(one(i) for i in detector.suspects()))
 
 
 async def refresh_once(

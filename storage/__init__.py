@@ -11,11 +11,14 @@ from storage.backups import BackupStore
 from storage.bloom import SplittableBloom, false_positive_rate, optimal_k
 from storage.db import StoreClosed, StoreCorrupt, StoreUnwritable
 from storage.done import DoneRecord
+from storage.lock import DataDirLocked, DirLock
 from storage.records import StoredTask
 from storage.tasks import TaskStore
 
 __all__ = [
     "BackupStore",
+    "DataDirLocked",
+    "DirLock",
     "DoneRecord",
     "SplittableBloom",
     "StoreClosed",

@@ -9,7 +9,7 @@ peers (:class:`Membership`). docs/architecture.md draws the whole path.
 from __future__ import annotations
 
 from p2pcrawl.network.dispatch import Dispatcher, to_batches
-from p2pcrawl.network.identity import DataDirError, load_or_create_identity
+from p2pcrawl.network.identity import DataDirError, load_or_create_identity, lock_data_dir
 from p2pcrawl.network.membership import HandoffReport, Membership
 from p2pcrawl.network.netkey import (
     KEY_FILE,
@@ -36,5 +36,6 @@ __all__ = [
     "is_loopback",
     "join_command",
     "load_or_create_identity",
+    "lock_data_dir",
     "to_batches",
 ]

@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from p2pcrawl.crawl import Task, to_stored, urls
+from p2pcrawl.crawl import Task, urls
 from protocol import Busy, KeyBatch, PeerRef, Rate, SourceLimits, StoreResult
 
 if TYPE_CHECKING:
@@ -113,7 +113,12 @@ class PeerHandler:
             await peer.scope_sync.refresh()
         mine = await self._within_scope(offered)
         self.refused += len(refused)
-        new = await peer.intake(mine, {k: v for k, v in done.items() if k not in refused})
+        kept = {k: v for k, v in done.items() if k not in refused}
+        # Only stored here: no call to another peer inside a handler, so the sender's
+        # deadline measures this peer alone. Replicas are the sender's and the follower's job.
+        new = await peer.intake(mine, kept, replicate=False)
+        if peer.replication is not None:
+            peer.replication.note_keys({t.key for t in mine} | set(kept))
         self._senders.charge(sender.id, new)
         # Rejected tasks count as duplicates: the sender must not re-route them elsewhere.
         return StoreResult(new=new, duplicate=len(offered) - new, refused_keys=refused)
@@ -121,21 +126,29 @@ class PeerHandler:
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
     ) -> int:
-        backups = self.peer.backups
-        assert backups is not None
-        decoded = [t for ts in self._decode(batches).values() for t in ts]
-        stored = [to_stored(t) for t in await self._within_scope(decoded)]
-        return await backups.add(owner, stored) if stored else 0
-
-    async def handle_delete_backup(self, sender: PeerRef, owner: bytes, fps: list[int]) -> int:
         backups, ledger = self.peer.backups, self.peer.ledger
         assert backups is not None and ledger is not None
-        removed = await backups.remove_returning(owner, fps)
-        if removed:
-            # The owner finished these: remember them, so taking its hosts over later
-            # does not fetch them again.
-            await ledger.done.add([(t.key, t.fp) for t in removed])
-        return len(removed)
+        done = {b.key: b.done for b in batches if b.done}
+        if done:  # the owner's done range for a key this peer now replicates
+            await self._record_done(owner, done)
+        decoded = [t for ts in self._decode(batches).values() for t in ts]
+        tasks = await self._within_scope(decoded)
+        assert self.peer.replication is not None
+        return await self.peer.replication.hold(owner, tasks)
+
+    async def handle_delete_backup(
+        self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
+    ) -> int:
+        return await self._record_done(owner, done)
+
+    async def _record_done(self, owner: bytes, done: dict[bytes, list[int]]) -> int:
+        """The owner finished these: drop the copies and remember every fingerprint under
+        its key, copy or not, so whoever takes the host over does not fetch it again."""
+        backups, ledger = self.peer.backups, self.peer.ledger
+        assert backups is not None and ledger is not None
+        pairs = [(k, fp) for k, fps in done.items() for fp in fps]
+        await ledger.done.add(pairs)
+        return await backups.remove(owner, [fp for _, fp in pairs])
 
     async def handle_refresh_task(self, sender: PeerRef) -> int:
         return await self.peer.membership.on_refresh(sender)
@@ -144,6 +157,8 @@ class PeerHandler:
         me = self.peer
         if me.dispatcher is not None:
             me.dispatcher.forget_owners()
+        if me.replication is not None:
+            me.replication.membership_changed()
         me.events.add("peer_added", peer=peer.id.hex()[:8], addr=f"{peer.host}:{peer.port}")
         me.membership.kick.set()
 
@@ -151,6 +166,8 @@ class PeerHandler:
         me = self.peer
         if me.dispatcher is not None:
             me.dispatcher.forget_owners()
+        if me.replication is not None:
+            me.replication.membership_changed()
         kind = "peer_left" if reason == "goodbye" else "peer_lost"
         me.events.add(kind, peer=peer.id.hex()[:8], reason=reason)
         me.membership.gone_owners.add(peer.id)

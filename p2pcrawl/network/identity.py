@@ -10,14 +10,28 @@ import os
 from pathlib import Path
 
 from protocol import new_node_id
+from storage import DataDirLocked, DirLock
 
-__all__ = ["DataDirError", "load_or_create_identity"]
+__all__ = ["DataDirError", "load_or_create_identity", "lock_data_dir"]
 
 IDENTITY_FILE = "node.json"
 
 
 class DataDirError(Exception):
     """The data directory is unusable; the message says why and what to do."""
+
+
+def lock_data_dir(data_dir: Path) -> DirLock:
+    """Take the data directory for this process alone (one peer per directory): a second
+    peer on it would run as the same node and hand off the live peer's work on exit."""
+    lock = DirLock(data_dir)
+    try:
+        lock.acquire()
+    except DataDirLocked as exc:
+        raise DataDirError(str(exc)) from exc
+    except OSError as exc:
+        raise DataDirError(f"cannot lock data directory {data_dir}: {exc}") from exc
+    return lock
 
 
 def load_or_create_identity(data_dir: Path) -> bytes:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from p2pcrawl.crawl import Task
 from p2pcrawl.network.dispatch import to_batches
-from protocol import MessageError, PeerRef, PeerTimeout, RemoteError, distance
+from protocol import MessageError, PeerRef, PeerTimeout, RemoteError, closest, distance
 
 if TYPE_CHECKING:
     from p2pcrawl.crawl import Engine, Ledger
@@ -56,6 +56,8 @@ class Membership:
         self._handoff_lock = asyncio.Lock()
         self._handoffs_received: dict[bytes, set[bytes]] = {}
         self._handoff_progress = asyncio.Event()
+        self.resyncing = False
+        self.stall_resyncs = 0
 
     def _started(self) -> tuple[Ledger, Engine, CrawlNode, BackupStore, Dispatcher]:
         p = self.peer
@@ -129,6 +131,36 @@ class Membership:
             self._handoffs_received.clear()
         self.peer.events.add("refreshed", neighbours=len(promised), keys=received)
 
+    def on_stall(self, seconds: float) -> None:
+        """Our event loop stood still for ``seconds`` (SIGSTOP, a long blocking call): the
+        others may have declared us dead and crawled our hosts from their backups meanwhile.
+        Fetch nothing new until the neighbours have handed back what is ours, with the done
+        fingerprints of what they crawled in our place -- otherwise we would fetch those
+        pages a second time."""
+        if self.resyncing or self.peer.state != "active" or self.peer.engine is None:
+            return
+        self.resyncing = True
+        self.peer.engine.paused = True
+        self.peer.events.add("stalled", seconds=round(seconds, 1))
+        self.peer.spawn(self._resync_after_stall(), "stall-resync")
+
+    async def _resync_after_stall(self) -> None:
+        _, engine, node, _, _ = self._started()
+        try:
+            # Our requests put us back into the others' tables; their answers refute any
+            # suspicion we had of them while we could not read.
+            await asyncio.gather(*(node.ping_peer(p) for p in node.peers()), return_exceptions=True)
+            await self.refresh_from_neighbours()
+        except (PeerTimeout, RemoteError, OSError) as exc:
+            log.warning("re-sync after a stall failed: %s", exc)
+        finally:
+            self.resyncing = False
+            self.stall_resyncs += 1
+            if self.peer.state == "active":
+                engine.paused = False
+                engine.wake()
+                self.kick.set()
+
     async def rebalance_loop(self) -> None:
         while True:
             await self.kick.wait()
@@ -153,13 +185,65 @@ class Membership:
         live = {p.id for p in node.peers()}
         gone = [o for o in self.gone_owners if o not in live]
         self.gone_owners.clear()
+        if gone:
+            await self._hand_on_history(gone)
         for owner in gone:
             taken = await backups.take_owner(owner)
             if not taken:
                 continue
-            tasks = [Task(s.url, s.fp, s.key, s.depth, s.hops) for s in taken]
+            tasks = await self._unfinished(
+                [Task(s.url, s.fp, s.key, s.depth, s.hops) for s in taken]
+            )
             self.peer.events.add("takeover", owner=owner.hex()[:8], tasks=len(tasks))
             await dispatcher.route(tasks)
+
+    async def _hand_on_history(self, gone: list[bytes]) -> None:
+        """Give the successors of vanished owners the done fingerprints this peer knows for
+        their keys (as a replica, or as an earlier owner), before any backup is re-routed.
+
+        A successor that was not yet a replica when the pages were finished -- it joined
+        after the key last moved, and the owner died before its replication pass -- would
+        otherwise accept every newly discovered link to those pages as new work, and for a
+        host that was already fully crawled it would crawl the whole host again.
+        """
+        ledger, _, node, _, _ = self._started()
+        me = self.peer.node_id
+        candidates = [*(p.id for p in node.peers()), me, *gone]
+        gone_set = set(gone)
+        by_owner: dict[PeerRef, list[bytes]] = defaultdict(list)
+        for key in await ledger.done.keys():
+            if closest(key, candidates, 1)[0] not in gone_set:
+                continue  # its owner did not change
+            successor = node.closest_local(key, 1)[0]
+            if successor.id != me:
+                by_owner[successor].append(key)
+        for owner, keys in by_owner.items():
+            done = await ledger.done.fps_for_keys(keys)
+            try:
+                await node.store_task(owner, to_batches([], done))
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.info("history for %d keys to %s failed: %s", len(keys), owner, exc)
+
+    async def _copy_to_replicas(
+        self, owner: PeerRef, tasks: list[Task], done: dict[bytes, list[int]] | None
+    ) -> None:
+        """A handoff writes the new owner's replicas too, done range included, as a
+        discoverer does: if the new owner crashes before its own replication pass, its
+        successor still knows what was finished before the key moved."""
+        replication = self.peer.replication
+        if replication is not None:
+            await replication.copy_for(owner, tasks, done)
+
+    async def _unfinished(self, tasks: list[Task]) -> list[Task]:
+        """Drop copies this peer knows to be finished (as a replica it records every done
+        fingerprint it is told of; as an old owner it keeps its history): republishing them
+        would make a new owner that lacks that history fetch them again."""
+        ledger = self.peer.ledger
+        assert ledger is not None
+        if not tasks:
+            return tasks
+        done = await ledger.is_done(tasks)
+        return [t for t, d in zip(tasks, done, strict=True) if not d]
 
     async def _rebalance(self) -> None:
         """Hand every key this peer no longer owns to its owner, history included."""
@@ -190,7 +274,10 @@ class Membership:
         tasks = await ledger.take_keys(keys)
         done = await ledger.done.fps_for_keys(keys)
         try:
-            result = await node.store_task(owner, to_batches(tasks, done))
+            result, _ = await asyncio.gather(
+                node.store_task(owner, to_batches(tasks, done)),
+                self._copy_to_replicas(owner, tasks, done),
+            )
         except (PeerTimeout, RemoteError, OSError):
             # Put them back: they stay ours until the owner answers.
             engine.include_keys(keyset)
@@ -236,7 +323,7 @@ class Membership:
                 if not healthy:
                     stale[owner].append(Task(s.url, s.fp, s.key, s.depth, s.hops))
             for owner, tasks in stale.items():
-                await dispatcher.route(tasks)
+                await dispatcher.route(await self._unfinished(tasks))
                 await backups.remove(owner, [t.fp for t in tasks])
                 resent += len(tasks)
 
@@ -313,7 +400,10 @@ class Membership:
         candidates.sort(key=lambda p: distance(p.id, key) if p != owner else -1)
         for cand in candidates[:4]:
             try:
-                await node.store_task(cand, to_batches(tasks, done))
+                await asyncio.gather(
+                    node.store_task(cand, to_batches(tasks, done)),
+                    self._copy_to_replicas(cand, tasks, done),
+                )
                 return True
             except (PeerTimeout, RemoteError, OSError) as exc:
                 log.warning("handoff to %s failed: %s", cand, exc)

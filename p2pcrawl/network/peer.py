@@ -25,21 +25,23 @@ from p2pcrawl.archive import WarcWriter
 from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, SeedVerdict, Task, urls
 from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.handlers import PeerHandler
-from p2pcrawl.network.identity import load_or_create_identity
+from p2pcrawl.network.healing import Healing
+from p2pcrawl.network.identity import load_or_create_identity, lock_data_dir
 from p2pcrawl.network.membership import HandoffReport, Membership
 from p2pcrawl.network.netkey import is_loopback
+from p2pcrawl.network.quiescence import Quiescence
 from p2pcrawl.network.replication import Replication
 from p2pcrawl.network.scopesync import ScopeSync
 from p2pcrawl.network.seeding import Forward, log_verdicts, seed_with_report
 from p2pcrawl.settings import CrawlSettings, PeerSettings
-from protocol import CrawlNode, PeerRef, TaskSet
+from protocol import BootstrapError, CrawlNode, PeerRef, TaskSet
 from storage import BackupStore
 
 __all__ = ["Peer", "PeerConfig", "State"]
 
 log = logging.getLogger(__name__)
 
-State = Literal["joining", "active", "leaving", "stopped"]
+State = Literal["joining", "active", "finished", "leaving", "stopped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,8 @@ class Peer:
         self.config = config
         self.state: State = "joining"
         self.events = EventLog()
+        # Before anything reads the directory: its identity and stores are this peer's alone.
+        self._dir_lock = lock_data_dir(config.data_dir)
         self.node_id = load_or_create_identity(config.data_dir)
         self.started = time.monotonic()
         self.ledger: Ledger | None = None
@@ -76,6 +80,8 @@ class Peer:
         self.membership = Membership(self)
         # How late the event loop runs: every RPC reply and status answer waits that long.
         self.loop_lag = LoopLagMonitor()
+        self.quiescence = Quiescence(self, config.peer.finish_settle)
+        self.healing = Healing(self, config.peer.heal_interval, config.peer.heal_max_backoff)
 
     # -- start and stop --------------------------------------------------------------------
 
@@ -99,6 +105,8 @@ class Peer:
             ps = cfg.peer
             self.node = CrawlNode(self.node_id, self.handler, ps.node_config())
             await self.node.listen_on(*cfg.listen)
+            assert self.node.protocol is not None
+            self.node.protocol.serve("quiet", self.quiescence.serve_quiet)
             self.dispatcher = Dispatcher(
                 self.node,
                 replicas=ps.replicas,
@@ -106,7 +114,9 @@ class Peer:
                 batch=ps.dispatch_batch,
                 flush_s=ps.dispatch_flush_s,
             )
-            self.replication = Replication(self.node, self.dispatcher)
+            self.replication = Replication(self.node, self.dispatcher, self.ledger, self.backups)
+            self.dispatcher.backup = self.replication.copy_for
+            self.node.on_stall = self.membership.on_stall
             self.engine = Engine(
                 cfg.crawl,
                 self.ledger,
@@ -122,17 +132,32 @@ class Peer:
             )
             # Until the neighbours have handed over the hosts this peer now owns, with their
             # history, it accepts tasks but crawls nothing: it could not tell what is done.
-            self.engine.paused = bool(cfg.bootstrap)
+            # A restart without --bootstrap rejoins the network it last knew (healing).
+            saved = [] if cfg.bootstrap else self.healing.saved
+            self.engine.paused = bool(cfg.bootstrap or saved)
             await self.engine.start()
+            joined = False
             if cfg.bootstrap:
                 peers = await self.node.join(list(cfg.bootstrap))
                 self.events.add("joined", peers=len(peers))
+                joined = True
+            elif saved:
+                try:
+                    peers = await self.node.join(saved)
+                    self.events.add("rejoined", peers=len(peers))
+                    joined = True
+                except BootstrapError as exc:
+                    # Not fatal: this peer runs alone and keeps trying (``Healing.run``).
+                    log.warning("no saved contact answered (%s); running alone for now", exc)
             self.spawn(self.loop_lag.run(), "loop-lag")
             self.spawn(self.membership.rebalance_loop(), "rebalance")
             self.spawn(self.membership.republish_loop(), "republish")
+            self.spawn(self.replication.run(), "replication")
+            self.spawn(self.quiescence.run(), "quiescence")
             if self.engine.scope_from_seeds:
                 self.spawn(self.scope_sync.run(), "scope")
-            if cfg.bootstrap:
+            self.spawn(self.healing.run(), "healing")
+            if joined:
                 await self.membership.refresh_from_neighbours()
             self.state = "active"
             self.engine.paused = False
@@ -168,6 +193,7 @@ class Peer:
                 await closer()
             except Exception:
                 log.exception("closing %s failed", name)
+        self._dir_lock.release()  # last: every store is closed
         self._stopped.set()
 
     def request_leave(self) -> None:
@@ -202,8 +228,17 @@ class Peer:
             await self.scope_sync.publish({urls.hostname_of(t.url) for t in tasks})
         return await self.engine.add_seeds(seeds)
 
-    async def intake(self, tasks: list[Task], done: dict[bytes, list[int]] | None = None) -> int:
-        """Accept tasks this peer owns: dedup, store, back up; returns how many were new."""
+    async def intake(
+        self,
+        tasks: list[Task],
+        done: dict[bytes, list[int]] | None = None,
+        *,
+        replicate: bool = True,
+    ) -> int:
+        """Accept tasks this peer owns: dedup, store, and (``replicate``) copy them to the
+        replicas before returning; returns how many were new. Tasks that came over the
+        network pass ``replicate=False``: their sender wrote the replicas, and the replica
+        set follower fills any gap in the background (``Replication``)."""
         assert self.ledger is not None and self.engine is not None
         assert self.replication is not None
         if done:
@@ -215,7 +250,8 @@ class Peer:
         new = await self.ledger.accept(tasks)
         if new:
             self.engine.include_keys({t.key for t in new})
-            await self.replication.store_backups(new)
+            if replicate:
+                await self.replication.store_backups(new)
             self.engine.wake()
         return len(new)
 
@@ -257,12 +293,16 @@ class Peer:
             "node_id": self.node_id.hex(),
             "version": __version__,
             "listen": f"{node.me.host}:{node.me.port}" if node and self.state != "joining" else "",
-            "state": self.state,
+            # "finished" is reported, never stored: new seeds make the same peer active again.
+            "state": "finished"
+            if self.state == "active" and self.quiescence.finished.is_set()
+            else self.state,
             "peers": len(peers),
             "network_size": len(peers) + 1,
             "tasks_queued": eng.tasks_queued if eng else 0,
             "tasks_in_flight": len(eng.in_flight) if eng else 0,
             "backups_held": self._backup_count,
+            "backups_orphaned": self.quiescence.orphaned,
             "done": led.done_count if led else 0,
             "pages_fetched": stats.pages_fetched if stats else 0,
             "urls_discovered": stats.urls_discovered if stats else 0,

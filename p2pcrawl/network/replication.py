@@ -1,10 +1,19 @@
-"""Backups on the replicas: copies of every accepted task, dropped once it is finished.
+"""Backups on the replicas, kept in step with the replica set; the done range with them.
 
-The Kademlia crawler's improved protocol: an owner copies each task it accepts to its r
-nearest neighbours (STORE_BACKUP) and, once the page is done, tells them to drop their
-copies (DELETE_BACKUP), which also gives them the done fingerprint, so a neighbour that
-takes the host over after a crash does not fetch it again. docs/architecture.md states
-the invariant this keeps.
+The Kademlia crawler's improved protocol copies each task to the owner's r nearest
+neighbours (STORE_BACKUP) and drops the copies once the page is done (DELETE_BACKUP). Beyond
+the paper, this module keeps the invariant of docs/membership.md:
+
+* a queued task is durable on its owner and on the owner's r nearest live peers: the
+  *discoverer* writes the replicas alongside STORE_TASK (``copy_for``), so no handler waits on
+  another peer; the owner *follows* its replica set (``follow``): whenever the r nearest peers
+  of a key change (join, leave, crash, takeover, a handoff arriving), the new ones receive
+  the key's queued tasks and its done fingerprints;
+* a finished task is known as done by every peer that could republish it: DELETE_BACKUP
+  carries (key, fingerprint) pairs, goes to the current replicas and to every peer this owner
+  copied the key to since it last changed, and a replica records the fingerprints as done
+  whether or not it held a copy (``handlers``). The peer that takes a host over after a crash
+  is one of those replicas, so it dedups every republished copy of finished work.
 """
 
 from __future__ import annotations
@@ -12,68 +21,228 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from p2pcrawl.aio import Coalescer
-from p2pcrawl.crawl import Task
+from p2pcrawl.crawl import Task, to_stored
 from p2pcrawl.network.dispatch import Dispatcher, to_batches
 from protocol import CrawlNode, PeerRef, PeerTimeout, RemoteError
+
+if TYPE_CHECKING:
+    from p2pcrawl.crawl import Ledger
+    from storage import BackupStore
 
 __all__ = ["Replication"]
 
 log = logging.getLogger(__name__)
 
+FOLLOW_PAGE = 2000  # tasks read from the store per round trip when a key is re-replicated
+MAX_HOLDERS = 8  # peers remembered per key as possibly holding copies
+
 
 class Replication:
-    def __init__(self, node: CrawlNode, dispatcher: Dispatcher) -> None:
+    def __init__(
+        self, node: CrawlNode, dispatcher: Dispatcher, ledger: Ledger, backups: BackupStore
+    ) -> None:
         self.node = node
         self.dispatcher = dispatcher
-        self._deletes: Coalescer[PeerRef, int, None] = Coalescer(
+        self.ledger = ledger
+        self.backups = backups
+        self._deletes: Coalescer[PeerRef, tuple[bytes, int], None] = Coalescer(
             self._send_deletes, window=0.01, max_items=2000, name="delete-backup"
         )
+        # Per owned key: the replica set it was last brought up to date with, and every peer
+        # it was copied to since (they may hold copies until told the work is done).
+        self._synced: dict[bytes, frozenset[PeerRef]] = {}
+        self._holders: dict[bytes, dict[PeerRef, None]] = defaultdict(dict)
+        self._dirty: set[bytes] = set()
+        self._wake = asyncio.Event()
+        self.resynced_keys = 0
 
     @property
     def pending(self) -> int:
-        return self._deletes.pending
+        return self._deletes.pending + len(self._dirty)
 
     async def aclose(self) -> None:
         # Shutting down: what was not sent stays on the replicas until a takeover dedups it.
         await self._deletes.aclose(timeout=0.0)
 
-    async def store_backups(self, tasks: Sequence[Task]) -> None:
-        """Copy newly accepted tasks to the replicas of their keys (best effort: a missing
-        copy is made again by the next replication pass; the task is durable here)."""
-        by_replica: dict[PeerRef, list[Task]] = defaultdict(list)
-        for key in {t.key for t in tasks}:
-            for rep in await self.dispatcher.replicas_of(key):
-                by_replica[rep].extend(t for t in tasks if t.key == key)
-        if by_replica:
-            await asyncio.gather(*(self._store(r, ts) for r, ts in by_replica.items()))
+    # -- copies ------------------------------------------------------------------------------
 
-    async def _store(self, rep: PeerRef, ts: list[Task]) -> None:
+    def replicas_for(self, owner: bytes, key: bytes) -> list[PeerRef]:
+        """The r nodes nearest ``key`` after ``owner``, as this peer sees the network."""
+        found = self.node.closest_local(key, self.dispatcher.replicas + 1)
+        return [p for p in found if p.id != owner][: self.dispatcher.replicas]
+
+    async def copy_for(
+        self,
+        owner: PeerRef,
+        tasks: Sequence[Task],
+        done: dict[bytes, list[int]] | None = None,
+    ) -> None:
+        """Copy ``tasks`` (and the ``done`` range of their keys) to ``owner``'s replicas,
+        this peer included if it is one. Best effort: a replica that misses its copy is
+        filled by the owner's ``follow``."""
+        by_rep: dict[PeerRef, list[Task]] = defaultdict(list)
+        keys = {t.key for t in tasks} | set(done or {})
+        dones: dict[PeerRef, dict[bytes, list[int]]] = defaultdict(dict)
+        for key in keys:
+            for rep in self.replicas_for(owner.id, key):
+                by_rep[rep].extend(t for t in tasks if t.key == key)
+                if done and done.get(key):
+                    dones[rep][key] = done[key]
+                if owner.id == self.node.me.id:
+                    self._holder(key, rep)
+        if by_rep:
+            await asyncio.gather(
+                *(self._store(r, owner.id, ts, dones.get(r)) for r, ts in by_rep.items())
+            )
+
+    async def store_backups(self, tasks: Sequence[Task]) -> None:
+        """Copies of tasks this peer owns and queued itself (its own discoveries)."""
+        await self.copy_for(self.node.me, tasks)
+
+    async def _store(
+        self, rep: PeerRef, owner: bytes, ts: list[Task], done: dict[bytes, list[int]] | None
+    ) -> bool:
+        if rep.id == self.node.me.id:
+            if done:
+                pairs = [(k, fp) for k, fps in done.items() for fp in fps]
+                await self.ledger.done.add(pairs)
+                await self.backups.remove(owner, [fp for _, fp in pairs])
+            await self.hold(owner, ts)
+            return True
         try:
-            await self.node.store_backup(rep, self.node.me.id, to_batches(ts))
+            await self.node.store_backup(rep, owner, to_batches(ts, done))
+            return True
         except (PeerTimeout, RemoteError, OSError) as exc:
             log.info("STORE_BACKUP to %s failed: %s", rep, exc)
+            return False
+
+    async def hold(self, owner: bytes, tasks: Sequence[Task]) -> int:
+        """Keep copies of ``owner``'s tasks here, except finished ones; returns how many.
+
+        A copy can arrive after its DELETE_BACKUP (the discoverer writes the replicas in
+        parallel with the owner). DELETE_BACKUP records the fingerprints as done *before* it
+        drops copies, so probing again after the insert closes the race: either the drop
+        comes after our insert, or our second probe sees the fingerprint.
+        """
+        if not tasks:
+            return 0
+        finished = await self.ledger.is_done(tasks)
+        keep = [t for t, d in zip(tasks, finished, strict=True) if not d]
+        if not keep:
+            return 0
+        added = await self.backups.add(owner, [to_stored(t) for t in keep])
+        late = [t.fp for t, d in zip(keep, await self.ledger.is_done(keep), strict=True) if d]
+        if late:
+            added -= await self.backups.remove(owner, late)
+        return max(0, added)
+
+    def _holder(self, key: bytes, rep: PeerRef) -> None:
+        held = self._holders[key]
+        held.pop(rep, None)
+        held[rep] = None
+        while len(held) > MAX_HOLDERS:
+            del held[next(iter(held))]
+
+    # -- following the replica set ---------------------------------------------------------
+
+    def note_keys(self, keys: Iterable[bytes]) -> None:
+        """Keys whose tasks just arrived (routed or handed over): check their replicas soon."""
+        new = [k for k in keys if k not in self._synced]
+        if new:
+            self._dirty.update(new)
+            self._wake.set()
+
+    def membership_changed(self) -> None:
+        self._dirty.update(self._synced)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Owned by the peer: re-replicate dirty keys, off every RPC handler's path."""
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(0.2)  # a join brings several membership events at once
+            self._wake.clear()
+            try:
+                await self.follow()
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.warning("replication pass failed: %s; retrying", exc)
+                await asyncio.sleep(1.0)
+                self._wake.set()
+
+    async def follow(self) -> int:
+        """Bring the replicas of every dirty owned key up to date; returns keys re-copied."""
+        me = self.node.me
+        keys, self._dirty = self._dirty, set()
+        owned = set(await self.ledger.tasks.key_counts())
+        resynced = 0
+        for key in keys:
+            found = self.node.closest_local(key, 1)
+            if key not in owned or not found or found[0].id != me.id:
+                self._synced.pop(key, None)  # not ours (any more): its new owner follows it
+                continue
+            reps = frozenset(self.replicas_for(me.id, key))
+            fresh = reps - self._synced.get(key, frozenset())
+            if fresh and not await self._resync(key, fresh):
+                self._dirty.add(key)  # a replica missed it: again on the next pass
+                continue
+            self._synced[key] = reps
+            resynced += bool(fresh)
+        self.resynced_keys += resynced
+        return resynced
+
+    async def _resync(self, key: bytes, reps: frozenset[PeerRef]) -> bool:
+        """Send ``key``'s queued tasks and done fingerprints to replicas that lack them."""
+        done = await self.ledger.done.fps_for_keys([key])
+        ok = True
+        after = 0
+        first = True
+        while True:
+            rows = await self.ledger.load_key(key, after, FOLLOW_PAGE)
+            tasks = [t for _, t in rows]
+            if not tasks and not first:
+                return ok
+            results = await asyncio.gather(
+                *(self._store(r, self.node.me.id, tasks, done if first else None) for r in reps)
+            )
+            for rep in reps:
+                self._holder(key, rep)
+            ok = ok and all(results)
+            first = False
+            if len(rows) < FOLLOW_PAGE:
+                return ok
+            after = rows[-1][0]
+
+    # -- finished work ----------------------------------------------------------------------
 
     async def finished(self, tasks: list[Task]) -> None:
-        """Tell the replicas that ``tasks`` are finished, and wait for their answer.
+        """Tell every peer that may hold a copy that ``tasks`` are finished, and wait.
 
-        Waiting keeps a crash from leaving a replica with a copy of a finished page and
-        no record that it is finished: it would fetch it again.
+        Waiting keeps a crash from leaving a replica with a copy of a finished page and no
+        record that it is finished: it would fetch it again.
         """
-        by_rep: dict[PeerRef, list[int]] = defaultdict(list)
+        me = self.node.me.id
+        by_rep: dict[PeerRef, list[tuple[bytes, int]]] = defaultdict(list)
         for t in tasks:
-            for rep in await self.dispatcher.replicas_of(t.key):
-                by_rep[rep].append(t.fp)
+            targets = dict.fromkeys(self.replicas_for(me, t.key))
+            targets.update(self._holders.get(t.key, {}))
+            for rep in targets:
+                if rep.id != me:
+                    by_rep[rep].append((t.key, t.fp))
         if by_rep:
             await asyncio.gather(*(self._deletes.submit(r, f) for r, f in by_rep.items()))
 
-    async def _send_deletes(self, rep: PeerRef, fps: list[int]) -> list[None]:
+    async def _send_deletes(self, rep: PeerRef, pairs: list[tuple[bytes, int]]) -> list[None]:
+        done: dict[bytes, list[int]] = defaultdict(list)
+        for key, fp in pairs:
+            done[key].append(fp)
         try:
-            await self.node.delete_backup(rep, self.node.me.id, fps)
+            await self.node.delete_backup(rep, self.node.me.id, done)
         except (PeerTimeout, RemoteError, OSError) as exc:
-            # The copies stay; the republish pass finds the owner healthy and they are
-            # dropped when the owner's next DELETE_BACKUP or a takeover dedups them.
+            # The copies stay; the replica's republish pass re-routes them to the owner,
+            # which dedups them against its done record.
             log.info("DELETE_BACKUP to %s failed: %s", rep, exc)
-        return [None] * len(fps)
+        return [None] * len(pairs)

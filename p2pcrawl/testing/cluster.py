@@ -192,7 +192,7 @@ class Cluster:
             last = await self.statuses()
             alive = [p for p in self.peers if p.alive]
             idle = len(last) == len(alive) and all(
-                s["state"] == "active"
+                s["state"] in ("active", "finished")
                 and s["tasks_queued"] == 0
                 and s["tasks_in_flight"] == 0
                 and s["rpc_in_transit"] == 0
@@ -207,6 +207,24 @@ class Cluster:
             await asyncio.sleep(0.3)
         logs = "\n".join(f"--- {p.name}\n{self.log(p)}" for p in self.peers)
         raise AssertionError(f"crawl did not finish: {last}\n{logs}")
+
+    async def wait_network_finished(self, timeout: float) -> list[dict[str, Any]]:
+        """Until every live peer reports ``state: "finished"`` (DESIGN.md's definition, as
+        each peer works it out). Fails if any peer said "finished" while a backup of an owner
+        that is gone was still unclaimed somewhere: that state must never be premature."""
+        deadline = time.monotonic() + timeout
+        last: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            last = await self.statuses()
+            alive = [p for p in self.peers if p.alive]
+            orphans = sum(int(s.get("backups_orphaned", 0)) for s in last)
+            if orphans and any(s["state"] == "finished" for s in last):
+                raise AssertionError(f"finished while {orphans} backups were orphaned: {last}")
+            if len(last) == len(alive) and all(s["state"] == "finished" for s in last):
+                return last
+            await asyncio.sleep(0.3)
+        logs = "\n".join(f"--- {p.name}\n{self.log(p)}" for p in self.peers)
+        raise AssertionError(f"the network never reported finished: {last}\n{logs}")
 
     async def wait_until(self, predicate: Any, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout

@@ -33,7 +33,7 @@ def crawl_finished(peers: list[Peer]) -> bool:
     "Finished")."""
     for p in peers:
         s = p.status()
-        if s["state"] != "active":
+        if s["state"] not in ("active", "finished"):
             return False
         if s["tasks_queued"] or s["tasks_in_flight"] or s["rpc_in_transit"]:
             return False

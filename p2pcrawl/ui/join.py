@@ -166,10 +166,25 @@ async def run_join(opts: dict[str, Any]) -> int:
         )
         progress = TaskSet("join")
         progress.spawn(_progress_loop(peer, interval, sys.stderr.isatty()), "progress")
+        running = asyncio.ensure_future(peer.run())
+        finished = (
+            asyncio.ensure_future(peer.quiescence.finished.wait())
+            if opts.get("exit_when_finished")
+            else None
+        )
         try:
-            report = await peer.run()
+            waits = [running] if finished is None else [running, finished]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            # The network is finished: nothing is queued anywhere, so there is nothing to
+            # hand off. Stop where we are; the data directory keeps the history.
+            ended_by_finish = not running.done()
         finally:
             await progress.aclose()
+            owned = [t for t in (running, finished) if t is not None]
+            for t in owned:
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(*owned, return_exceptions=True)
         if sys.stderr.isatty():
             sys.stderr.write("\n")  # end the progress line
         warc_dir = config.data_dir / "warc"
@@ -177,6 +192,11 @@ async def run_join(opts: dict[str, Any]) -> int:
         done = summary(extended_status(peer), time.monotonic() - peer.started, warc)
         for line in summary_lines(done, str(warc_dir), str(config.data_dir)):
             print(line, file=sys.stderr, flush=True)
+        if ended_by_finish:
+            log.info("the network is finished; exiting")
+            print(json.dumps({"finished": True, **done}), flush=True)
+            return 0
+        report = running.result()
         print(
             json.dumps(
                 {

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PeerMetrics"]
 
-STATES = ("joining", "active", "leaving", "stopped")
+STATES = ("joining", "active", "finished", "leaving", "stopped")
 
 # (metric name, help, key in Peer.status())
 _STATUS_GAUGES = (

@@ -255,6 +255,12 @@ def _add_join_options(join: argparse.ArgumentParser) -> None:
     join.add_argument("--status-token", metavar="T", help="required when --status is not loopback")
     join.add_argument("--data", type=Path, metavar="DIR", help="data directory (./p2pcrawl-data)")
     join.add_argument(
+        "--exit-when-finished",
+        action="store_true",
+        default=None,
+        help="exit 0 with a summary once the whole network reports finished (batch crawls)",
+    )
+    join.add_argument(
         "--progress-interval",
         type=_positive_float,
         metavar="S",

@@ -23,7 +23,16 @@ pytestmark = pytest.mark.slow
 
 CONCURRENCY = 8
 # Fast failure detection so the tests stay short: three missed pings at 0.5 s.
-FAST = ["--rpc-timeout", "0.5", "--ping-interval", "0.5", "--republish-interval", "2"]
+FAST = [
+    "--rpc-timeout",
+    "0.5",
+    "--ping-interval",
+    "0.5",
+    "--suspicion-timeout",
+    "2",
+    "--republish-interval",
+    "2",
+]
 
 
 @pytest.fixture

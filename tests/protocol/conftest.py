@@ -31,6 +31,7 @@ class MemoryHandler:
         self.seen: set[str] = set()
         self.backups: dict[bytes, dict[int, TaskItem]] = {}
         self.refuse: set[bytes] = set()
+        self.done_seen: set[tuple[bytes, int]] = set()
         self.refresh_from: list[PeerRef] = []
         self.added: list[PeerRef] = []
         self.removed: list[tuple[PeerRef, str]] = []
@@ -62,9 +63,12 @@ class MemoryHandler:
                 held[fp(t.url)] = t
         return sum(len(b.tasks) for b in batches)
 
-    async def handle_delete_backup(self, sender: PeerRef, owner: bytes, fps: list[int]) -> int:
+    async def handle_delete_backup(
+        self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
+    ) -> int:
         held = self.backups.get(owner, {})
-        return sum(held.pop(f, None) is not None for f in fps)
+        self.done_seen.update((k, f) for k, fps in done.items() for f in fps)
+        return sum(held.pop(f, None) is not None for fps in done.values() for f in fps)
 
     async def handle_refresh_task(self, sender: PeerRef) -> int:
         self.refresh_from.append(sender)

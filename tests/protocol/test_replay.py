@@ -45,7 +45,7 @@ async def test_a_replayed_store_backup_does_not_resurrect_a_deleted_backup(
     task = TaskItem("https://a.example/x", 0)
     assert await b.store_backup(a.me, b.me.id, [KeyBatch(key_for("a.example"), [task])]) == 1
     (store,) = requests(wire)
-    assert await b.delete_backup(a.me, b.me.id, [fp(task.url)]) == 1
+    assert await b.delete_backup(a.me, b.me.id, {key_for("a.example"): [fp(task.url)]}) == 1
     assert handler_of(a).backups[b.me.id] == {}
     before = a.stats()
     b.transport.sendto(store, a.me.addr)  # type: ignore[union-attr]
@@ -61,7 +61,7 @@ async def test_a_datagram_replayed_from_another_address_is_dropped_unanswered(
     b = await make_node(secret=KEY)
     await b.join([a.me.addr])
     wire = tap(b)
-    assert await b.delete_backup(a.me, b.me.id, [12345]) == 0
+    assert await b.delete_backup(a.me, b.me.id, {key_for("a.example"): [12345]}) == 0
     (delete,) = requests(wire)
     router = a.protocol.router  # type: ignore[union-attr]
     seen_before = router.last_seen(b.me.id)
@@ -72,4 +72,4 @@ async def test_a_datagram_replayed_from_another_address_is_dropped_unanswered(
     assert router.last_seen(b.me.id) == seen_before  # not even "heard from"
     assert [(p.id, p.addr) for p in a.peers()] == [(b.me.id, b.me.addr)]
     # And a fresh request from b still works: nothing about b was disturbed.
-    assert await b.delete_backup(a.me, b.me.id, [12345]) == 0
+    assert await b.delete_backup(a.me, b.me.id, {key_for("a.example"): [12345]}) == 0

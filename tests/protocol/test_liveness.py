@@ -1,0 +1,210 @@
+"""Failure detection: suspicion by time, indirect probes, local health (SWIM + Lifeguard)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import Any
+
+from kademlia.node import Node
+
+from protocol import CrawlNode
+from protocol.liveness import Detector, LivenessConfig, LocalHealth, socket_drops, socket_inode
+from tests.protocol.conftest import NodeFactory, eventually, handler_of
+from tests.protocol.test_node import free_port
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- the pure core ---------------------------------------------------------------------------
+
+
+def test_a_suspect_dies_only_after_the_timeout_and_enough_rounds() -> None:
+    clock = Clock()
+    d = Detector(LivenessConfig(suspicion_timeout=10.0, min_failed_rounds=3), clock)
+    peer = b"p" * 20
+    d.failed(peer)
+    for _ in range(5):  # a burst: many failed calls and rounds within a second
+        d.failed(peer)
+        d.probe_failed(peer)
+        clock.now += 0.1
+    assert not d.dead(peer), "a burst of failures is not time"
+    clock.now += 9.6
+    assert d.dead(peer)
+
+
+def test_rounds_are_needed_even_after_the_timeout() -> None:
+    clock = Clock()
+    d = Detector(LivenessConfig(suspicion_timeout=1.0, min_failed_rounds=3), clock)
+    peer = b"p" * 20
+    d.failed(peer)
+    clock.now += 60
+    d.probe_failed(peer)
+    d.probe_failed(peer)
+    assert not d.dead(peer)
+    d.probe_failed(peer)
+    assert d.dead(peer)
+
+
+def test_anything_heard_refutes_and_the_clock_restarts() -> None:
+    clock = Clock()
+    d = Detector(LivenessConfig(suspicion_timeout=10.0, min_failed_rounds=1), clock)
+    peer = b"p" * 20
+    d.failed(peer)
+    d.probe_failed(peer)
+    clock.now += 9
+    d.heard(peer)
+    assert not d.is_suspect(peer) and d.refuted == 1
+    d.failed(peer)
+    d.probe_failed(peer)
+    clock.now += 9
+    assert not d.dead(peer), "suspicion counts from the new failure, not the old one"
+    clock.now += 1
+    assert d.dead(peer)
+
+
+def test_poor_local_health_stretches_the_timeout() -> None:
+    clock = Clock()
+    d = Detector(LivenessConfig(suspicion_timeout=10.0, min_failed_rounds=1), clock)
+    peer = b"p" * 20
+    d.failed(peer)
+    d.probe_failed(peer)
+    for _ in range(2):
+        d.health.round(
+            loop_lag=0.0, socket_drops=50, junk=0, missed_nacks=0, probes_ok=0, probes_failed=1
+        )
+    assert d.health.multiplier == 3
+    clock.now += 20
+    assert not d.dead(peer), "while we drop datagrams ourselves, silence is weak evidence"
+    clock.now += 10
+    assert d.dead(peer)
+
+
+def test_local_health_rises_on_each_sign_and_recovers_on_clean_rounds() -> None:
+    h = LocalHealth(cap=8)
+    clean: dict[str, Any] = {"loop_lag": 0.0, "socket_drops": 0, "junk": 0, "missed_nacks": 0}
+    h.round(loop_lag=2.0, socket_drops=0, junk=0, missed_nacks=0, probes_ok=3, probes_failed=0)
+    h.round(**{**clean, "junk": 10_000}, probes_ok=0, probes_failed=0)
+    h.round(**{**clean, "missed_nacks": 2}, probes_ok=0, probes_failed=0)
+    h.round(**clean, probes_ok=0, probes_failed=3)  # every probe failed: likely us
+    assert h.score == 4
+    assert set(h.signals) == {"loop_lag", "junk", "missed_nacks", "all_probes_failed"}
+    h.round(**clean, probes_ok=0, probes_failed=1)  # one failure alone proves nothing
+    assert h.score == 4
+    for _ in range(10):
+        h.round(**clean, probes_ok=1, probes_failed=0)
+    assert h.score == 0
+    for _ in range(20):
+        h.worse("x")
+    assert h.score == 8 and h.multiplier == 9
+
+
+# --- on the wire -----------------------------------------------------------------------------
+
+LIVE: dict[str, Any] = {
+    "ping_interval": 0.1,
+    "rpc_timeout": 0.2,
+    "failures_before_evict": 2,
+    "suspicion_timeout": 0.6,
+}
+
+
+async def trio(
+    make_node: NodeFactory, quiet_b: bool = False, **config: object
+) -> tuple[CrawlNode, ...]:
+    a = await make_node(**config)
+    b = await make_node(**{**config, **({"ping_interval": 60.0} if quiet_b else {})})
+    c = await make_node(**config)
+    await b.join([a.me.addr])
+    await c.join([a.me.addr])
+    await eventually(lambda: all(len(n.peers()) == 2 for n in (a, b, c)))
+    return a, b, c
+
+
+async def test_a_peer_others_can_reach_is_not_declared_dead(make_node: NodeFactory) -> None:
+    # Asymmetric reachability: a cannot reach b (it knows b at a dead port), c can. SWIM's
+    # indirect probe through c keeps b alive in a's view. (b pings nobody on its own here:
+    # a request from b would refute the suspicion directly and correct the address.)
+    a, b, c = await trio(make_node, quiet_b=True, **LIVE)
+    assert a.protocol is not None
+    a.protocol.router.add_contact(Node(b.me.id, "127.0.0.1", free_port()))
+    await asyncio.sleep(3.0)  # many rounds, five times the suspicion timeout
+    assert b.me.id in {p.id for p in a.peers()}
+    assert handler_of(a).removed == []
+    assert a.stats()["rpc_sent"]["ping_req"] > 0  # type: ignore[index]
+    assert c.stats()["rpc_received"]["ping_req"] > 0  # type: ignore[index]
+
+
+async def test_a_dead_peer_is_probed_indirectly_then_declared(make_node: NodeFactory) -> None:
+    a, b, c = await trio(make_node, **LIVE)
+    await b.aclose()
+    started = time.monotonic()
+    await eventually(lambda: b.me not in a.peers() and b.me not in c.peers(), timeout=8.0)
+    assert time.monotonic() - started >= LIVE["suspicion_timeout"]
+    assert (b.me, "unresponsive") in handler_of(a).removed
+    assert a.stats()["rpc_sent"]["ping_req"] > 0  # type: ignore[index]
+    assert a.protocol is not None and a.protocol.liveness.declared == 1
+
+
+async def test_ping_req_refuses_targets_it_does_not_know(make_node: NodeFactory) -> None:
+    # No reflection: a helper pings only contacts in its own table, at their known address.
+    a, b = await make_node(), await make_node()
+    await b.join([a.me.addr])
+    assert a.protocol is not None
+    stranger = Node(bytes(20), "127.0.0.1", free_port())
+    pings = b.stats()["rpc_sent"].get("ping", 0)  # type: ignore[attr-defined]
+    assert await a.protocol.ping_req(Node(b.me.id, *b.me.addr), stranger) is False
+    assert b.stats()["rpc_sent"].get("ping", 0) == pings  # type: ignore[attr-defined]
+    target = Node(b.me.id, *b.me.addr)
+    c = await make_node()
+    await c.join([b.me.addr])
+    assert await c.protocol.ping_req(Node(a.me.id, *a.me.addr), target) is True  # type: ignore[union-attr]
+
+
+async def test_socket_drops_and_a_stalled_loop_lower_local_health(
+    make_node: NodeFactory,
+) -> None:
+    a = await make_node(ping_interval=0.2, rpc_timeout=0.2)
+    assert a.protocol is not None and a.protocol.transport is not None
+    sock = a.protocol.transport.get_extra_info("socket")
+    before = socket_drops(socket_inode(sock.fileno()))
+    await asyncio.sleep(0.2)  # the lag monitor's first tick
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        junk = b"x" * 1400
+        # Our loop is the node's loop: while it is blocked here nothing reads the socket,
+        # so the kernel must drop what does not fit its receive buffer.
+        deadline = time.monotonic() + 1.0
+        sent = 0
+        while time.monotonic() < deadline and sent < 20_000:
+            sender.sendto(junk, a.me.addr)
+            sent += 1
+    finally:
+        sender.close()
+    time.sleep(0.6)  # noqa: ASYNC251 -- the stall under test
+    if before is not None:
+        after = socket_drops(socket_inode(sock.fileno()))
+        assert after is not None and after > before
+    health = a.protocol.liveness.health
+    await eventually(lambda: "loop_lag" in health.signals, timeout=3.0)
+    await eventually(lambda: "junk" in health.signals, timeout=3.0)
+    if before is not None:
+        await eventually(lambda: "socket_drops" in health.signals, timeout=3.0)
+    assert health.score > 0
+
+
+async def test_a_long_stall_is_reported(make_node: NodeFactory) -> None:
+    a = await make_node(suspicion_timeout=0.4)
+    stalls: list[float] = []
+    a.on_stall = stalls.append
+    await asyncio.sleep(0.2)  # the lag monitor's first tick
+    time.sleep(0.5)  # noqa: ASYNC251 -- the stall under test
+    await eventually(lambda: bool(stalls), timeout=2.0)
+    assert stalls[0] >= 0.2
