@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from p2pcrawl.network import DataDirError
 from p2pcrawl.settings import SettingsError
 from p2pcrawl.ui.client import run_client
 from p2pcrawl.ui.join import run_join
@@ -61,7 +62,7 @@ def _run(args: Any) -> int:
 
 def describe(exc: BaseException) -> str:
     """One line for a person: what failed, without the stack."""
-    if isinstance(exc, UsageError | SettingsError | OSError):
+    if isinstance(exc, UsageError | SettingsError | OSError | DataDirError):
         # OSError covers StoreUnwritable (disk full, read-only) and the like; its text
         # already names the path and the reason.
         return " ".join(str(exc).split())

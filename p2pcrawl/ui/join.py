@@ -36,7 +36,6 @@ LOG_PROGRESS_S = 30.0
 
 async def run_join(opts: dict[str, Any]) -> int:
     from p2pcrawl.network import (
-        DataDirError,
         NetworkKeyError,
         Peer,
         PeerConfig,
@@ -96,11 +95,7 @@ async def run_join(opts: dict[str, Any]) -> int:
         crawl=crawl,
         peer=peer_settings,
     )
-    try:
-        peer = Peer(config)
-    except DataDirError as exc:
-        log.error("%s", exc)
-        return EXIT_FAILURE
+    peer = Peer(config)  # a DataDirError is the command's one-line failure (exit 1)
     server = StatusServer(peer, *status_addr, token=token)
     loop = asyncio.get_running_loop()
     interrupts = 0
