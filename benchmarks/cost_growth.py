@@ -160,7 +160,7 @@ class Size:
         self.task_disk_bytes = await asyncio.to_thread(files_bytes, self.dir, "tasks.sqlite3*")
 
 
-async def done_checks(n: int, work: Path, probes: int, exact: int) -> dict[str, float]:
+async def done_checks(n: int, work: Path, probes: int, exact: int, rounds: int) -> dict[str, Any]:
     """Per-check cost of the done record holding n fingerprints (done_record.py's data)."""
     hosts = max(1, n // URLS_PER_HOST)
     keys = host_keys(hosts)
@@ -173,23 +173,31 @@ async def done_checks(n: int, work: Path, probes: int, exact: int) -> dict[str, 
         seen = [url_fp(i, hosts) for i in range(0, n, step)][:probes]
         unseen = [url_fp(UNSEEN_BASE + i, hosts) for i in range(probes)]
         maybe = record.maybe_contains
-        t0 = time.perf_counter()
-        for _, fp in unseen:
-            maybe(fp)
-        unseen_ns = (time.perf_counter() - t0) / probes * 1e9
         exact = min(exact, probes)
-        t0 = time.perf_counter()
-        for s in range(0, exact, 1_000):
-            flags = await record.contains([(keys[h], fp) for h, fp in seen[s : s + 1_000]])
-            assert all(flags)
-        seen_us = (time.perf_counter() - t0) / exact * 1e6
+        unseen_ns: list[float] = []
+        seen_us: list[float] = []
+        # Repeated rounds on the same record (sizes cannot interleave here: a 10^7 record
+        # is built, measured and removed before the next).
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for _, fp in unseen:
+                maybe(fp)
+            unseen_ns.append((time.perf_counter() - t0) / probes * 1e9)
+            t0 = time.perf_counter()
+            for s in range(0, exact, 1_000):
+                batch = [(keys[h], fp) for h, fp in seen[s : s + 1_000]]
+                flags = await record.contains(batch)
+                assert all(flags)
+            seen_us.append((time.perf_counter() - t0) / exact * 1e6)
     finally:
         await record.aclose()
     disk = await asyncio.to_thread(files_bytes, work, f"done{n}.sqlite3*", True)
     return {
         "fingerprints": n,
-        "unseen_check_ns": round(unseen_ns, 1),
-        "seen_check_us": round(seen_us, 2),
+        "unseen_check_ns": round(statistics.median(unseen_ns), 1),
+        "unseen_check_ns_range": [round(min(unseen_ns), 1), round(max(unseen_ns), 1)],
+        "seen_check_us": round(statistics.median(seen_us), 2),
+        "seen_check_us_range": [round(min(seen_us), 2), round(max(seen_us), 2)],
         "disk_bytes_per_fp": round(disk / n, 2),
     }
 
@@ -264,7 +272,7 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for n in skipped:
         print(f"queue {n:>12,}  not measured: its fill would pass the {args.budget:.0f} s budget")
 
-    done_rows: list[dict[str, float]] = []
+    done_rows: list[dict[str, Any]] = []
     skipped_done: list[int] = []
     last_insert = 0.0
     print("\ndone record cost per check")
@@ -276,14 +284,15 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             skipped_done.append(n)
             continue
         t0 = time.monotonic()
-        checks = await done_checks(n, work, args.probes, args.exact)
+        checks = await done_checks(n, work, args.probes, args.exact, args.rounds)
         last_insert = time.monotonic() - t0
         done_rows.append(checks)
         b = done_rows[0]
         print(
             f"done  {n:>12,}  unseen (Bloom) {checks['unseen_check_ns']:6.0f} ns"
+            f" {checks['unseen_check_ns_range']}"
             f" x{checks['unseen_check_ns'] / b['unseen_check_ns']:.2f}"
-            f"   seen (disk) {checks['seen_check_us']:6.2f} us"
+            f"   seen (disk) {checks['seen_check_us']:6.2f} us {checks['seen_check_us_range']}"
             f" x{checks['seen_check_us'] / b['seen_check_us']:.2f}"
             f"   disk {checks['disk_bytes_per_fp']:.1f} B/fp",
             flush=True,
