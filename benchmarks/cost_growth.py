@@ -5,7 +5,8 @@
 
 A size whose fill would take the run past ``--budget`` seconds (600) is skipped and named
 in the output and the JSON (``queue_skipped``, ``done_skipped``): on a 2-core machine the
-10^7 queue takes about 15 minutes to fill, so the default run stops at 10^6;
+10^7 queue took about 15 minutes to fill (guessed n^1.4 from the 10^6 fill), so the
+default run stopped at 10^6 there;
 ``--budget 3000`` measures it.
 
 For each queue size the task store (``p2pcrawl.crawl.Ledger`` over ``storage.TaskStore``) is
