@@ -24,18 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from p2pcrawl.testing import Cluster, PeerProc, TestWeb, TestWebConfig
+from p2pcrawl.testing import FAST_DETECTION, Cluster, PeerProc, TestWeb, TestWebConfig
 
-FAST = [
-    "--rpc-timeout",
-    "0.5",
-    "--ping-interval",
-    "0.5",
-    "--suspicion-timeout",
-    "2",
-    "--republish-interval",
-    "2",
-]
+FAST = list(FAST_DETECTION)
 
 
 def crawl_args(web: TestWeb, delay: float) -> list[str]:

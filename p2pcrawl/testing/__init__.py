@@ -4,11 +4,12 @@ harness that runs real peer processes on loopback. Tests, benchmarks, examples a
 
 from __future__ import annotations
 
-from p2pcrawl.testing.cluster import Cluster, PeerProc
+from p2pcrawl.testing.cluster import FAST_DETECTION, Cluster, PeerProc
 from p2pcrawl.testing.hostile import HostileConfig, HostileWeb
 from p2pcrawl.testing.web import TestWeb, TestWebConfig, canonical_target
 
 __all__ = [
+    "FAST_DETECTION",
     "Cluster",
     "HostileConfig",
     "HostileWeb",

@@ -21,21 +21,12 @@ import pytest
 from p2pcrawl.archive import read_warc_urls
 from p2pcrawl.network.healing import read_contacts
 from p2pcrawl.settings import PeerSettings
-from p2pcrawl.testing import Cluster, PeerProc, TestWeb, TestWebConfig
+from p2pcrawl.testing import FAST_DETECTION, Cluster, PeerProc, TestWeb, TestWebConfig
 from tests.integration.conftest import crawl_args, start_mesh
 
 pytestmark = pytest.mark.slow
 
-FAST = [
-    "--rpc-timeout",
-    "0.5",
-    "--ping-interval",
-    "0.5",
-    "--suspicion-timeout",
-    "2",
-    "--republish-interval",
-    "2",
-]
+FAST = list(FAST_DETECTION)
 MAX_DUP_SHARE = 0.005  # the bound: duplicate fetches at most 0.5% of pages
 # docs/membership.md, "Healing": two halves merge within heal_interval + heal_max_backoff
 # (the defaults: neither is a flag) plus one join round trip -- a lookup of a few RPCs.

@@ -16,23 +16,13 @@ from typing import Any
 
 import pytest
 
-from p2pcrawl.testing import Cluster, TestWeb, TestWebConfig
+from p2pcrawl.testing import FAST_DETECTION, Cluster, TestWeb, TestWebConfig
 from tests.integration.conftest import crawl_args, start_mesh
 
 pytestmark = pytest.mark.slow
 
 CONCURRENCY = 8
-# Fast failure detection so the tests stay short: three missed pings at 0.5 s.
-FAST = [
-    "--rpc-timeout",
-    "0.5",
-    "--ping-interval",
-    "0.5",
-    "--suspicion-timeout",
-    "2",
-    "--republish-interval",
-    "2",
-]
+FAST = list(FAST_DETECTION)
 
 
 @pytest.fixture
