@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from p2pcrawl.aio.batching import Coalescer
 from p2pcrawl.aio.looplag import LagSnapshot, LoopLagMonitor
+from p2pcrawl.aio.service import Service
 from protocol import TaskSet
 
-__all__ = ["Coalescer", "LagSnapshot", "LoopLagMonitor", "TaskSet"]
+__all__ = ["Coalescer", "LagSnapshot", "LoopLagMonitor", "Service", "TaskSet"]

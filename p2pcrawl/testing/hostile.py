@@ -41,10 +41,10 @@ import functools
 import socket
 import struct
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Self
 
 from aiohttp import web
+
+from p2pcrawl.aio.service import Service
 
 __all__ = ["CASES", "GUARD_TARGETS", "RESET_LINKS", "HostileConfig", "HostileWeb"]
 
@@ -84,7 +84,7 @@ class HostileConfig:
             raise ValueError("reset_after >= 1024, bomb_depth and trap_fanout >= 1")
 
 
-class HostileWeb:
+class HostileWeb(Service):
     """The hostile hosts: one server per case, all on one port."""
 
     __test__ = False
@@ -180,18 +180,6 @@ class HostileWeb:
         for runner in runners:
             with contextlib.suppress(Exception):
                 await runner.cleanup()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # -- handlers -------------------------------------------------------------------------
 

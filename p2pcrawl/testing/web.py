@@ -40,11 +40,10 @@ import gzip
 import posixpath
 import random
 from dataclasses import dataclass, replace
-from types import TracebackType
-from typing import Self
 
 from aiohttp import web
 
+from p2pcrawl.aio.service import Service
 from p2pcrawl.testing.canonical import canonical_target
 from p2pcrawl.testing.content import (
     LINK_CAP,
@@ -146,7 +145,7 @@ class _Resource:
 # --- URL helpers -------------------------------------------------------------------------
 
 
-class TestWeb:
+class TestWeb(Service):
     """The generated web: plan, ground truth, and (after :meth:`start`) its server."""
 
     __test__ = False  # keep pytest from collecting it
@@ -234,18 +233,6 @@ class TestWeb:
                 await runner.cleanup()
         if self.hostile is not None:
             await self.hostile.aclose()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # -- ground truth ---------------------------------------------------------------------
 
