@@ -40,6 +40,7 @@ from protocol import (
     KeyBatch,
     NodeConfig,
     PeerRef,
+    RefreshAnswer,
     StoreResult,
     TaskItem,
     key_for,
@@ -71,8 +72,8 @@ class CountingHandler:
     ) -> int:
         return 0
 
-    async def handle_refresh_task(self, sender: PeerRef) -> int:
-        return 0
+    async def handle_refresh_task(self, sender: PeerRef) -> RefreshAnswer:
+        return RefreshAnswer(0)
 
     def peer_added(self, peer: PeerRef) -> None:
         pass

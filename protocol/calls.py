@@ -18,10 +18,12 @@ from protocol.errors import PeerTimeout, RemoteError
 from protocol.messages import (
     KeyBatch,
     PeerRef,
+    RefreshAnswer,
     StoreResult,
     check_id,
     count_from_wire,
     encode_chunks,
+    refresh_from_wire,
     store_result_from_wire,
 )
 from protocol.rpc import CrawlProtocol
@@ -75,11 +77,12 @@ class CrawlCalls:
         replies = await self._chunked(peer, "delete_backup", [[owner, c] for c, _ in chunks])
         return sum(_parse(peer, "delete_backup", count_from_wire, r) for r in replies)
 
-    async def refresh_task(self, peer: PeerRef) -> int:
-        """REFRESH_TASK: ask ``peer`` to re-send what is now closer to us (after a join)."""
+    async def refresh_task(self, peer: PeerRef) -> RefreshAnswer:
+        """REFRESH_TASK: ask ``peer`` to re-send what is now closer to us (after a join):
+        how many keys will follow, or when to ask again."""
         reply = await self._proto().request(peer, "refresh_task", [])
-        n: int = _parse(peer, "refresh_task", count_from_wire, reply)
-        return n
+        answer: RefreshAnswer = _parse(peer, "refresh_task", refresh_from_wire, reply)
+        return answer
 
     async def goodbye(self, peer: PeerRef) -> None:
         """GOODBYE (graceful leave): ``peer`` drops us from its routing table at once."""
