@@ -308,8 +308,9 @@ class CrawlNode(CrawlCalls, Server):
         return max(0.0, self.config.min_owner_age - age)
 
     def establish_early(self, peer_id: bytes) -> bool:
-        """Count a contact that has reached the minimum age as an owner now, ahead of its
-        timer (it asked for its keys: REFRESH_TASK). False if it is absent or too young."""
+        """Make sure a contact that has reached the minimum age counts as an owner now, even
+        if its timer has not run yet (it asked for its keys: REFRESH_TASK, and is about to
+        be answered from ``closest_local``). False if it is absent or too young."""
         if self.owner_wait(peer_id) != 0.0:
             return False
         timer = self._admitted.get(peer_id)

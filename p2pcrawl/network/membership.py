@@ -41,8 +41,10 @@ __all__ = ["HandoffReport", "Membership"]
 
 log = logging.getLogger(__name__)
 
-# How soon a joiner asks again when we have not admitted it yet (one challenge round trip).
-ADMISSION_RETRY_S = 0.3
+# How soon a joiner asks again when we have not admitted it yet (a challenge is one ping
+# round trip), and the least "later" we say (a timer due within milliseconds).
+ADMISSION_RETRY_S = 0.1
+MIN_RETRY_S = 0.02
 
 
 @dataclass(slots=True)
@@ -99,10 +101,10 @@ class Membership:
         if self.peer.state != "active":
             return RefreshAnswer(0)
         wait = node.owner_wait(sender.id)
-        if wait is None:
+        if wait is None:  # not admitted yet: the request itself set its challenge going
             return RefreshAnswer(0, retry_after=ADMISSION_RETRY_S)
-        if wait > 0 or not node.establish_early(sender.id):
-            return RefreshAnswer(0, retry_after=max(wait, ADMISSION_RETRY_S))
+        if not node.establish_early(sender.id):  # too young: as many seconds as it lacks
+            return RefreshAnswer(0, retry_after=max(wait, MIN_RETRY_S))
         keys = set(await ledger.tasks.key_counts()) | set(await ledger.done.keys())
         moving = []
         for key in keys:
@@ -145,24 +147,31 @@ class Membership:
         asked = time.monotonic()
         give_up = asked + ps.min_peer_age + ps.handoff_timeout
         try:
-            pending = {p.id: p for p in neighbours}
-            while pending:
-                answers = await asyncio.gather(*(self._ask_refresh(p) for p in pending.values()))
-                later = []
-                for p, answer in zip(list(pending.values()), answers, strict=True):
-                    if answer is None or not answer.retry_after:
-                        promised[p.id] = answer.keys if answer is not None else 0
-                        del pending[p.id]
+            due = {p.id: asked for p in neighbours}  # when to ask each neighbour (again)
+            by_id = {p.id: p for p in neighbours}
+            while due:
+                now = time.monotonic()
+                ask = [by_id[i] for i, t in due.items() if t <= now]
+                answers = await asyncio.gather(*(self._ask_refresh(p) for p in ask))
+                for p, answer in zip(ask, answers, strict=True):
+                    if answer is not None and not answer.retry_after:
+                        promised[p.id] = answer.keys
+                        del due[p.id]
+                    elif answer is None and p.id not in {q.id for q in node.peers()}:
+                        del due[p.id]  # declared dead meanwhile: nothing will come from it
                     else:
-                        later.append(answer.retry_after)
-                if pending:
+                        # "Later", or no answer from a peer still in our table: after a
+                        # stall it may be the one that took our hosts, so wait for it.
+                        wait = answer.retry_after if answer is not None else ADMISSION_RETRY_S
+                        due[p.id] = time.monotonic() + wait
+                if due:
                     left = give_up - time.monotonic()
                     if left <= 0:
                         log.warning(
-                            "join: %d neighbours never took us as an owner; going on", len(pending)
+                            "join: %d neighbours never took us as an owner; going on", len(due)
                         )
                         break
-                    await asyncio.sleep(min([*later, left]))
+                    await asyncio.sleep(max(0.0, min(min(due.values()) - time.monotonic(), left)))
             if node.take_ownership():
                 self._ownership_changed()
             deadline = time.monotonic() + ps.handoff_timeout
@@ -186,12 +195,17 @@ class Membership:
         )
 
     async def _ask_refresh(self, p: PeerRef) -> RefreshAnswer | None:
+        """The neighbour's answer; None if it did not answer. One that answers with an
+        error (a stock kademlia node has no REFRESH_TASK) has nothing for us."""
         node = self.peer.node
         assert node is not None
         try:
             return await node.refresh_task(p)
-        except (PeerTimeout, RemoteError, OSError) as exc:
+        except RemoteError as exc:
             log.info("REFRESH_TASK to %s failed: %s", p, exc)
+            return RefreshAnswer(0)
+        except (PeerTimeout, OSError) as exc:
+            log.info("REFRESH_TASK to %s unanswered: %s", p, exc)
             return None
 
     def _ownership_changed(self) -> None:
