@@ -15,8 +15,8 @@ to a busy key and vanishes again cannot catch the key's queue on the way. Contac
 this node joins count as established at once: a joiner has nothing older to compare with.
 So does an ID that was established before and comes back (a restart with its data directory):
 it proved itself already, and making it wait would leave its own queue and the replicas'
-takeover of it crawling the same hosts. A contact's neighbours may establish it early, when
-it asks them for its keys (REFRESH_TASK) and is old enough (``establish_early``).
+takeover of it crawling the same hosts. A contact old enough that asks for its keys
+(REFRESH_TASK) is counted at once, even if its timer has not run yet (``establish_early``).
 
 The rule holds for this node about itself too: while it joins (``hold_ownership`` until
 ``take_ownership``) it names itself owner of nothing, so the keys it will own stay with their
@@ -320,11 +320,6 @@ class CrawlNode(CrawlCalls, Server):
             self._establish(peer_of(node))
         return True
 
-    @property
-    def owner_ready(self) -> bool:
-        """Whether this node names itself an owner of keys (see the module docstring)."""
-        return self._owner_ready
-
     def hold_ownership(self) -> None:
         """Own no key until ``take_ownership``: this node is joining."""
         if self._owner_ready:
@@ -370,7 +365,7 @@ class CrawlNode(CrawlCalls, Server):
 
     def closest_local(self, key: bytes, n: int, *, with_self: bool | None = None) -> list[PeerRef]:
         """The ``n`` known nodes XOR-closest to ``key``, this node included (kademlia's own
-        lookups never return the local node) unless it is joining (``owner_ready``);
+        lookups never return the local node) unless it is joining (``hold_ownership``);
         ``with_self`` overrides that."""
         members = self._members()
         mine = self._owner_ready if with_self is None else with_self

@@ -91,9 +91,9 @@ class PeerHandler:
         return shallow
 
     def _owns(self, key: bytes, *, handed: bool = False) -> bool:
-        """Whether this peer is the key's closest node. ``handed``: the key comes from a
-        neighbour we asked for our keys while joining, when we name ourselves an owner
-        only for what we asked for (``CrawlNode.hold_ownership``)."""
+        """Whether this peer is the key's closest node. ``handed``: the sender is a neighbour
+        we asked for our keys; while joining we count ourselves the owner of what it hands
+        us, and of nothing else (``CrawlNode.hold_ownership``)."""
         node = self.peer.node
         assert node is not None
         found = node.closest_local(key, 1, with_self=True if handed else None)

@@ -420,6 +420,11 @@ class Membership:
                     self.kick.set()  # whoever owns them now gets them from the rebalance
                     return 0
                 log.info("handoff to %s failed (%s); trying again in %.1f s", owner, exc, delay)
+                moved_on = set(keys) - set(still)
+                if moved_on:  # owned by someone else now: ours to crawl or pass on again
+                    engine.include_keys(moved_on)
+                    engine.wake()
+                    self.kick.set()
                 keys = still
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 4.0)
