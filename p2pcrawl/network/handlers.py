@@ -111,7 +111,6 @@ class PeerHandler:
         if offered and not self._senders.allow(sender.id, 0.5):  # some budget left?
             self.busy += 1
             raise Busy()
-        peer.membership.note_received(sender, {k for k in by_key if k not in refused})
         if any(t.depth == 0 for t in offered) and peer.scope_sync is not None:
             # A seed: its peer just widened the scope; links from it must not be dropped.
             await peer.scope_sync.refresh()

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 # round trip), and the least "later" we say (a timer due within milliseconds).
 ADMISSION_RETRY_S = 0.1
 MIN_RETRY_S = 0.02
+HANDOFF_POLL_S = 0.2  # how often a joiner asks whether a handoff to it is complete
+HISTORY_REQUESTERS = 64
 
 
 @dataclass(slots=True)
@@ -67,8 +69,11 @@ class Membership:
         self.kick = asyncio.Event()  # membership changed: take over and rebalance soon
         self.gone_owners: set[bytes] = set()  # removed peers whose backups may need taking
         self._handoff_lock = asyncio.Lock()
-        self._handoffs_received: dict[bytes, set[bytes]] = {}
-        self._handoff_progress = asyncio.Event()
+        self._asked: set[bytes] = set()  # neighbours we asked for our keys (join, re-sync)
+        self._handing_to: Counter[bytes] = Counter()  # requester -> handoffs under way
+        # Done-only keys whose history went to a requester: a later REFRESH_TASK of the
+        # same requester does not send it again (bounded: one entry per recent requester).
+        self._history_sent: OrderedDict[bytes, set[bytes]] = OrderedDict()
         self.resyncing = False
         self.stall_resyncs = 0
 
@@ -77,62 +82,73 @@ class Membership:
         assert p.ledger and p.engine and p.node and p.backups and p.dispatcher, "not started"
         return p.ledger, p.engine, p.node, p.backups, p.dispatcher
 
-    def note_received(self, sender: PeerRef, keys: set[bytes]) -> None:
-        """A STORE_TASK arrived: count its keys against what a refresh promised."""
-        got = self._handoffs_received.get(sender.id)
-        if got is not None:
-            got.update(keys)
-            self._handoff_progress.set()
-
     async def on_refresh(self, sender: PeerRef) -> RefreshAnswer:
         """REFRESH_TASK (Kademlia crawler paper, §2.4.1): send the requester every key now
         closer to it.
 
         Beyond the paper, a key's done fingerprints go with it, and keys with no queued
         tasks left move too (their history is what keeps the new owner from re-fetching).
-        The answer is how many keys will follow, so the requester knows when it has all --
-        or "ask again later" while the requester is not in our routing table yet (its
-        admission challenge is under way: answering from a table without it would promise
-        nothing and leave us crawling its hosts beside it) or is younger than the minimum
-        age before a new ID takes over keys. A requester old enough counts as an owner from
-        this answer on, so no key is handed to it that we would then still crawl.
+        The answer is how many keys will follow; the requester asks again until the answer
+        is 0 with no "later": then everything has arrived. "Ask again later" is the answer
+        while a handoff to the requester is under way, while the requester is not in our
+        routing table yet (its admission challenge is a round trip away: answering from a
+        table without it would promise nothing and leave us crawling its hosts beside it),
+        and while it is younger than the minimum age before a new ID takes over keys. A
+        requester old enough counts as an owner from this answer on, so no key is handed
+        to it that we would then still crawl.
         """
         ledger, _, node, _, _ = self._started()
         if self.peer.state != "active":
             return RefreshAnswer(0)
+        if self._handing_to[sender.id]:
+            return RefreshAnswer(0, retry_after=HANDOFF_POLL_S)
         wait = node.owner_wait(sender.id)
         if wait is None:  # not admitted yet: the request itself set its challenge going
             return RefreshAnswer(0, retry_after=ADMISSION_RETRY_S)
         if not node.establish_early(sender.id):  # too young: as many seconds as it lacks
             return RefreshAnswer(0, retry_after=max(wait, MIN_RETRY_S))
-        keys = set(await ledger.tasks.key_counts()) | set(await ledger.done.keys())
-        moving = []
-        for key in keys:
-            found = node.closest_local(key, 1)
-            if found and found[0].id == sender.id:
-                moving.append(key)
+        queued = set(await ledger.tasks.key_counts())
+        sent = self._history_sent.get(sender.id, set())
+        keys = queued | (set(await ledger.done.keys()) - sent)
+        moving = [k for k in keys if _owner_id(node, k) == sender.id]
         if moving:
+            self._handing_to[sender.id] += 1
             self.peer.spawn(self._refresh_handoff(sender, moving), "refresh-handoff")
         return RefreshAnswer(len(moving))
 
     async def _refresh_handoff(self, requester: PeerRef, keys: list[bytes]) -> None:
-        async with self._handoff_lock:
-            sent = await self._hand_keys_retrying(requester, keys)
-        self.peer.events.add("handoff", to=requester.id.hex()[:8], keys=len(keys), tasks=sent)
+        try:
+            async with self._handoff_lock:
+                sent = await self._hand_keys_retrying(requester, keys)
+            if sent is not None:
+                history = self._history_sent.setdefault(requester.id, set())
+                history.update(keys)
+                self._history_sent.move_to_end(requester.id)
+                while len(self._history_sent) > HISTORY_REQUESTERS:
+                    self._history_sent.popitem(last=False)
+            self.peer.events.add(
+                "handoff", to=requester.id.hex()[:8], keys=len(keys), tasks=sent or 0
+            )
+        finally:
+            self._handing_to[requester.id] -= 1
+            if not self._handing_to[requester.id]:
+                del self._handing_to[requester.id]
 
     def expecting_handoff(self, sender: bytes) -> bool:
         """Whether we asked ``sender`` for our keys (join or re-sync) and wait for them."""
-        return sender in self._handoffs_received
+        return sender in self._asked
 
     async def refresh_from_neighbours(self) -> None:
         """Join step 3 (Kademlia crawler paper, §2.4.1): ask neighbours to send what is now
-        closer to us, and wait (bounded) until every promised key has arrived.
+        closer to us, and wait (bounded) until they have sent it all.
 
-        A neighbour that says "later" (it has not admitted us yet, or we are younger than
-        the minimum owner age) is asked again when it says. Once every neighbour has
+        Each neighbour is asked until it answers 0 with no "later": "later" while it has
+        not admitted us yet, while we are younger than the minimum owner age, or while its
+        handoff to us is under way; a count when it starts one. Once every neighbour has
         answered with a count, this node takes ownership of its keys (``take_ownership``):
         from then on the others' handoffs and newly routed tasks are ours, though the
-        engine stays paused until the promised keys -- with their history -- are here.
+        engine stays paused until every neighbour has said it has nothing more -- so
+        nothing is fetched before the history that would have deduplicated it.
         """
         _, _, node, _, _ = self._started()
         ps = self.peer.config.peer
@@ -141,11 +157,11 @@ class Membership:
             for p in node.closest_local(self.peer.node_id, ps.ksize, with_self=False)
             if p.id != self.peer.node_id
         ]
-        for p in neighbours:
-            self._handoffs_received.setdefault(p.id, set())
-        promised: dict[bytes, int] = {}
+        self._asked = {p.id for p in neighbours}
         asked = time.monotonic()
         give_up = asked + ps.min_peer_age + ps.handoff_timeout
+        counted: set[bytes] = set()  # neighbours that answered with a count at least once
+        promised = 0
         try:
             due = {p.id: asked for p in neighbours}  # when to ask each neighbour (again)
             by_id = {p.id: p for p in neighbours}
@@ -154,43 +170,39 @@ class Membership:
                 ask = [by_id[i] for i, t in due.items() if t <= now]
                 answers = await asyncio.gather(*(self._ask_refresh(p) for p in ask))
                 for p, answer in zip(ask, answers, strict=True):
-                    if answer is not None and not answer.retry_after:
-                        promised[p.id] = answer.keys
-                        del due[p.id]
-                    elif answer is None and p.id not in {q.id for q in node.peers()}:
+                    if answer is None and p.id not in {q.id for q in node.peers()}:
                         del due[p.id]  # declared dead meanwhile: nothing will come from it
+                        continue
+                    if answer is not None and not answer.retry_after:
+                        counted.add(p.id)
+                        promised += answer.keys
+                        if not answer.keys:
+                            del due[p.id]  # all it had for us has arrived
+                            continue
+                    if answer is None:  # a peer still in our table: after a stall it
+                        wait = ADMISSION_RETRY_S  # may be the one that took our hosts
+                    elif answer.retry_after:
+                        wait = answer.retry_after
                     else:
-                        # "Later", or no answer from a peer still in our table: after a
-                        # stall it may be the one that took our hosts, so wait for it.
-                        wait = answer.retry_after if answer is not None else ADMISSION_RETRY_S
-                        due[p.id] = time.monotonic() + wait
+                        wait = HANDOFF_POLL_S  # a handoff began: ask when it is through
+                    due[p.id] = time.monotonic() + wait
+                # Every neighbour still sending counts us as an owner: its keys are ours.
+                if set(due) <= counted and node.take_ownership():
+                    self._ownership_changed()
                 if due:
                     left = give_up - time.monotonic()
                     if left <= 0:
-                        log.warning(
-                            "join: %d neighbours never took us as an owner; going on", len(due)
-                        )
+                        log.warning("join: %d neighbours never handed over all; going on", len(due))
                         break
                     await asyncio.sleep(max(0.0, min(min(due.values()) - time.monotonic(), left)))
             if node.take_ownership():
                 self._ownership_changed()
-            deadline = time.monotonic() + ps.handoff_timeout
-            while any(len(self._handoffs_received[i]) < n for i, n in promised.items()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    log.warning("join: not every neighbour handed over its keys in time")
-                    break
-                self._handoff_progress.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left):
-                        await self._handoff_progress.wait()
         finally:
-            received = sum(len(v) for v in self._handoffs_received.values())
-            self._handoffs_received.clear()
+            self._asked = set()
         self.peer.events.add(
             "refreshed",
-            neighbours=len(promised),
-            keys=received,
+            neighbours=len(counted),
+            keys=promised,
             waited_s=round(time.monotonic() - asked, 2),
         )
 
@@ -362,7 +374,9 @@ class Membership:
                     moved[found[0]].append(key)
             for owner, keys in moved.items():
                 sent = await self._hand_keys_retrying(owner, keys)
-                self.peer.events.add("handoff", to=owner.id.hex()[:8], keys=len(keys), tasks=sent)
+                self.peer.events.add(
+                    "handoff", to=owner.id.hex()[:8], keys=len(keys), tasks=sent or 0
+                )
 
     async def _hand_keys(
         self, owner: PeerRef, keys: list[bytes], *, resume_on_failure: bool = True
@@ -400,11 +414,12 @@ class Membership:
             engine.wake()
         return len(tasks)
 
-    async def _hand_keys_retrying(self, owner: PeerRef, keys: list[bytes]) -> int:
+    async def _hand_keys_retrying(self, owner: PeerRef, keys: list[bytes]) -> int | None:
         """``_hand_keys`` until it goes through, for as long as ``owner`` is still the
-        owner of the keys (bounded by ``handoff_timeout``). Meanwhile the keys stay
-        excluded from our crawl: the owner may already be crawling what it was routed, and
-        two crawlers of one host is the duplicate fetch this whole dance avoids."""
+        owner of the keys (bounded by ``handoff_timeout``); None if it never did.
+        Meanwhile the keys stay excluded from our crawl: the owner may already be crawling
+        what it was routed, and two crawlers of one host is the duplicate fetch this whole
+        dance avoids."""
         _, engine, node, _, _ = self._started()
         deadline = time.monotonic() + self.peer.config.peer.handoff_timeout
         delay = 0.25
@@ -418,7 +433,7 @@ class Membership:
                     engine.include_keys(set(keys))
                     engine.wake()
                     self.kick.set()  # whoever owns them now gets them from the rebalance
-                    return 0
+                    return None
                 log.info("handoff to %s failed (%s); trying again in %.1f s", owner, exc, delay)
                 moved_on = set(keys) - set(still)
                 if moved_on:  # owned by someone else now: ours to crawl or pass on again

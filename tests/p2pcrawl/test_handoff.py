@@ -8,10 +8,13 @@ host while the handoff kept failing.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from p2pcrawl.crawl import Task, urls
-from p2pcrawl.settings import PeerSettings
+from p2pcrawl.settings import CrawlSettings, PeerSettings, ScopeSettings
 from protocol import Busy, CrawlNode, KeyBatch, NodeConfig, PeerRef, StoreResult, key_for
 from tests.conftest import TEST_MIN_PEER_AGE, PeerFactory, WebFactory, crawl_settings_for
 from tests.protocol.conftest import MemoryHandler, eventually
@@ -64,3 +67,39 @@ async def test_a_failed_handoff_is_retried_and_the_host_stays_parked_meanwhile(
     # Not one page of the host was fetched by its old owner while the handoff kept failing.
     assert not any(u in web.request_counts for u in truth)
     assert a.ledger is not None and a.ledger.queued == 0
+
+
+async def test_a_joiner_that_receives_a_large_host_gets_all_of_it_before_crawling(
+    make_peer: PeerFactory, tmp_path: Path
+) -> None:
+    """Thousands of queued tasks and done fingerprints of one host move in one join: the
+    joiner's start returns only once they are all here, and the old owner keeps none."""
+    crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("big.test",)))
+    a = await make_peer(crawl=crawl)
+    assert a.engine is not None and a.ledger is not None
+    a.engine.paused = True  # the queue stays whole until it moves
+    key = key_for("big.test")
+    queued = [f"http://big.test/q{i}" for i in range(5000)]
+    finished = [urls.fingerprint(f"http://big.test/d{i}") for i in range(5000)]
+    await a.ledger.done.add([(key, fp) for fp in finished])
+    assert await a.intake([Task(u, urls.fingerprint(u), key, 1) for u in queued]) == len(queued)
+    # The joiner's ID is the one next to the host's key: the host is all its.
+    (tmp_path / "peer1").mkdir()
+    node_id = key[:-1] + bytes([key[-1] ^ 1])
+    (tmp_path / "peer1" / "node.json").write_text(json.dumps({"node_id": node_id.hex()}))
+    b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
+    assert b.node_id == node_id and b.ledger is not None and b.engine is not None
+    refreshed = [e for e in b.events.events if e["kind"] == "refreshed"]
+    assert refreshed and refreshed[-1]["keys"] == 1
+    print(
+        "DEBUG",
+        b.handler.rejected,
+        b.handler.malformed,
+        b.handler.refused,
+        list(b.events.events),
+        list(a.events.events),
+        a.ledger.queued,
+        b.ledger.queued,
+    )
+    assert b.ledger.queued == len(queued) and a.ledger.queued == 0
+    assert all(await b.ledger.done.contains([(key, fp) for fp in finished]))
