@@ -173,5 +173,4 @@ class PeerHandler:
             me.replication.membership_changed()
         kind = "peer_left" if reason == "goodbye" else "peer_lost"
         me.events.add(kind, peer=peer.id.hex()[:8], reason=reason)
-        me.membership.gone_owners.add(peer.id)
-        me.membership.kick.set()
+        me.membership.peer_removed(peer.id)

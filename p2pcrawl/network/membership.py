@@ -134,6 +134,13 @@ class Membership:
             if not self._handing_to[requester.id]:
                 del self._handing_to[requester.id]
 
+    def peer_removed(self, peer_id: bytes) -> None:
+        """A peer left our table (dead, gone, replaced). Its keys may be crawled elsewhere
+        now, so if it comes back and asks again, their history goes with them again."""
+        self.gone_owners.add(peer_id)
+        self._history_sent.pop(peer_id, None)
+        self.kick.set()
+
     def expecting_handoff(self, sender: bytes) -> bool:
         """Whether we asked ``sender`` for our keys (join or re-sync) and wait for them."""
         return sender in self._asked
