@@ -9,7 +9,7 @@ URL's owner. docs/architecture.md follows one URL through these modules.
 from __future__ import annotations
 
 from p2pcrawl.crawl import urls
-from p2pcrawl.crawl.engine import Engine, LocalRouter, Router
+from p2pcrawl.crawl.engine import TAILS_PER_FETCH, Engine, LocalRouter, Router
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult, ForbiddenAddress
 from p2pcrawl.crawl.frontier import Frontier, HostQueue, HostSlot, Task
 from p2pcrawl.crawl.ledger import Ledger, from_stored, to_stored
@@ -26,6 +26,7 @@ from p2pcrawl.crawl.seen import SeenCache
 from p2pcrawl.crawl.stats import CrawlStats, EventLog, Histogram
 
 __all__ = [
+    "TAILS_PER_FETCH",
     "BoundedParse",
     "CrawlStats",
     "CrawlSummary",

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from p2pcrawl.crawl import TAILS_PER_FETCH
 from p2pcrawl.settings import PeerSettings
 from p2pcrawl.testing import FAST_DETECTION, Cluster, TestWeb, TestWebConfig
 from tests.integration.conftest import crawl_args, start_mesh
@@ -130,8 +131,12 @@ async def test_sigkill_two_peers(slow_web: TestWeb, make_cluster: Any) -> None:
     await stop_gracefully(cluster)
     dups = check_truth(cluster, slow_web)
     print(f"crash: {dups} duplicate fetches of {truth} after two SIGKILLs")
-    # At most what the two killed peers had in flight (and their unacknowledged tail).
-    assert dups <= 2 * CONCURRENCY
+    # At most what the killed peers had fetched but not yet recorded done. For the first,
+    # its fetches in flight. The second may die while the first is not yet declared dead:
+    # its pages' tails then wait to route their links to the dead owner (a page is done only
+    # once its links are durable elsewhere), and up to TAILS_PER_FETCH x concurrency pages
+    # wait so, besides the fetches in flight (measured: 19 of 731, all the second's).
+    assert dups <= CONCURRENCY + (1 + TAILS_PER_FETCH) * CONCURRENCY
 
 
 async def test_restart_with_same_data_dir(slow_web: TestWeb, make_cluster: Any) -> None:
