@@ -46,6 +46,10 @@ class Quiescence:
         self.held = 0
         self._quiet_since: float | None = None
         self._last: tuple[object, ...] | None = None
+        # Some peer had finished work when we last heard: a peer that did none itself and
+        # finds itself alone (the others left once they saw the network finished) may
+        # still call the network finished.
+        self._work_seen = False
 
     async def serve_quiet(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
         led = self.peer.ledger
@@ -132,7 +136,8 @@ class Quiescence:
             return None
 
         answers = await asyncio.gather(*(ask(o) for o in others))
+        work = led.done_count + sum(int(a.get("done") or 0) for a in answers if a)
+        self._work_seen = self._work_seen or work > 0
         if any(a is None or a.get("quiet") is not True for a in answers):
             return False
-        work = led.done_count + sum(int(a.get("done") or 0) for a in answers if a)
-        return work > 0
+        return self._work_seen

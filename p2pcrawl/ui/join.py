@@ -189,6 +189,9 @@ async def run_join(opts: dict[str, Any]) -> int:
             print(line, file=sys.stderr, flush=True)
         if ended_by_finish:
             log.info("the network is finished; exiting")
+            # Nothing to hand off, but the others should not spend a suspicion timeout
+            # finding out that we are gone (a peer still confirming the finish waits on it).
+            await peer.membership.say_goodbye()
             print(json.dumps({"finished": True, **done}), flush=True)
             return 0
         report = running.result()

@@ -1,0 +1,47 @@
+"""The finished state of in-process peers: each works it out for itself, and a peer that did
+no work of its own still sees the finish after the others have left."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from p2pcrawl.crawl import urls
+from protocol import key_for
+from tests.conftest import PeerFactory, WebFactory, crawl_settings_for
+from tests.protocol.conftest import eventually
+
+pytestmark = pytest.mark.timeout(90)
+
+
+async def test_a_peer_that_did_no_work_sees_the_finish_after_the_others_left(
+    make_web: WebFactory, make_peer: PeerFactory, tmp_path: Path
+) -> None:
+    web = await make_web(hosts=1, pages_per_host=10)
+    crawl = crawl_settings_for(web)
+    a = await make_peer(crawl=crawl)
+    # b's ID is a's with one bit flipped where a agrees with the host's key: a owns the host,
+    # b owns nothing and fetches nothing.
+    key = int.from_bytes(key_for(urls.host_of(web.hub_url)), "big")
+    mine = int.from_bytes(a.node_id, "big")
+    bit = next(i for i in range(159, -1, -1) if (mine >> i & 1) == (key >> i & 1))
+    (tmp_path / "peer1").mkdir()
+    b_id = (mine ^ (1 << bit)).to_bytes(20, "big")
+    (tmp_path / "peer1" / "node.json").write_text(json.dumps({"node_id": b_id.hex()}))
+    b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
+    await a.seed([web.hub_url])
+    both = (a, b)
+    await eventually(lambda: all(p.quiescence.finished.is_set() for p in both), timeout=40)
+    assert b.crawl_stats is not None and b.crawl_stats.pages_fetched == 0
+    assert a.crawl_stats is not None and a.crawl_stats.pages_fetched > 0
+    # a leaves as `join --exit-when-finished` does once it sees the finish: b, alone now,
+    # has done nothing itself, yet the network it saw finish is still finished.
+    await a.membership.say_goodbye()
+    await a.aclose()
+    assert b.node is not None
+    await eventually(lambda: b.node is not None and b.node.peers() == [], timeout=5)
+    await eventually(lambda: not b.quiescence.finished.is_set(), timeout=5)  # membership moved
+    await eventually(lambda: b.quiescence.finished.is_set(), timeout=15)
+    assert b.status()["state"] == "finished"
