@@ -39,8 +39,8 @@ def nearest(node: CrawlNode) -> tuple[bytes, ...]:
     )
 
 
-async def mesh(make_node: NodeFactory, ids: list[bytes]) -> list[CrawlNode]:
-    nodes = [await make_node(node_id=i) for i in ids]
+async def mesh(make_node: NodeFactory, ids: list[bytes], secret: str = "") -> list[CrawlNode]:
+    nodes = [await make_node(node_id=i, secret=secret) for i in ids]
     for node in nodes[1:]:
         await node.join([nodes[0].me.addr])
     await eventually(lambda: all(len(n.peers()) == len(nodes) - 1 for n in nodes))
@@ -80,8 +80,12 @@ def test_every_field_of_a_reply_is_checked(reply: object, field: str) -> None:
         report_from_wire(reply)
 
 
-async def test_a_stranger_gets_the_full_report_only_when_it_pads(make_node: NodeFactory) -> None:
-    a, b = await make_node(), await make_node()  # b is not in a's table: a stranger to it
+@pytest.mark.parametrize("secret", ["", "network key"])
+async def test_a_stranger_gets_the_full_report_only_when_it_pads(
+    make_node: NodeFactory, secret: str
+) -> None:
+    # b is not in a's table: a stranger to it
+    a, b = await make_node(secret=secret), await make_node(secret=secret)
     ones = tuple(float(i % 7) for i in range(ID_BITS))
     serving(a, LoadReport(7, ones, (top("1"), top("01"), top("001"), top("0001"))))
     with pytest.raises(RemoteError, match="too large"):
@@ -99,11 +103,15 @@ async def test_a_bad_pad_is_refused(make_node: NodeFactory) -> None:
         await b.protocol.request(a.me, LOAD_RPC, ["not bytes"])
 
 
-async def test_the_probe_learns_everyone_and_is_never_admitted(make_node: NodeFactory) -> None:
-    nodes = await mesh(make_node, [top("00"), top("01"), top("1")])
+@pytest.mark.parametrize("secret", ["", "network key"])
+async def test_the_probe_learns_everyone_and_is_never_admitted(
+    make_node: NodeFactory, secret: str
+) -> None:
+    nodes = await mesh(make_node, [top("00"), top("01"), top("1")], secret)
     for node in nodes:
         serving(node, LoadReport(0, None, nearest(node)))
-    found = await survey([nodes[0].me.addr], listen=("127.0.0.1", 0), config=NodeConfig(**FAST))
+    config = NodeConfig(**{**FAST, "secret": secret})
+    found = await survey([nodes[0].me.addr], listen=("127.0.0.1", 0), config=config)
     ids = {n.node.id for n in nodes}
     assert found.known == ids and set(found.reports) == ids
     # No load anywhere yet: the joiner halves the largest region, top("1")'s half.
