@@ -19,8 +19,11 @@ What the probe does, bounded by the caller's timeout:
 2. when that table may not hold everyone (``ksize`` contacts or more), looks up the owners of
    a few random keys: a random key lands in a region with probability equal to its share, so
    the large regions are found (``balance.choose_join_id``);
-3. asks up to ``max_asked`` of those contacts for their LOAD (``loadreport``), which also
-   names the IDs nearest theirs: what the size of their regions depends on.
+3. asks up to ``max_asked`` nodes for their LOAD (``loadreport``): first its contacts and
+   those owners, then the nodes their replies list. A reply lists the responder's contacts,
+   nearest its ID first: what the size of its region depends on, and in a network smaller
+   than a k-bucket, everyone (the probe's own lookups cannot list everyone: a stranger's
+   FIND_NODE answers are cut to a few contacts by the amplification bound).
 """
 
 from __future__ import annotations
@@ -50,8 +53,8 @@ MAX_ASKED = 32  # LOAD requests per survey
 
 @dataclass(frozen=True, slots=True)
 class Survey:
-    """What the probe learned: proven contacts, the IDs their LOAD replies named, and the
-    reports themselves (by node ID)."""
+    """What the probe learned: its proven contacts, and the LOAD reports by node ID (which
+    name further nodes)."""
 
     contacts: tuple[bytes, ...]
     reports: dict[bytes, LoadReport] = field(default_factory=dict)
@@ -60,7 +63,7 @@ class Survey:
     def known(self) -> set[bytes]:
         ids = set(self.contacts) | set(self.reports)
         for r in self.reports.values():
-            ids.update(r.near)
+            ids.update(p.id for p in r.peers)
         return ids
 
     @property
@@ -80,7 +83,9 @@ class Survey:
                 loads={i: float(r.load) for i, r in reports.items()},
                 profile_of=lambda i: reports[i].profile,
             )
-        return choose_join_id(self.known, rng, candidates=self.contacts or None)
+        # A node that reported listed its nearest contacts, so its region is known exactly.
+        pool = list(self.reports) or list(self.contacts) or None
+        return choose_join_id(self.known, rng, candidates=pool)
 
 
 class _Silent(CrawlProtocol):
@@ -122,16 +127,25 @@ async def survey(
             assert probe.protocol is not None
             await probe.protocol.admission.settle(3 * cfg.rpc_timeout)
         contacts = {p.id: p for p in probe.peers()}
-        asked = list({**owners, **contacts}.values())[:max_asked]
-        answers = await asyncio.gather(
-            *(probe.load_report(p) for p in asked), return_exceptions=True
-        )
+        seen = {**owners, **contacts}
+        queue = list(seen.values())
         reports: dict[bytes, LoadReport] = {}
-        for peer, answer in zip(asked, answers, strict=True):
-            if isinstance(answer, LoadReport):
-                reports[peer.id] = answer
-            elif not isinstance(answer, PeerTimeout | RemoteError):
-                raise answer  # a bug, not a peer's silence or refusal
+        asked = 0
+        while queue and asked < max_asked:
+            batch, queue = queue[: max_asked - asked], queue[max_asked - asked :]
+            asked += len(batch)
+            answers = await asyncio.gather(
+                *(probe.load_report(p) for p in batch), return_exceptions=True
+            )
+            for peer, answer in zip(batch, answers, strict=True):
+                if isinstance(answer, LoadReport):
+                    reports[peer.id] = answer
+                    for listed in answer.peers:
+                        if listed.id not in seen and listed.id != probe.node.id:
+                            seen[listed.id] = listed
+                            queue.append(listed)
+                elif not isinstance(answer, PeerTimeout | RemoteError):
+                    raise answer  # a bug, not a peer's silence or refusal
         return Survey(tuple(contacts), reports)
     finally:
         await probe.aclose()

@@ -22,7 +22,7 @@ from typing import Any
 from p2pcrawl.crawl import Ledger
 from protocol import CrawlNode
 from protocol.balance import bit_loads
-from protocol.loadreport import MAX_NEAR, LoadReport
+from protocol.loadreport import MAX_PEERS, LoadReport
 
 __all__ = ["LoadInfo"]
 
@@ -56,15 +56,15 @@ class LoadInfo:
             return LoadReport(0)
         load = await ledger.tasks.count() + await ledger.done.count()  # counters, no disk
         me = node.node.id
-        near = tuple(p.id for p in node.closest_local(me, MAX_NEAR + 1) if p.id != me)
+        peers = tuple(p for p in node.closest_local(me, MAX_PEERS + 1) if p.id != me)
         if load == 0:
-            return LoadReport(0, None, near[:MAX_NEAR])
+            return LoadReport(0, None, peers[:MAX_PEERS])
         await self._refresh_if_stale()
         ones: tuple[float, ...] | None = None
         if self._profile is not None and self._profile[1] > 0:
             _, total, raw = self._profile
             ones = tuple(min(load, v * load / total) for v in raw)
-        return LoadReport(load, ones, near[:MAX_NEAR])
+        return LoadReport(load, ones, peers[:MAX_PEERS])
 
     async def _refresh_if_stale(self) -> None:
         cached = self._profile

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from protocol import BootstrapError, CrawlNode, NodeConfig, RemoteError, key_for
+from protocol import (
+    BootstrapError,
+    CrawlNode,
+    NodeConfig,
+    PeerRef,
+    RemoteError,
+    key_for,
+    new_node_id,
+)
 from protocol.balance import ID_BITS, IdSpace, bit_loads, common_prefix, key_space_share
 from protocol.loadreport import (
     LOAD_RPC,
-    MAX_NEAR,
+    MAX_PEERS,
     PROFILE_BYTES,
     LoadReport,
     report_from_wire,
@@ -33,10 +41,9 @@ def serving(node: CrawlNode, report: LoadReport) -> None:
     node.protocol.serve(LOAD_RPC, serve_load(answer))
 
 
-def nearest(node: CrawlNode) -> tuple[bytes, ...]:
-    return tuple(
-        p.id for p in node.closest_local(node.node.id, MAX_NEAR + 1) if p.id != node.node.id
-    )
+def nearest(node: CrawlNode) -> tuple[PeerRef, ...]:
+    me = node.node.id
+    return tuple(p for p in node.closest_local(me, MAX_PEERS + 1) if p.id != me)
 
 
 async def mesh(make_node: NodeFactory, ids: list[bytes], secret: str = "") -> list[CrawlNode]:
@@ -50,9 +57,10 @@ async def mesh(make_node: NodeFactory, ids: list[bytes], secret: str = "") -> li
 def test_a_report_round_trips_within_the_fraction_step() -> None:
     keys = [(key_for(f"host{i}.example"), float(i + 1)) for i in range(50)]
     total, ones = bit_loads(keys)
-    report = LoadReport(int(total), tuple(ones), (top("1"), top("01")))
+    peers = (PeerRef(top("1"), "127.0.0.1", 1), PeerRef(top("01"), "::1", 65535))
+    report = LoadReport(int(total), tuple(ones), peers)
     back = report_from_wire(report_to_wire(report))
-    assert back.load == report.load and back.near == report.near
+    assert back.load == report.load and back.peers == peers
     assert back.ones is not None
     assert max(abs(a - b) for a, b in zip(back.ones, ones, strict=True)) <= total / 65535
     assert "ones" not in report_to_wire(LoadReport(0, tuple(ones)))  # no load, no profile
@@ -67,9 +75,12 @@ def test_a_report_round_trips_within_the_fraction_step() -> None:
         ({"load": 2**60}, "load"),
         ({"load": 1.5}, "load"),
         ({"load": True}, "load"),
-        ({"load": 1, "near": "x"}, "near"),
-        ({"load": 1, "near": [b"x" * 19]}, "near"),
-        ({"load": 1, "near": [top("1")] * (MAX_NEAR + 1)}, "near"),
+        ({"load": 1, "peers": "x"}, "peers"),
+        ({"load": 1, "peers": [[top("1"), "10.0.0.1"]]}, "peers"),
+        ({"load": 1, "peers": [[b"x" * 19, "10.0.0.1", 1]]}, "peers"),
+        ({"load": 1, "peers": [[top("1"), "host.example", 1]]}, "peers"),
+        ({"load": 1, "peers": [[top("1"), "10.0.0.1", 0]]}, "peers"),
+        ({"load": 1, "peers": [[top("1"), "10.0.0.1", 1]] * (MAX_PEERS + 1)}, "peers"),
         ({"load": 1, "ones": b"\0" * (PROFILE_BYTES - 1)}, "ones"),
         ({"load": 1, "ones": [0] * ID_BITS}, "ones"),
         ({"load": 0, "ones": b"\0" * PROFILE_BYTES}, "ones"),
@@ -87,11 +98,14 @@ async def test_a_stranger_gets_the_full_report_only_when_it_pads(
     # b is not in a's table: a stranger to it
     a, b = await make_node(secret=secret), await make_node(secret=secret)
     ones = tuple(float(i % 7) for i in range(ID_BITS))
-    serving(a, LoadReport(7, ones, (top("1"), top("01"), top("001"), top("0001"))))
+    # The largest reply: a full profile and MAX_PEERS contacts at the longest IPv6 addresses.
+    widest = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+    listed = tuple(PeerRef(bytes([i]) * 20, widest, 65535) for i in range(MAX_PEERS))
+    serving(a, LoadReport(2**40, ones, listed))
     with pytest.raises(RemoteError, match="too large"):
         await b.load_report(a.me, pad=False)
     report = await b.load_report(a.me)
-    assert report.load == 7 and report.ones is not None and len(report.near) == 4
+    assert report.load == 2**40 and report.ones is not None and report.peers == listed
     assert a.protocol is not None and a.protocol.stats.replies_trimmed == 1
 
 
@@ -124,6 +138,17 @@ async def test_the_probe_learns_everyone_and_is_never_admitted(
         await node.protocol.admission.settle(1.0)
         assert {p.id for p in node.peers()} == ids - {node.node.id}
         assert node.protocol.admission.counts["failed"] >= 1
+
+
+async def test_the_probe_learns_a_network_its_lookups_alone_would_not(
+    make_node: NodeFactory,
+) -> None:
+    # A stranger's FIND_NODE answers hold a few contacts; the LOAD replies list the rest.
+    nodes = await mesh(make_node, [new_node_id() for _ in range(10)])
+    for node in nodes:
+        serving(node, LoadReport(0, None, nearest(node)))
+    found = await survey([nodes[0].me.addr], listen=("127.0.0.1", 0), config=NodeConfig(**FAST))
+    assert found.known == {n.node.id for n in nodes} == set(found.reports)
 
 
 async def test_the_probe_splits_the_most_loaded_peer_by_its_load(make_node: NodeFactory) -> None:
