@@ -181,6 +181,7 @@ class RunResult:
     web_bytes: int = 0
     per_peer_pages: list[int] = field(default_factory=list)
     key_space: float = 0.0  # the largest peer's share of the key space, over the mean
+    settled: bool = True  # nothing left in transit once the crawl went idle
 
     @property
     def busiest(self) -> float:
@@ -269,7 +270,7 @@ class Runner:
             t0 = time.perf_counter()
             seed = self.web.url(0, 0)
             await self.api(addrs[0], "/api/seed", "POST", {"urls": [seed]})
-            t_end = await self.wait_finished(addrs, t0)
+            t_end, result.settled = await self.wait_finished(addrs, t0)
             result.wall_s = t_end - t0
             result.cpu_s = sum(proc_cpu_s(p.pid) for p in procs) - cpu0
             stats = await self.web_ctl("/stats")
@@ -301,36 +302,46 @@ class Runner:
             await asyncio.sleep(0.3)
         raise RuntimeError(f"timed out waiting for {what}")
 
-    async def wait_finished(self, addrs: list[str], t0: float) -> float:
-        """When every peer went idle with nothing in transit and stayed so for ``quiet`` s."""
+    async def wait_finished(self, addrs: list[str], t0: float) -> tuple[float, bool]:
+        """When every peer went idle with nothing in transit and stayed so for ``quiet`` s;
+        True with it. If the crawl is idle (nothing queued or in flight, no new page) but
+        some RPC stays in transit for ``--settle-timeout`` s, the time the crawl went idle and
+        False: the pages are all fetched, but the network never became quiescent, which the
+        run reports (``unsettled``) rather than waiting out ``--timeout``."""
         quiet, deadline = 2.0, time.monotonic() + self.args.timeout
         since: float | None = None
+        idle_since: float | None = None
         last_unique = -1
+        ss: list[Any] = []
         while time.monotonic() < deadline:
             ss = [await self.api(a, "/api/status") for a in addrs]
             unique = (await self.web_ctl("/stats"))["unique"]
             idle = (
                 unique > 0
                 and unique == last_unique
-                and all(
-                    s["tasks_queued"] == 0
-                    and s["tasks_in_flight"] == 0
-                    and s["rpc_in_transit"] == 0
-                    for s in ss
-                )
+                and all(s["tasks_queued"] == 0 and s["tasks_in_flight"] == 0 for s in ss)
             )
+            settled = idle and all(s["rpc_in_transit"] == 0 for s in ss)
             last_unique = unique
             now = time.perf_counter()
-            if idle:
+            idle_since = (idle_since or now) if idle else None
+            if settled:
                 since = since or now
                 if now - since >= quiet:
-                    return since
+                    return since, True
             else:
                 since = None
+            if idle_since is not None and now - idle_since >= self.args.settle_timeout:
+                print(f"  idle but not settled after {self.args.settle_timeout:g} s: "
+                      f"{self.describe(ss)}", flush=True)  # fmt: skip
+                return idle_since, False
             await asyncio.sleep(0.25)
+        raise RuntimeError(f"the crawl did not finish in time; peers {self.describe(ss)}")
+
+    @staticmethod
+    def describe(ss: list[Any]) -> list[dict[str, Any]]:
         keys = ("tasks_queued", "tasks_in_flight", "rpc_in_transit", "backups_held", "done")
-        last = [{k: s.get(k) for k in keys} for s in ss]
-        raise RuntimeError(f"the crawl did not finish in time; pages {unique}, peers {last}")
+        return [{k: s.get(k) for k in keys} for s in ss]
 
 
 def med(values: list[float]) -> dict[str, float]:
@@ -366,14 +377,14 @@ async def main_async(args: argparse.Namespace, topo: Topology, zweb: ZipfWeb) ->
                         f"{res.rpcs / max(res.pages, 1):.2f} RPCs/page, "
                         f"{res.duplicates} duplicates, pages per peer {res.per_peer_pages} "
                         f"(busiest/mean {res.busiest:.2f}; key space max/mean "
-                        f"{res.key_space:.2f})",
+                        f"{res.key_space:.2f}){'' if res.settled else '; UNSETTLED'}",
                         flush=True,
                     )
     base = statistics.median(r.pages_per_s for r in results[min(args.peers)])
     cap_pages = args.rate_mbit * 1e6 / 8 / args.page_bytes
     out: dict[str, Any] = {"speedup": {}, "pages_per_s": {}, "cpu_ms_per_page": {}}
     out.update(rpcs_per_page={}, rpc_bytes_per_page={}, duplicates={}, cap_used={})
-    out.update(pages_fetched={}, busiest_over_mean={}, speedup_bound={})
+    out.update(pages_fetched={}, busiest_over_mean={}, speedup_bound={}, unsettled={})
     for n, rs in results.items():
         out["pages_per_s"][str(n)] = med([r.pages_per_s for r in rs])
         if n != min(args.peers):
@@ -385,6 +396,7 @@ async def main_async(args: argparse.Namespace, topo: Topology, zweb: ZipfWeb) ->
         out["pages_fetched"][str(n)] = med([float(r.pages) for r in rs])
         out["cap_used"][str(n)] = med([r.pages_per_s / (n * cap_pages) for r in rs])
         out["busiest_over_mean"][str(n)] = med([r.busiest for r in rs])
+        out["unsettled"][str(n)] = sum(not r.settled for r in rs)
         out["speedup_bound"][str(n)] = med([n / r.busiest for r in rs if r.busiest])
     out["cap_pages_per_s_per_peer"] = round(cap_pages, 1)
     out["pages"] = zweb.total_pages
@@ -412,6 +424,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--keep", type=Path, help="keep the peers' data and logs in this directory")
     p.add_argument("--timeout", type=float, default=900.0, help="per run")
+    p.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=60.0,
+        help="seconds an idle crawl may keep RPCs in transit before the run ends unsettled",
+    )
     p.add_argument("--quick", action="store_true", help="1, 2 and 4 peers, a small web, 1 round")
     p.add_argument("--smoke", action="store_true", help="1 and 2 peers, a tiny web (tests)")
     a = p.parse_args(argv)
