@@ -47,7 +47,7 @@ from protocol.service import NoWork
 __all__ = ["Survey", "survey"]
 
 DAY = 86_400.0
-LOOKUPS = 4  # random keys looked up when the table may not know everyone
+LOOKUPS = 8  # random keys looked up when the table may not know everyone (as simulation.py)
 MAX_ASKED = 32  # LOAD requests per survey
 
 

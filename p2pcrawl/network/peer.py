@@ -155,7 +155,7 @@ class Peer:
                 self.events.add("joined", peers=len(peers))
                 joined = True
                 if self._choose_id:  # only now: a failed join leaves the directory fresh
-                    save_identity(cfg.data_dir, self.node_id)
+                    await asyncio.to_thread(save_identity, cfg.data_dir, self.node_id)
                     self._choose_id = False
             elif saved:
                 try:

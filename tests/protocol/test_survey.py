@@ -151,6 +151,19 @@ async def test_the_probe_learns_a_network_its_lookups_alone_would_not(
     assert found.known == {n.node.id for n in nodes} == set(found.reports)
 
 
+async def test_a_probe_whose_table_may_miss_nodes_looks_up_random_keys(
+    make_node: NodeFactory,
+) -> None:
+    nodes = [await make_node(ksize=2) for _ in range(6)]
+    for node in nodes[1:]:
+        await node.join([nodes[0].me.addr])
+    for node in nodes:
+        serving(node, LoadReport(0, None, nearest(node)))
+    config = NodeConfig(**{**FAST, "ksize": 2})
+    found = await survey([nodes[0].me.addr], listen=("127.0.0.1", 0), config=config)
+    assert found.known == {n.node.id for n in nodes}
+
+
 async def test_the_probe_splits_the_most_loaded_peer_by_its_load(make_node: NodeFactory) -> None:
     nodes = await mesh(make_node, [top("0"), top("1")])
     # top("0") holds 10 pages on keys whose bit 5 is 1 and 10 on keys whose bit 5 is 0: only a
