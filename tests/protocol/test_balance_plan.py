@@ -7,6 +7,10 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
+pytest.importorskip("numpy", reason="the plan search needs numpy (the bench extra)")
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
