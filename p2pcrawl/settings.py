@@ -403,13 +403,14 @@ class PeerSettings:
     dispatch_batch: int = option(256, "tasks per routed batch", min=1, max=1_000_000, flag=False)
     dispatch_flush_s: float = option(0.05, "seconds a batch may wait", gt=0, max=60, flag=False)
     handoff_timeout: float = option(30.0, "seconds for a hand-off", gt=0, max=DAY, flag=False)
-    # A new ID takes over hosts only after others have seen it live this long
-    # (docs/security.md). Off by default: the newcomer counts itself owner at once, and a
-    # replica that already counts it established re-publishes the old owner's backups to
-    # it, so it and the old owner crawl the same hosts during the wait (duplicate fetches).
+    # A new ID takes over hosts only after it has been live this long (docs/security.md):
+    # about one liveness round, so a node that shows up next to a busy key and vanishes
+    # again catches nothing. The newcomer applies it to itself too: it owns no key until
+    # its neighbours count it as an owner and have handed over its keys (it crawls nothing
+    # meanwhile), so the old owner and the newcomer never crawl one host at once.
     min_peer_age: float = option(
-        0.0,
-        "seconds a new peer must stay live before others hand it hosts (0: off)",
+        5.0,
+        "seconds a new peer must stay live before it takes over hosts (0: at once)",
         min=0,
         max=DAY,
         metavar="S",

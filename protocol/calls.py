@@ -19,10 +19,12 @@ from protocol.loadreport import LOAD_RPC, PAD_BYTES, LoadReport, report_from_wir
 from protocol.messages import (
     KeyBatch,
     PeerRef,
+    RefreshAnswer,
     StoreResult,
     check_id,
     count_from_wire,
     encode_chunks,
+    refresh_from_wire,
     store_result_from_wire,
 )
 from protocol.rpc import CrawlProtocol
@@ -76,11 +78,12 @@ class CrawlCalls:
         replies = await self._chunked(peer, "delete_backup", [[owner, c] for c, _ in chunks])
         return sum(_parse(peer, "delete_backup", count_from_wire, r) for r in replies)
 
-    async def refresh_task(self, peer: PeerRef) -> int:
-        """REFRESH_TASK: ask ``peer`` to re-send what is now closer to us (after a join)."""
+    async def refresh_task(self, peer: PeerRef) -> RefreshAnswer:
+        """REFRESH_TASK: ask ``peer`` to re-send what is now closer to us (after a join):
+        how many keys will follow, or when to ask again."""
         reply = await self._proto().request(peer, "refresh_task", [])
-        n: int = _parse(peer, "refresh_task", count_from_wire, reply)
-        return n
+        answer: RefreshAnswer = _parse(peer, "refresh_task", refresh_from_wire, reply)
+        return answer
 
     async def load_report(self, peer: PeerRef, *, pad: bool = True) -> LoadReport:
         """LOAD: how much work ``peer`` owns, and how it falls on each bit (``loadreport``).

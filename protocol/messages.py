@@ -22,9 +22,11 @@ from protocol.codec import (
 )
 from protocol.errors import MessageError
 from protocol.model import (
+    MAX_REFRESH_WAIT_S,
     MAX_URL_LENGTH,
     KeyBatch,
     PeerRef,
+    RefreshAnswer,
     StoreResult,
     TaskItem,
     check_id,
@@ -38,6 +40,7 @@ __all__ = [
     "RPC_REQUEST_LIMIT",
     "KeyBatch",
     "PeerRef",
+    "RefreshAnswer",
     "StoreResult",
     "TaskItem",
     "check_id",
@@ -48,6 +51,8 @@ __all__ = [
     "encode_batches",
     "encode_chunks",
     "encode_fps",
+    "refresh_from_wire",
+    "refresh_to_wire",
     "store_result_from_wire",
     "store_result_to_wire",
 ]
@@ -82,3 +87,23 @@ def count_from_wire(obj: object) -> int:
         raise MessageError("reply must be a map with a non-negative int 'n'")
     n: int = obj["n"]
     return n
+
+
+def refresh_to_wire(answer: RefreshAnswer) -> dict[str, Any]:
+    """``{"n": keys}``, plus ``"later_ms"`` when the asker must ask again: a peer that does
+    not know the field reads a plain count of 0."""
+    out: dict[str, Any] = {"n": answer.keys}
+    if answer.retry_after:
+        out["later_ms"] = max(1, round(answer.retry_after * 1000))
+    return out
+
+
+def refresh_from_wire(obj: object) -> RefreshAnswer:
+    n = count_from_wire(obj)
+    assert isinstance(obj, dict)
+    later = obj.get("later_ms", 0)
+    if type(later) is not int or not 0 <= later <= MAX_REFRESH_WAIT_S * 1000:
+        raise MessageError("refresh_task reply 'later_ms' must be a small non-negative int")
+    if later and n:
+        raise MessageError("refresh_task reply cannot promise keys and say 'later'")
+    return RefreshAnswer(n, later / 1000)

@@ -84,6 +84,25 @@ class StoreResult:
     refused_keys: list[bytes]
 
 
+MAX_REFRESH_WAIT_S = 3600.0  # the longest "ask again later" a REFRESH_TASK reply may say
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshAnswer:
+    """Reply to REFRESH_TASK: how many keys will follow, or (``retry_after`` > 0) "not yet,
+    ask again in that many seconds": the asker is not admitted yet, or is younger than the
+    minimum age before a new ID takes over keys (docs/security.md). Nothing follows then."""
+
+    keys: int
+    retry_after: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.keys < 0 or not 0.0 <= self.retry_after <= MAX_REFRESH_WAIT_S:
+            raise ValueError(f"bad refresh answer {self}")
+        if self.retry_after and self.keys:
+            raise ValueError("a refresh answer that says 'later' promises no keys")
+
+
 # Canonical URLs are percent-encoded printable ASCII; refusing whitespace and control
 # characters also keeps hostile input out of logs and WARC headers, and makes "\n" a safe
 # separator on the wire. The length bounds are MAX_URL_LENGTH minus the scheme.

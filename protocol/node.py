@@ -15,7 +15,13 @@ to a busy key and vanishes again cannot catch the key's queue on the way. Contac
 this node joins count as established at once: a joiner has nothing older to compare with.
 So does an ID that was established before and comes back (a restart with its data directory):
 it proved itself already, and making it wait would leave its own queue and the replicas'
-takeover of it crawling the same hosts.
+takeover of it crawling the same hosts. A contact old enough that asks for its keys
+(REFRESH_TASK) is counted at once, even if its timer has not run yet (``establish_early``).
+
+The rule holds for this node about itself too: while it joins (``hold_ownership`` until
+``take_ownership``) it names itself owner of nothing, so the keys it will own stay with their
+old owner until that owner has handed them over; otherwise the newcomer would crawl a host
+while its old owner, which does not count the newcomer yet, crawls it too.
 """
 
 from __future__ import annotations
@@ -96,7 +102,9 @@ class CrawlNode(CrawlCalls, Server):
         self.storage: BoundedStorage = BoundedStorage(cfg.store_limits)
         self.handler = handler
         self._admitted: dict[bytes, asyncio.TimerHandle | None] = {}  # None once established
+        self._admitted_at: dict[bytes, float] = {}  # loop time a contact entered the table
         self._established_version = 0
+        self._owner_ready = True  # False while joining: this node owns no key yet
         self._joining = False
         # IDs established before, most recent last (bounded: an attacker's IDs are new ones).
         self._proven: OrderedDict[bytes, None] = OrderedDict()
@@ -282,6 +290,7 @@ class CrawlNode(CrawlCalls, Server):
         return members
 
     def _contact_added(self, peer: PeerRef) -> None:
+        self._admitted_at.setdefault(peer.id, asyncio.get_running_loop().time())
         if self.config.min_owner_age <= 0 or self._joining or peer.id in self._proven:
             self._establish(peer)
             return
@@ -289,6 +298,43 @@ class CrawlNode(CrawlCalls, Server):
             loop = asyncio.get_running_loop()
             timer = loop.call_later(self.config.min_owner_age, self._establish, peer)
             self._admitted[peer.id] = timer
+
+    def owner_wait(self, peer_id: bytes) -> float | None:
+        """Seconds until the contact may own keys: 0 once established, None if it is not in
+        the routing table (not admitted yet, or gone)."""
+        if peer_id not in self._admitted:
+            return None
+        if self._admitted[peer_id] is None:
+            return 0.0
+        age = asyncio.get_running_loop().time() - self._admitted_at.get(peer_id, 0.0)
+        return max(0.0, self.config.min_owner_age - age)
+
+    def establish_early(self, peer_id: bytes) -> bool:
+        """Make sure a contact that has reached the minimum age counts as an owner now, even
+        if its timer has not run yet (it asked for its keys: REFRESH_TASK, and is about to
+        be answered from ``closest_local``). False if it is absent or too young."""
+        if self.owner_wait(peer_id) != 0.0:
+            return False
+        timer = self._admitted.get(peer_id)
+        node = self._proto().router.get(peer_id)
+        if timer is not None and node is not None:
+            timer.cancel()
+            self._establish(peer_of(node))
+        return True
+
+    def hold_ownership(self) -> None:
+        """Own no key until ``take_ownership``: this node is joining."""
+        if self._owner_ready:
+            self._owner_ready = False
+            self._established_version += 1
+
+    def take_ownership(self) -> bool:
+        """Own the keys closest to this node from now on; True if that is a change."""
+        if self._owner_ready:
+            return False
+        self._owner_ready = True
+        self._established_version += 1
+        return True
 
     def _establish(self, peer: PeerRef) -> None:
         if peer.id in self._admitted and self._admitted[peer.id] is None:
@@ -305,6 +351,7 @@ class CrawlNode(CrawlCalls, Server):
         self.handler.peer_added(peer)
 
     def _contact_removed(self, peer: PeerRef, reason: str) -> None:
+        self._admitted_at.pop(peer.id, None)
         if peer.id not in self._admitted:
             return
         timer = self._admitted.pop(peer.id)
@@ -318,11 +365,13 @@ class CrawlNode(CrawlCalls, Server):
         """Everyone in the routing table (never this node)."""
         return [peer_of(n) for n in self._members().values()]
 
-    def closest_local(self, key: bytes, n: int) -> list[PeerRef]:
+    def closest_local(self, key: bytes, n: int, *, with_self: bool | None = None) -> list[PeerRef]:
         """The ``n`` known nodes XOR-closest to ``key``, this node included (kademlia's own
-        lookups never return the local node)."""
+        lookups never return the local node) unless it is joining (``hold_ownership``);
+        ``with_self`` overrides that."""
         members = self._members()
-        ids = closest_ids(key, [*members, self.node.id], n)
+        mine = self._owner_ready if with_self is None else with_self
+        ids = closest_ids(key, [*members, self.node.id] if mine else list(members), n)
         return [self.me if i == self.node.id else peer_of(members[i]) for i in ids]
 
     async def closest(self, key: bytes, n: int) -> list[PeerRef]:
@@ -337,7 +386,10 @@ class CrawlNode(CrawlCalls, Server):
         found = await NodeSpiderCrawl(proto, target, start, self.ksize, self.alpha).find()
         pool = {node.id: peer_of(node) for node in found}
         pool.update({i: peer_of(node) for i, node in self._members().items()})
-        pool[self.node.id] = self.me
+        if self._owner_ready:
+            pool[self.node.id] = self.me
+        else:
+            pool.pop(self.node.id, None)
         return [pool[i] for i in closest_ids(key, pool, n)]
 
     # --- stock DHT API, fixed ------------------------------------------------------------

@@ -18,9 +18,11 @@ from protocol.errors import MessageError
 from protocol.messages import (
     KeyBatch,
     PeerRef,
+    RefreshAnswer,
     StoreResult,
     check_id,
     decode_batches,
+    refresh_to_wire,
     store_result_to_wire,
 )
 from protocol.rpc import CrawlServer
@@ -48,9 +50,9 @@ class CrawlHandler(Protocol):
         copies and remember them as done, copy or not; returns how many copies were dropped."""
         ...
 
-    async def handle_refresh_task(self, sender: PeerRef) -> int:
+    async def handle_refresh_task(self, sender: PeerRef) -> RefreshAnswer:
         """REFRESH_TASK: re-send (STORE_TASK, from an owned task) what is now closer to
-        ``sender``; returns how many tasks will be sent."""
+        ``sender``; answers how many keys will be sent, or when to ask again."""
         ...
 
     def peer_added(self, peer: PeerRef) -> None:
@@ -79,8 +81,8 @@ class NoWork:
     ) -> int:
         return 0
 
-    async def handle_refresh_task(self, sender: PeerRef) -> int:
-        return 0
+    async def handle_refresh_task(self, sender: PeerRef) -> RefreshAnswer:
+        return RefreshAnswer(0)
 
     def peer_added(self, peer: PeerRef) -> None:
         pass
@@ -132,7 +134,10 @@ def crawl_servers(handler: CrawlHandler) -> dict[str, CrawlServer]:
 
     async def refresh_task(sender: PeerRef, args: list[Any]) -> dict[str, Any]:
         _args(args, 0, "refresh_task")
-        return _count(await handler.handle_refresh_task(sender), "handle_refresh_task")
+        answer = await handler.handle_refresh_task(sender)
+        if not isinstance(answer, RefreshAnswer):
+            raise TypeError(f"handle_refresh_task must return a RefreshAnswer, not {answer!r}")
+        return refresh_to_wire(answer)
 
     return {
         "store_task": store_task,

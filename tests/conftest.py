@@ -29,6 +29,10 @@ WebFactory = Callable[..., Awaitable["TestWeb"]]
 PeerFactory = Callable[..., Awaitable["Peer"]]
 StatusFactory = Callable[..., Awaitable["StatusServer"]]
 
+# Joiners wait this long before they own keys (``--min-peer-age``; the default is for real
+# networks, a few seconds): short, but not zero, so the rule is exercised everywhere.
+TEST_MIN_PEER_AGE = 0.5
+
 # A small web that still has every feature (robots, redirects, errors, a large page).
 SMALL_WEB = {"hosts": 3, "pages_per_host": 20, "slow_host_delay": 0.01, "large_page_bytes": 200_000}
 
@@ -79,7 +83,7 @@ async def make_peer(tmp_path: Path) -> AsyncIterator[PeerFactory]:
                 listen=("127.0.0.1", 0),
                 bootstrap=bootstrap,
                 crawl=crawl or CrawlSettings(),
-                peer=peer or PeerSettings(),
+                peer=peer or PeerSettings(min_peer_age=TEST_MIN_PEER_AGE),
             )
         )
         await p.start()

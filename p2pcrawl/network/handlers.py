@@ -20,7 +20,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from p2pcrawl.crawl import Task, urls
-from protocol import Busy, KeyBatch, PeerRef, Rate, SourceLimits, StoreResult
+from protocol import Busy, KeyBatch, PeerRef, Rate, RefreshAnswer, SourceLimits, StoreResult
 
 if TYPE_CHECKING:
     from p2pcrawl.network.peer import Peer
@@ -90,10 +90,13 @@ class PeerHandler:
         self.rejected["depth"] += len(ok) - len(shallow)
         return shallow
 
-    def _owns(self, key: bytes) -> bool:
+    def _owns(self, key: bytes, *, handed: bool = False) -> bool:
+        """Whether this peer is the key's closest node. ``handed``: the sender is a neighbour
+        we asked for our keys; while joining we count ourselves the owner of what it hands
+        us, and of nothing else (``CrawlNode.hold_ownership``)."""
         node = self.peer.node
         assert node is not None
-        found = node.closest_local(key, 1)
+        found = node.closest_local(key, 1, with_self=True if handed else None)
         return not found or found[0].id == self.peer.node_id
 
     async def handle_store_task(self, sender: PeerRef, batches: list[KeyBatch]) -> StoreResult:
@@ -102,7 +105,8 @@ class PeerHandler:
             return StoreResult(new=0, duplicate=0, refused_keys=[b.key for b in batches])
         by_key = self._decode(batches)
         done = {b.key: b.done for b in batches if b.done}
-        refused = [k for k in by_key if not self._owns(k)]
+        handed = peer.membership.expecting_handoff(sender.id)
+        refused = [k for k in by_key if not self._owns(k, handed=handed)]
         offered = [t for k, ts in by_key.items() if k not in refused for t in ts]
         if offered and not self._senders.allow(sender.id, 0.5):  # some budget left?
             self.busy += 1
@@ -150,7 +154,7 @@ class PeerHandler:
         await ledger.done.add(pairs)
         return await backups.remove(owner, [fp for _, fp in pairs])
 
-    async def handle_refresh_task(self, sender: PeerRef) -> int:
+    async def handle_refresh_task(self, sender: PeerRef) -> RefreshAnswer:
         return await self.peer.membership.on_refresh(sender)
 
     def peer_added(self, peer: PeerRef) -> None:

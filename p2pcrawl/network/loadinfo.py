@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from p2pcrawl.crawl import Ledger
-from protocol import CrawlNode
+from protocol import CrawlNode, PeerRef
 from protocol.balance import bit_loads
 from protocol.loadreport import MAX_PEERS, LoadReport
 
@@ -55,8 +55,11 @@ class LoadInfo:
         if ledger is None or node is None:
             return LoadReport(0)
         load = await ledger.tasks.count() + await ledger.done.count()  # counters, no disk
-        me = node.node.id
-        peers = tuple(p for p in node.closest_local(me, MAX_PEERS + 1) if p.id != me)
+        # The whole routing table, as FIND_NODE answers from it: contacts still too young to
+        # own keys are there too, and a joiner must count them or it splits their region.
+        table = node.protocol.router if node.protocol is not None else None
+        nearest = table.find_neighbors(node.node, MAX_PEERS) if table is not None else []
+        peers = tuple(PeerRef(n.id, n.ip, n.port) for n in nearest)
         if load == 0:
             return LoadReport(0, None, peers[:MAX_PEERS])
         await self._refresh_if_stale()

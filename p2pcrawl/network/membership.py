@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING
 
 from p2pcrawl.crawl import Task
 from p2pcrawl.network.dispatch import to_batches
-from protocol import MessageError, PeerRef, PeerTimeout, RemoteError, closest, distance
+from protocol import (
+    MessageError,
+    PeerRef,
+    PeerTimeout,
+    RefreshAnswer,
+    RemoteError,
+    closest,
+    distance,
+)
 
 if TYPE_CHECKING:
     from p2pcrawl.crawl import Engine, Ledger
@@ -32,6 +40,11 @@ if TYPE_CHECKING:
 __all__ = ["HandoffReport", "Membership"]
 
 log = logging.getLogger(__name__)
+
+# How soon a joiner asks again when we have not admitted it yet (a challenge is one ping
+# round trip), and the least "later" we say (a timer due within milliseconds).
+ADMISSION_RETRY_S = 0.1
+MIN_RETRY_S = 0.02
 
 
 @dataclass(slots=True)
@@ -71,17 +84,27 @@ class Membership:
             got.update(keys)
             self._handoff_progress.set()
 
-    async def on_refresh(self, sender: PeerRef) -> int:
+    async def on_refresh(self, sender: PeerRef) -> RefreshAnswer:
         """REFRESH_TASK (Kademlia crawler paper, §2.4.1): send the requester every key now
         closer to it.
 
         Beyond the paper, a key's done fingerprints go with it, and keys with no queued
         tasks left move too (their history is what keeps the new owner from re-fetching).
-        The answer is how many keys will follow, so the requester knows when it has all.
+        The answer is how many keys will follow, so the requester knows when it has all --
+        or "ask again later" while the requester is not in our routing table yet (its
+        admission challenge is under way: answering from a table without it would promise
+        nothing and leave us crawling its hosts beside it) or is younger than the minimum
+        age before a new ID takes over keys. A requester old enough counts as an owner from
+        this answer on, so no key is handed to it that we would then still crawl.
         """
         ledger, _, node, _, _ = self._started()
         if self.peer.state != "active":
-            return 0
+            return RefreshAnswer(0)
+        wait = node.owner_wait(sender.id)
+        if wait is None:  # not admitted yet: the request itself set its challenge going
+            return RefreshAnswer(0, retry_after=ADMISSION_RETRY_S)
+        if not node.establish_early(sender.id):  # too young: as many seconds as it lacks
+            return RefreshAnswer(0, retry_after=max(wait, MIN_RETRY_S))
         keys = set(await ledger.tasks.key_counts()) | set(await ledger.done.keys())
         moving = []
         for key in keys:
@@ -90,33 +113,68 @@ class Membership:
                 moving.append(key)
         if moving:
             self.peer.spawn(self._refresh_handoff(sender, moving), "refresh-handoff")
-        return len(moving)
+        return RefreshAnswer(len(moving))
 
     async def _refresh_handoff(self, requester: PeerRef, keys: list[bytes]) -> None:
         async with self._handoff_lock:
-            try:
-                sent = await self._hand_keys(requester, keys)
-            except (PeerTimeout, RemoteError, OSError) as exc:
-                log.warning("handoff to joining %s failed: %s", requester, exc)
-                return
+            sent = await self._hand_keys_retrying(requester, keys)
         self.peer.events.add("handoff", to=requester.id.hex()[:8], keys=len(keys), tasks=sent)
+
+    def expecting_handoff(self, sender: bytes) -> bool:
+        """Whether we asked ``sender`` for our keys (join or re-sync) and wait for them."""
+        return sender in self._handoffs_received
 
     async def refresh_from_neighbours(self) -> None:
         """Join step 3 (Kademlia crawler paper, §2.4.1): ask neighbours to send what is now
-        closer to us, and wait (bounded) until every promised key has arrived."""
+        closer to us, and wait (bounded) until every promised key has arrived.
+
+        A neighbour that says "later" (it has not admitted us yet, or we are younger than
+        the minimum owner age) is asked again when it says. Once every neighbour has
+        answered with a count, this node takes ownership of its keys (``take_ownership``):
+        from then on the others' handoffs and newly routed tasks are ours, though the
+        engine stays paused until the promised keys -- with their history -- are here.
+        """
         _, _, node, _, _ = self._started()
-        neighbours = node.closest_local(self.peer.node_id, self.peer.config.peer.ksize)
-        promised: dict[bytes, int] = {}
+        ps = self.peer.config.peer
+        neighbours = [
+            p
+            for p in node.closest_local(self.peer.node_id, ps.ksize, with_self=False)
+            if p.id != self.peer.node_id
+        ]
         for p in neighbours:
-            if p.id == self.peer.node_id:
-                continue
             self._handoffs_received.setdefault(p.id, set())
-            try:
-                promised[p.id] = await node.refresh_task(p)
-            except (PeerTimeout, RemoteError, OSError) as exc:
-                log.info("REFRESH_TASK to %s failed: %s", p, exc)
-        deadline = time.monotonic() + self.peer.config.peer.handoff_timeout
+        promised: dict[bytes, int] = {}
+        asked = time.monotonic()
+        give_up = asked + ps.min_peer_age + ps.handoff_timeout
         try:
+            due = {p.id: asked for p in neighbours}  # when to ask each neighbour (again)
+            by_id = {p.id: p for p in neighbours}
+            while due:
+                now = time.monotonic()
+                ask = [by_id[i] for i, t in due.items() if t <= now]
+                answers = await asyncio.gather(*(self._ask_refresh(p) for p in ask))
+                for p, answer in zip(ask, answers, strict=True):
+                    if answer is not None and not answer.retry_after:
+                        promised[p.id] = answer.keys
+                        del due[p.id]
+                    elif answer is None and p.id not in {q.id for q in node.peers()}:
+                        del due[p.id]  # declared dead meanwhile: nothing will come from it
+                    else:
+                        # "Later", or no answer from a peer still in our table: after a
+                        # stall it may be the one that took our hosts, so wait for it.
+                        wait = answer.retry_after if answer is not None else ADMISSION_RETRY_S
+                        due[p.id] = time.monotonic() + wait
+                if due:
+                    left = give_up - time.monotonic()
+                    if left <= 0:
+                        log.warning(
+                            "join: %d neighbours never took us as an owner; going on", len(due)
+                        )
+                        break
+                    await asyncio.sleep(max(0.0, min(min(due.values()) - time.monotonic(), left)))
+            if node.take_ownership():
+                self._ownership_changed()
+            deadline = time.monotonic() + ps.handoff_timeout
             while any(len(self._handoffs_received[i]) < n for i, n in promised.items()):
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -129,7 +187,35 @@ class Membership:
         finally:
             received = sum(len(v) for v in self._handoffs_received.values())
             self._handoffs_received.clear()
-        self.peer.events.add("refreshed", neighbours=len(promised), keys=received)
+        self.peer.events.add(
+            "refreshed",
+            neighbours=len(promised),
+            keys=received,
+            waited_s=round(time.monotonic() - asked, 2),
+        )
+
+    async def _ask_refresh(self, p: PeerRef) -> RefreshAnswer | None:
+        """The neighbour's answer; None if it did not answer. One that answers with an
+        error (a stock kademlia node has no REFRESH_TASK) has nothing for us."""
+        node = self.peer.node
+        assert node is not None
+        try:
+            return await node.refresh_task(p)
+        except RemoteError as exc:
+            log.info("REFRESH_TASK to %s failed: %s", p, exc)
+            return RefreshAnswer(0)
+        except (PeerTimeout, OSError) as exc:
+            log.info("REFRESH_TASK to %s unanswered: %s", p, exc)
+            return None
+
+    def _ownership_changed(self) -> None:
+        """This node started owning keys: cached owners and replica sets are stale."""
+        p = self.peer
+        if p.dispatcher is not None:
+            p.dispatcher.forget_owners()
+        if p.replication is not None:
+            p.replication.membership_changed()
+        self.kick.set()
 
     def on_stall(self, seconds: float) -> None:
         """Our event loop stood still for ``seconds`` (SIGSTOP, a long blocking call): the
@@ -217,12 +303,30 @@ class Membership:
             successor = node.closest_local(key, 1)[0]
             if successor.id != me:
                 by_owner[successor].append(key)
-        for owner, keys in by_owner.items():
+        await asyncio.gather(*(self._send_history(o, keys) for o, keys in by_owner.items()))
+
+    async def _send_history(self, owner: PeerRef, keys: list[bytes]) -> None:
+        """Done fingerprints of ``keys`` to their new owner, again while it refuses them: it
+        may not have declared the old owner dead yet. The takeover waits for this, since a
+        successor that takes the backups without the history re-fetches finished pages."""
+        ledger, _, node, _, _ = self._started()
+        deadline = time.monotonic() + self.peer.config.peer.handoff_timeout
+        delay = 0.25
+        while keys:
             done = await ledger.done.fps_for_keys(keys)
             try:
-                await node.store_task(owner, to_batches([], done))
+                result = await node.store_task(owner, to_batches([], done))
             except (PeerTimeout, RemoteError, OSError) as exc:
                 log.info("history for %d keys to %s failed: %s", len(keys), owner, exc)
+                return
+            refused = set(result.refused_keys)
+            keys = [k for k in keys if k in refused and _owner_id(node, k) == owner.id]
+            if keys:
+                if time.monotonic() + delay > deadline:
+                    log.warning("%s refused the history of %d keys", owner, len(keys))
+                    return
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 2.0)
 
     async def _copy_to_replicas(
         self, owner: PeerRef, tasks: list[Task], done: dict[bytes, list[int]] | None
@@ -257,11 +361,15 @@ class Membership:
                 if found and found[0].id != self.peer.node_id:
                     moved[found[0]].append(key)
             for owner, keys in moved.items():
-                sent = await self._hand_keys(owner, keys)
+                sent = await self._hand_keys_retrying(owner, keys)
                 self.peer.events.add("handoff", to=owner.id.hex()[:8], keys=len(keys), tasks=sent)
 
-    async def _hand_keys(self, owner: PeerRef, keys: list[bytes]) -> int:
-        """Stop crawling ``keys``, wait for their fetches, send tasks and done fps to ``owner``."""
+    async def _hand_keys(
+        self, owner: PeerRef, keys: list[bytes], *, resume_on_failure: bool = True
+    ) -> int:
+        """Stop crawling ``keys``, wait for their fetches, send tasks and done fps to
+        ``owner``. On failure the tasks go back into our store; ``resume_on_failure``
+        says whether we crawl them again meanwhile (a caller that retries says no)."""
         ledger, engine, node, _, _ = self._started()
         assert ledger is not None and engine is not None and node is not None
         keyset = set(keys)
@@ -280,9 +388,10 @@ class Membership:
             )
         except (PeerTimeout, RemoteError, OSError):
             # Put them back: they stay ours until the owner answers.
-            engine.include_keys(keyset)
             await ledger.accept(tasks)
-            engine.wake()
+            if resume_on_failure:
+                engine.include_keys(keyset)
+                engine.wake()
             raise
         if result.refused_keys:
             back = [t for t in tasks if t.key in set(result.refused_keys)]
@@ -290,6 +399,35 @@ class Membership:
             await ledger.accept(back)
             engine.wake()
         return len(tasks)
+
+    async def _hand_keys_retrying(self, owner: PeerRef, keys: list[bytes]) -> int:
+        """``_hand_keys`` until it goes through, for as long as ``owner`` is still the
+        owner of the keys (bounded by ``handoff_timeout``). Meanwhile the keys stay
+        excluded from our crawl: the owner may already be crawling what it was routed, and
+        two crawlers of one host is the duplicate fetch this whole dance avoids."""
+        _, engine, node, _, _ = self._started()
+        deadline = time.monotonic() + self.peer.config.peer.handoff_timeout
+        delay = 0.25
+        while True:
+            try:
+                return await self._hand_keys(owner, keys, resume_on_failure=False)
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                still = [k for k in keys if _owner_id(node, k) == owner.id]
+                if not still or time.monotonic() + delay > deadline:
+                    log.warning("handoff of %d keys to %s failed: %s", len(keys), owner, exc)
+                    engine.include_keys(set(keys))
+                    engine.wake()
+                    self.kick.set()  # whoever owns them now gets them from the rebalance
+                    return 0
+                log.info("handoff to %s failed (%s); trying again in %.1f s", owner, exc, delay)
+                moved_on = set(keys) - set(still)
+                if moved_on:  # owned by someone else now: ours to crawl or pass on again
+                    engine.include_keys(moved_on)
+                    engine.wake()
+                    self.kick.set()
+                keys = still
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 4.0)
 
     async def republish_loop(self) -> None:
         """The periodic republish of backups (Kademlia crawler paper, §2.4.3), limited to the
@@ -408,6 +546,11 @@ class Membership:
             except (PeerTimeout, RemoteError, OSError) as exc:
                 log.warning("handoff to %s failed: %s", cand, exc)
         return False
+
+
+def _owner_id(node: CrawlNode, key: bytes) -> bytes | None:
+    found = node.closest_local(key, 1)
+    return found[0].id if found else None
 
 
 def _closest_other(key: bytes, others: list[PeerRef]) -> PeerRef:

@@ -150,6 +150,10 @@ class Peer:
             self.engine.paused = bool(cfg.bootstrap or saved)
             await self.engine.start()
             joined = False
+            if cfg.bootstrap or saved:
+                # A joiner owns no key until its neighbours have handed over what is now its
+                # own (``Membership.refresh_from_neighbours``).
+                self.node.hold_ownership()
             if cfg.bootstrap:
                 peers = await self.node.join(list(cfg.bootstrap))
                 self.events.add("joined", peers=len(peers))
@@ -165,6 +169,7 @@ class Peer:
                 except BootstrapError as exc:
                     # Not fatal: this peer runs alone and keeps trying (``Healing.run``).
                     log.warning("no saved contact answered (%s); running alone for now", exc)
+                    self.node.take_ownership()
             self.spawn(self.loop_lag.run(), "loop-lag")
             self.spawn(self.membership.rebalance_loop(), "rebalance")
             self.spawn(self.membership.republish_loop(), "republish")

@@ -37,6 +37,8 @@ FAST_DETECTION = (
     "2",
     "--republish-interval",
     "2",
+    "--min-peer-age",
+    "0.5",
 )
 
 

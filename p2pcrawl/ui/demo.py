@@ -106,7 +106,9 @@ async def run_demo(args: argparse.Namespace) -> int:
                     listen=("127.0.0.1", 0),
                     bootstrap=boot,
                     crawl=crawl,
-                    peer=PeerSettings(rpc_timeout=1.0, republish_interval=5.0),
+                    # Joiners wait out the minimum owner age before they crawl; a second
+                    # is plenty on loopback and keeps the demo short.
+                    peer=PeerSettings(rpc_timeout=1.0, republish_interval=5.0, min_peer_age=1.0),
                 )
             )
             await peer.start()

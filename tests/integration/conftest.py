@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from p2pcrawl.testing import Cluster, PeerProc, TestWeb, TestWebConfig
+from tests.conftest import TEST_MIN_PEER_AGE
 
 
 @pytest.fixture
@@ -19,6 +20,7 @@ async def web() -> AsyncIterator[TestWeb]:
 
 def crawl_args(web: TestWeb, *extra: str) -> list[str]:
     args = ["--allow-private", "--politeness-factor", "0", "--concurrency", "8"]
+    args += ["--min-peer-age", str(TEST_MIN_PEER_AGE)]
     for d in web.allow_domains:
         args += ["--allow-domain", d]
     return [*args, *extra]

@@ -84,7 +84,7 @@ async def test_open_off_loopback_needs_a_scope_and_warns(web: TestWeb, make_clus
 async def test_fake_close_ids_take_no_task_from_a_keyed_network(
     web: TestWeb, make_cluster: Any
 ) -> None:
-    cluster = await make_cluster(crawl_args(web, "--secret", "team-key", *FAST))
+    cluster = await make_cluster(crawl_args(web, "--delay", "0.1", "--secret", "team-key", *FAST))
     a = await cluster.start_peer("a")
     b = await cluster.start_peer("b", bootstrap=a)
     await cluster.wait_until(lambda ss: all(s["peers"] == 1 for s in ss), 20, "a pair")

@@ -178,13 +178,7 @@ async def test_exit_when_finished_ends_a_batch_crawl(web: TestWeb, make_cluster:
 
 
 def duplicates_within(dups: int, bound: float, what: str) -> None:
-    """The duplicate bound after a crash or a freeze is not yet met in every run (one run of
-    joins then a crash fetched 62 of 679 pages twice: a whole host crawled by the joiner and
-    by its previous owner). Until it is, a run over it is reported as an expected failure
-    with its figure, after every other check of the test (no loss, the ground truth, the
-    finished state) has passed; those still fail the test."""
-    if dups > bound:
-        pytest.xfail(f"{what}: {dups} duplicate fetches, over the bound of {bound:.1f}")
+    assert dups <= bound, f"{what}: {dups} duplicate fetches, over the bound of {bound:.1f}"
 
 
 def dup_bound(pages: int, in_flight_peers: int) -> float:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from p2pcrawl.settings import PeerSettings
 from p2pcrawl.testing import FAST_DETECTION, Cluster, TestWeb, TestWebConfig
 from tests.integration.conftest import crawl_args, start_mesh
 
@@ -65,8 +66,11 @@ async def stop_gracefully(cluster: Cluster) -> None:
             await cluster.wait_exit(p, 30)
 
 
-async def test_two_join_mid_crawl(slow_web: TestWeb, make_cluster: Any) -> None:
-    cluster = await make_cluster(args(slow_web))
+@pytest.mark.parametrize("min_age", ["0.5", str(PeerSettings().min_peer_age)])
+async def test_two_join_mid_crawl(slow_web: TestWeb, make_cluster: Any, min_age: str) -> None:
+    # The default minimum age too: while the joiners wait it out, their hosts stay with
+    # the old owners, and nobody else may crawl them twice meanwhile.
+    cluster = await make_cluster([*args(slow_web), "--min-peer-age", min_age])
     peers = await start_mesh(cluster, 3)
     await cluster.api(peers[0], "/api/seed", "POST", {"urls": [slow_web.hub_url]})
     truth = len(slow_web.ground_truth())

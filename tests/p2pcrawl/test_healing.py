@@ -13,6 +13,7 @@ from p2pcrawl.network import Peer, PeerConfig
 from p2pcrawl.network.healing import CONTACTS_FILE, read_contacts
 from p2pcrawl.settings import PeerSettings
 from protocol import CrawlNode
+from tests.conftest import TEST_MIN_PEER_AGE
 
 HEAL = PeerSettings(
     rpc_timeout=0.3,
@@ -20,6 +21,7 @@ HEAL = PeerSettings(
     suspicion_timeout=1.0,
     heal_interval=0.3,
     heal_max_backoff=1.0,
+    min_peer_age=TEST_MIN_PEER_AGE,
 )
 MERGE_BOUND_S = HEAL.heal_interval + HEAL.heal_max_backoff + 3 * HEAL.rpc_timeout + 1.0
 

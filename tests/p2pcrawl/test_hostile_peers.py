@@ -6,6 +6,7 @@ well-formed RPCs that a script would send, checked through ``/metrics`` as an op
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import socket
 from typing import Any
@@ -280,3 +281,37 @@ async def test_a_flooding_sender_is_answered_busy_and_loses_nothing(
     assert set(await queued_urls(a)) == set(seeds)  # ... and every task reached its owner
     assert await queued_urls(b) == []
     assert metric(a, "p2pcrawl_store_task_busy_total") == a.handler.busy
+
+
+async def test_a_new_id_next_to_a_busy_host_takes_nothing_before_the_minimum_age(
+    make_peer: PeerFactory,
+) -> None:
+    """The open-network half of the fake-close-ID attack: anyone may answer for an ID next
+    to a host's key, but a new ID takes over keys only once it has been live
+    ``min_peer_age``; one that asks for its keys at once and vanishes again gets nothing."""
+    from p2pcrawl.crawl import Task
+    from p2pcrawl.settings import CrawlSettings, ScopeSettings
+
+    crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("busy.test",)))
+    a = await make_peer(crawl=crawl, peer=PeerSettings())  # the default minimum age: on
+    assert a.engine is not None and a.ledger is not None and a.node is not None
+    a.engine.paused = True  # nothing is fetched: every task stays queued
+    key = key_for("busy.test")
+    page = [f"http://busy.test/p{i}" for i in range(50)]
+    assert await a.intake([Task(u, urls.fingerprint(u), key, 1) for u in page]) == 50
+    fake = CrawlNode(key[:-1] + bytes([key[-1] ^ 1]), MemoryHandler(), NodeConfig())
+    await fake.listen_on("127.0.0.1", 0)
+    try:
+        await fake.join([a.me.addr])
+        await eventually(lambda: a.node.owner_wait(fake.me.id) is not None)  # type: ignore[union-attr]
+        answer = await fake.refresh_task(a.me)  # "hand me my host", at once
+        assert answer.keys == 0 and answer.retry_after > PeerSettings().min_peer_age - 1
+        a.membership.kick.set()  # a rebalance pass must not hand it anything either
+        await asyncio.sleep(0.5)
+        assert a.node.closest_local(key, 1) == [a.me]
+        assert a.node.peers() == []
+    finally:
+        await fake.aclose()
+    handler = fake.handler
+    assert isinstance(handler, MemoryHandler) and handler.tasks == {}
+    assert sorted(await queued_urls(a)) == sorted(page)

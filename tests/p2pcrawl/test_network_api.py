@@ -18,7 +18,13 @@ import pytest
 
 from p2pcrawl.settings import PeerSettings
 from p2pcrawl.ui.network import announce_key, decode_announcement, encode_announcement
-from tests.conftest import PeerFactory, StatusFactory, WebFactory, crawl_settings_for
+from tests.conftest import (
+    TEST_MIN_PEER_AGE,
+    PeerFactory,
+    StatusFactory,
+    WebFactory,
+    crawl_settings_for,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,7 +65,7 @@ async def test_every_peer_sees_the_whole_network_and_its_totals(
 ) -> None:
     web = await make_web(hosts=4)
     crawl = crawl_settings_for(web)
-    keyed = PeerSettings(secret=SECRET, rpc_timeout=1.0)
+    keyed = PeerSettings(secret=SECRET, rpc_timeout=1.0, min_peer_age=TEST_MIN_PEER_AGE)
     founder = await make_peer(crawl=crawl, peer=keyed)
     boot = ((founder.me.host, founder.me.port),)
     peers = [founder] + [await make_peer(crawl=crawl, peer=keyed, bootstrap=boot) for _ in "ab"]
@@ -139,7 +145,7 @@ async def test_every_peer_sees_the_whole_network_and_its_totals(
 async def test_a_planted_announcement_is_ignored_in_a_keyed_network(
     make_peer: PeerFactory, make_status: StatusFactory
 ) -> None:
-    keyed = PeerSettings(secret=SECRET, rpc_timeout=1.0)
+    keyed = PeerSettings(secret=SECRET, rpc_timeout=1.0, min_peer_age=TEST_MIN_PEER_AGE)
     founder = await make_peer(peer=keyed)
     joiner = await make_peer(peer=keyed, bootstrap=((founder.me.host, founder.me.port),))
     server = await make_status(founder)

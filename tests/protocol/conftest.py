@@ -11,7 +11,16 @@ from typing import Any, cast
 
 import pytest
 
-from protocol import CrawlNode, KeyBatch, NodeConfig, PeerRef, StoreResult, TaskItem, new_node_id
+from protocol import (
+    CrawlNode,
+    KeyBatch,
+    NodeConfig,
+    PeerRef,
+    RefreshAnswer,
+    StoreResult,
+    TaskItem,
+    new_node_id,
+)
 
 BOOM = "https://boom.example/raise"  # a URL that makes MemoryHandler raise
 
@@ -70,9 +79,9 @@ class MemoryHandler:
         self.done_seen.update((k, f) for k, fps in done.items() for f in fps)
         return sum(held.pop(f, None) is not None for fps in done.values() for f in fps)
 
-    async def handle_refresh_task(self, sender: PeerRef) -> int:
+    async def handle_refresh_task(self, sender: PeerRef) -> RefreshAnswer:
         self.refresh_from.append(sender)
-        return sum(len(v) for v in self.tasks.values())
+        return RefreshAnswer(sum(len(v) for v in self.tasks.values()))
 
     def peer_added(self, peer: PeerRef) -> None:
         self.added.append(peer)

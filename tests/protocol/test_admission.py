@@ -111,6 +111,36 @@ async def test_a_new_contact_takes_over_keys_only_after_the_minimum_age(
     assert a.closest_local(b.me.id, 1)[0].id == b.me.id
 
 
+async def test_a_joining_node_owns_no_key_until_it_takes_ownership(
+    make_node: NodeFactory,
+) -> None:
+    a = await make_node()
+    b = await make_node()
+    b.hold_ownership()  # what a joining peer does before it joins
+    await b.join([a.me.addr])
+    # Even its own ID's keys go to the established node until the handoffs are done ...
+    assert b.closest_local(b.me.id, 1) == [a.me]
+    assert [p.id for p in await b.closest(b.me.id, 2)] == [a.me.id]
+    assert b.closest_local(b.me.id, 1, with_self=True) == [b.me]  # ... unless asked for
+    assert b.take_ownership() and not b.take_ownership()
+    assert b.closest_local(b.me.id, 1) == [b.me]
+
+
+async def test_owner_wait_counts_down_from_admission(make_node: NodeFactory) -> None:
+    a = await make_node(min_owner_age=0.6)
+    b = await make_node()
+    assert a.owner_wait(b.me.id) is None  # not in the table: a REFRESH_TASK hears "later"
+    assert not a.establish_early(b.me.id)
+    await b.join([a.me.addr])
+    await eventually(lambda: a.owner_wait(b.me.id) is not None)
+    wait = a.owner_wait(b.me.id)
+    assert wait is not None and 0.3 < wait <= 0.6
+    assert not a.establish_early(b.me.id) and a.peers() == []
+    await eventually(lambda: a.owner_wait(b.me.id) == 0.0, timeout=3.0)
+    assert a.establish_early(b.me.id)
+    assert [p.id for p in a.peers()] == [b.me.id]
+
+
 async def test_a_ping_flood_from_one_source_is_rate_limited_and_unanswered(
     make_node: NodeFactory, raw_socket: socket.socket
 ) -> None:

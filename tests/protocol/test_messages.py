@@ -20,12 +20,15 @@ from protocol.messages import (
     MAX_URL_LENGTH,
     RPC_REQUEST_LIMIT,
     KeyBatch,
+    RefreshAnswer,
     StoreResult,
     TaskItem,
     decode_batches,
     decode_fps,
     encode_batches,
     encode_fps,
+    refresh_from_wire,
+    refresh_to_wire,
     store_result_from_wire,
     store_result_to_wire,
 )
@@ -305,3 +308,23 @@ def test_store_result_reply_only_refuses_asked_keys() -> None:
     for bad in ([], {"new": -1, "dup": 0, "refused": []}, {"new": 1, "dup": 0, "refused": "x"}):
         with pytest.raises(MessageError):
             store_result_from_wire(bad, {a})
+
+
+def test_a_refresh_reply_says_how_many_keys_follow_or_when_to_ask_again() -> None:
+    assert refresh_to_wire(RefreshAnswer(7)) == {"n": 7}  # what peers without "later" read
+    assert refresh_from_wire({"n": 7}) == RefreshAnswer(7)
+    later = refresh_to_wire(RefreshAnswer(0, retry_after=2.5))
+    assert later == {"n": 0, "later_ms": 2500}
+    assert refresh_from_wire(later) == RefreshAnswer(0, retry_after=2.5)
+    bad: object
+    for bad in (
+        {"n": 3, "later_ms": 100},  # promises keys and says "later"
+        {"n": 0, "later_ms": -1},
+        {"n": 0, "later_ms": 1.5},
+        {"n": 0, "later_ms": 10**12},  # "come back in 31 years"
+        {"later_ms": 100},
+    ):
+        with pytest.raises(MessageError):
+            refresh_from_wire(bad)
+    with pytest.raises(ValueError):
+        RefreshAnswer(2, retry_after=1.0)

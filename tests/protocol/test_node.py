@@ -28,6 +28,7 @@ from protocol import (
     NodeConfig,
     PeerRef,
     PeerTimeout,
+    RefreshAnswer,
     RemoteError,
     StoreResult,
     TaskItem,
@@ -104,7 +105,7 @@ async def test_the_four_crawl_rpcs(make_node: NodeFactory) -> None:
     # The key travels with every fingerprint, held copy or not (12345 had none).
     assert (key_for("c.example"), 12345) in ha.done_seen
 
-    assert await b.refresh_task(a.me) == 5
+    assert await b.refresh_task(a.me) == RefreshAnswer(5)
     assert ha.refresh_from == [b.me]
     assert await b.store_task(a.me, []) == StoreResult(0, 0, [])
 
@@ -235,7 +236,7 @@ async def test_ghost_replaced_when_a_crawl_reply_has_another_id(make_node: NodeF
     old = b.me
     await b.aclose()
     b2 = await make_node(port=old.port)
-    assert (await a.refresh_task(old)) == 0
+    assert (await a.refresh_task(old)) == RefreshAnswer(0)
     assert b2.me in a.peers() and old not in a.peers()
 
 
