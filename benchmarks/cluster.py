@@ -52,7 +52,7 @@ from typing import Any
 import aiohttp
 from _zipfweb import ZipfWeb
 
-from protocol.balance import choose_join_id
+from protocol.balance import key_space_share
 
 BENCH = Path(__file__).resolve().parent
 WEB_ADDR, CTL_ADDR = "198.18.0.1", "198.18.0.2"
@@ -180,6 +180,14 @@ class RunResult:
     duplicates: int = 0
     web_bytes: int = 0
     per_peer_pages: list[int] = field(default_factory=list)
+    key_space: float = 0.0  # the largest peer's share of the key space, over the mean
+    settled: bool = True  # nothing left in transit once the crawl went idle
+
+    @property
+    def busiest(self) -> float:
+        """The busiest peer's pages over the mean: the speed-up is at most N / busiest."""
+        pages = self.per_peer_pages
+        return max(pages) * len(pages) / sum(pages) if sum(pages) else 0.0
 
     @property
     def pages_per_s(self) -> float:
@@ -229,11 +237,10 @@ class Runner:
             for i in range(n):
                 data = root / f"n{n}-p{i}"
                 data.mkdir(parents=True)
-                if self.args.ids == "split":
-                    # What a joiner's choose_join_id picks when it knows every peer (it does,
-                    # in a network smaller than a k-bucket); written where the peer keeps it.
-                    ids.append(choose_join_id(ids, rng))
-                    doc = {"node_id": ids[-1].hex(), "version": 1}
+                if self.args.ids == "random":
+                    # The old behaviour, for comparison: a random ID, written where the peer
+                    # keeps it. Otherwise each joiner chooses its own (``p2pcrawl join``).
+                    doc = {"node_id": rng.randbytes(20).hex(), "version": 1}
                     (data / "node.json").write_text(json.dumps(doc))
                 log = (root / f"n{n}-p{i}.log").open("ab")
                 proc = await asyncio.create_subprocess_exec(
@@ -251,7 +258,9 @@ class Runner:
                         if not line:
                             raise RuntimeError(f"peer {i} exited; see {root}/n{n}-p{i}.log")
                         if line.startswith(b"{") and b'"ready"' in line:
+                            ids.append(bytes.fromhex(json.loads(line)["node_id"]))
                             break
+            result.key_space = max(key_space_share(i, ids) for i in ids) * n
             addrs = [peer_addr(i) for i in range(n)]
             await self.wait(
                 lambda ss: all(s["peers"] == n - 1 for s in ss), addrs, 60, "a full mesh"
@@ -261,7 +270,7 @@ class Runner:
             t0 = time.perf_counter()
             seed = self.web.url(0, 0)
             await self.api(addrs[0], "/api/seed", "POST", {"urls": [seed]})
-            t_end = await self.wait_finished(addrs, t0)
+            t_end, result.settled = await self.wait_finished(addrs, t0)
             result.wall_s = t_end - t0
             result.cpu_s = sum(proc_cpu_s(p.pid) for p in procs) - cpu0
             stats = await self.web_ctl("/stats")
@@ -293,34 +302,46 @@ class Runner:
             await asyncio.sleep(0.3)
         raise RuntimeError(f"timed out waiting for {what}")
 
-    async def wait_finished(self, addrs: list[str], t0: float) -> float:
-        """When every peer went idle with nothing in transit and stayed so for ``quiet`` s."""
+    async def wait_finished(self, addrs: list[str], t0: float) -> tuple[float, bool]:
+        """When every peer went idle with nothing in transit and stayed so for ``quiet`` s;
+        True with it. If the crawl is idle (nothing queued or in flight, no new page) but
+        some RPC stays in transit for ``--settle-timeout`` s, the time the crawl went idle and
+        False: the pages are all fetched, but the network never became quiescent, which the
+        run reports (``unsettled``) rather than waiting out ``--timeout``."""
         quiet, deadline = 2.0, time.monotonic() + self.args.timeout
         since: float | None = None
+        idle_since: float | None = None
         last_unique = -1
+        ss: list[Any] = []
         while time.monotonic() < deadline:
             ss = [await self.api(a, "/api/status") for a in addrs]
             unique = (await self.web_ctl("/stats"))["unique"]
             idle = (
                 unique > 0
                 and unique == last_unique
-                and all(
-                    s["tasks_queued"] == 0
-                    and s["tasks_in_flight"] == 0
-                    and s["rpc_in_transit"] == 0
-                    for s in ss
-                )
+                and all(s["tasks_queued"] == 0 and s["tasks_in_flight"] == 0 for s in ss)
             )
+            settled = idle and all(s["rpc_in_transit"] == 0 for s in ss)
             last_unique = unique
             now = time.perf_counter()
-            if idle:
+            idle_since = (idle_since or now) if idle else None
+            if settled:
                 since = since or now
                 if now - since >= quiet:
-                    return since
+                    return since, True
             else:
                 since = None
+            if idle_since is not None and now - idle_since >= self.args.settle_timeout:
+                print(f"  idle but not settled after {self.args.settle_timeout:g} s: "
+                      f"{self.describe(ss)}", flush=True)  # fmt: skip
+                return idle_since, False
             await asyncio.sleep(0.25)
-        raise RuntimeError("the crawl did not finish in time")
+        raise RuntimeError(f"the crawl did not finish in time; peers {self.describe(ss)}")
+
+    @staticmethod
+    def describe(ss: list[Any]) -> list[dict[str, Any]]:
+        keys = ("tasks_queued", "tasks_in_flight", "rpc_in_transit", "backups_held", "done")
+        return [{k: s.get(k) for k in keys} for s in ss]
 
 
 def med(values: list[float]) -> dict[str, float]:
@@ -338,7 +359,12 @@ async def main_async(args: argparse.Namespace, topo: Topology, zweb: ZipfWeb) ->
     rng = random.Random(args.seed)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
         runner.session = session
-        with tempfile.TemporaryDirectory(prefix="p2pcrawl-cluster-") as tmp:
+        with contextlib.ExitStack() as stack:
+            tmp = (
+                str(args.keep)
+                if args.keep
+                else stack.enter_context(tempfile.TemporaryDirectory(prefix="p2pcrawl-cluster-"))
+            )
             for r in range(args.rounds):
                 # Interleaved: every N once per round, so a busy neighbour hits all N alike.
                 for n in args.peers:
@@ -349,14 +375,16 @@ async def main_async(args: argparse.Namespace, topo: Topology, zweb: ZipfWeb) ->
                         f"round {r + 1} N={n}: {res.pages} pages in {res.wall_s:.1f} s = "
                         f"{res.pages_per_s:.0f} pages/s, CPU {cpu_ms:.2f} ms/page, "
                         f"{res.rpcs / max(res.pages, 1):.2f} RPCs/page, "
-                        f"{res.duplicates} duplicates, pages per peer {res.per_peer_pages}",
+                        f"{res.duplicates} duplicates, pages per peer {res.per_peer_pages} "
+                        f"(busiest/mean {res.busiest:.2f}; key space max/mean "
+                        f"{res.key_space:.2f}){'' if res.settled else '; UNSETTLED'}",
                         flush=True,
                     )
     base = statistics.median(r.pages_per_s for r in results[min(args.peers)])
     cap_pages = args.rate_mbit * 1e6 / 8 / args.page_bytes
     out: dict[str, Any] = {"speedup": {}, "pages_per_s": {}, "cpu_ms_per_page": {}}
     out.update(rpcs_per_page={}, rpc_bytes_per_page={}, duplicates={}, cap_used={})
-    out["pages_fetched"] = {}
+    out.update(pages_fetched={}, busiest_over_mean={}, speedup_bound={}, unsettled={})
     for n, rs in results.items():
         out["pages_per_s"][str(n)] = med([r.pages_per_s for r in rs])
         if n != min(args.peers):
@@ -367,6 +395,9 @@ async def main_async(args: argparse.Namespace, topo: Topology, zweb: ZipfWeb) ->
         out["duplicates"][str(n)] = med([float(r.duplicates) for r in rs])
         out["pages_fetched"][str(n)] = med([float(r.pages) for r in rs])
         out["cap_used"][str(n)] = med([r.pages_per_s / (n * cap_pages) for r in rs])
+        out["busiest_over_mean"][str(n)] = med([r.busiest for r in rs])
+        out["unsettled"][str(n)] = sum(not r.settled for r in rs)
+        out["speedup_bound"][str(n)] = med([n / r.busiest for r in rs if r.busiest])
     out["cap_pages_per_s_per_peer"] = round(cap_pages, 1)
     out["pages"] = zweb.total_pages
     return out
@@ -383,9 +414,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rate-mbit", type=float, default=4.0, help="per-peer download cap")
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--partition", choices=["host", "url"], default="host")
-    p.add_argument("--ids", choices=["split", "random"], default="split")
+    p.add_argument(
+        "--ids",
+        choices=["split", "random"],
+        default="split",
+        help="split: each joiner chooses its ID (p2pcrawl join's survey); random: written "
+        "into the data directories beforehand (the old behaviour)",
+    )
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--keep", type=Path, help="keep the peers' data and logs in this directory")
     p.add_argument("--timeout", type=float, default=900.0, help="per run")
+    p.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=60.0,
+        help="seconds an idle crawl may keep RPCs in transit before the run ends unsettled",
+    )
     p.add_argument("--quick", action="store_true", help="1, 2 and 4 peers, a small web, 1 round")
     p.add_argument("--smoke", action="store_true", help="1 and 2 peers, a tiny web (tests)")
     a = p.parse_args(argv)

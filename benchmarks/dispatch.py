@@ -40,18 +40,18 @@ from protocol import (
     KeyBatch,
     NodeConfig,
     PeerRef,
-    RefreshAnswer,
     StoreResult,
     TaskItem,
     key_for,
     new_node_id,
 )
+from protocol.service import NoWork
 
 CONFIG = NodeConfig(rpc_timeout=5.0, ping_interval=3600.0, refresh_interval=3600.0)
 WORDS = ["news", "sport", "world", "article", "story", "update", "report", "review", "guide"]
 
 
-class CountingHandler:
+class CountingHandler(NoWork):
     """Receiver: counts URLs and accepts everything (what an owner does before queueing)."""
 
     def __init__(self) -> None:
@@ -61,25 +61,6 @@ class CountingHandler:
         n = sum(len(b.tasks) for b in batches)
         self.urls += n
         return StoreResult(n, 0, [])
-
-    async def handle_store_backup(
-        self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
-    ) -> int:
-        return 0
-
-    async def handle_delete_backup(
-        self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
-    ) -> int:
-        return 0
-
-    async def handle_refresh_task(self, sender: PeerRef) -> RefreshAnswer:
-        return RefreshAnswer(0)
-
-    def peer_added(self, peer: PeerRef) -> None:
-        pass
-
-    def peer_removed(self, peer: PeerRef, reason: str) -> None:
-        pass
 
 
 def receiver_main(conn: Connection) -> None:

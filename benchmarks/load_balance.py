@@ -14,6 +14,10 @@ split       each joiner halves the largest region it knows of (``choose_join_id`
 split+load  each joiner halves the most loaded peer, on the bit that divides that peer's pages
             most evenly (``choose_join_id`` with loads and ``bit_loads``): joining a crawl under
             way, when the owners know their hosts' page counts
+plan        a reference, not something a joiner can do: all N IDs chosen at once, knowing
+            every host's pages, as the best of a search over ID tries whose regions split in
+            any ratio of peers (k1 : k - k1), not only in halves one join at a time
+            (``plan_ids``; N <= 8 only: the search grows fast with N)
 
 Reported per N, over ``--seeds`` webs and ID draws: WebGather's load-balance metric (the
 variance of the peers' normalised shares of pages, shares summing to 1) and max/mean share,
@@ -33,13 +37,16 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from _zipfweb import ZipfWeb
 
 from protocol.balance import IdSpace, bit_loads, choose_join_id
 from protocol.ownership import key_for
 
-SCHEMES = ("random", "split", "split+load")
+SCHEMES = ("random", "split", "split+load", "plan")
+PLAN_MAX_N = 8
+PLAN_BITS = 2  # split bits tried per ratio and side in the plan search
 PARTITIONS = ("host", "url")
 TARGET_N, TARGET = 8, 1.25
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -69,12 +76,75 @@ def balance(loads: dict[bytes, float]) -> tuple[float, float]:
     return statistics.pvariance(shares), max(shares) * len(shares)
 
 
+def plan_ids(keyed: Keyed, n: int, rng: random.Random) -> list[bytes]:
+    """N IDs whose trie best balances the pages, found by a search (see ``plan``).
+
+    A region that is to hold k peers splits at some bit c, below the bits its ancestors split
+    at, into the keys with a 0 there and those with a 1, holding k1 and k - k1 peers. For each
+    k1 and side the search tries the PLAN_BITS bits whose split comes closest to the ratio
+    k1 : k - k1, recursively, and keeps the tree with the smallest largest leaf. The IDs are
+    built from the tree: the peers of a subtree share every bit above its split bit, so the
+    owners ``loads_of`` finds are the leaves' (the benchmark scores them with the ownership
+    code, not with the search's own sums).
+    """
+    import numpy as np
+
+    weights = np.array([load for _, load in keyed])
+    depth = 160 - 32
+    ints = [int.from_bytes(k, "big") for k, _ in keyed]
+    bits = np.array([[(i >> (159 - d)) & 1 for d in range(depth)] for i in ints], dtype=bool)
+    memo: dict[tuple[bytes, int, int], tuple[float, Any]] = {}
+
+    def best(idx: Any, k: int, low: int) -> tuple[float, Any]:
+        """(largest leaf load, tree) for keys ``idx`` shared by k peers, splitting at >= low.
+        A tree is None (a leaf) or (bit, side of the k1 subtree, k1, its tree, the other)."""
+        key = (idx.tobytes(), k, low)
+        if key in memo:
+            return memo[key]
+        total = float(weights[idx].sum())
+        out: tuple[float, Any] = (total if k == 1 else float("inf"), None)
+        if k > 1 and low < depth - k:  # room below for the subtrees' own splits
+            ones = (bits[idx, low : depth - k] * weights[idx][:, None]).sum(0)
+            for k1 in range(1, k // 2 + 1):
+                for side in (0, 1):
+                    part = ones if side else total - ones
+                    for j in np.argsort(np.abs(part - total * k1 / k))[:PLAN_BITS]:
+                        c = low + int(j)
+                        mine = bits[idx, c] == bool(side)
+                        a = best(idx[mine], k1, c + 1)
+                        b = best(idx[~mine], k - k1, c + 1)
+                        if max(a[0], b[0]) < out[0]:  # an empty region still takes peers
+                            out = (max(a[0], b[0]), (c, side, k1, a[1], b[1]))
+        if k > 1 and out[1] is None:
+            raise ValueError("no split found")
+        memo[key] = out
+        return out
+
+    def build(tree: Any, k: int, base: int) -> list[int]:
+        if tree is None:
+            return [base]
+        c, side, k1, t1, t2 = tree
+        shift = 159 - c
+        above = (base >> (shift + 1)) << (shift + 1)
+        first = above | (side << shift) | rng.getrandbits(shift)
+        second = above | ((1 - side) << shift) | rng.getrandbits(shift)
+        return build(t1, k1, first) + build(t2, k - k1, second)
+
+    _, tree = best(np.arange(len(keyed)), n, 0)
+    return [i.to_bytes(20, "big") for i in build(tree, n, rng.getrandbits(160))]
+
+
 def grow(
     scheme: str, keyed: Keyed, sizes: Sequence[int], rng: random.Random
 ) -> dict[int, tuple[float, float]]:
     """Join peers one at a time up to max(sizes); the balance at each size in ``sizes``."""
     ids: list[bytes] = []
     out: dict[int, tuple[float, float]] = {}
+    if scheme == "plan":
+        for n in sizes:
+            if n <= PLAN_MAX_N:
+                out[n] = balance(loads_of(plan_ids(keyed, n, rng), keyed))
+        return out
     while len(ids) < max(sizes):
         if scheme == "random" or not ids:
             new = rng.getrandbits(160).to_bytes(20, "big")
@@ -109,13 +179,20 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, dict[int, dict[str, dic
             web = ZipfWeb(args.hosts, args.max_pages, args.exponent, seed)
             keyed = keyed_pages(web, partition)
             for scheme in SCHEMES:
+                if scheme == "plan" and partition != "host":
+                    continue  # a key per URL: too many for the search
                 rng = random.Random(f"{scheme}:{seed}")
                 for n, (var, mm) in grow(scheme, keyed, args.peers, rng).items():
                     per_scheme[scheme][n]["variance"].append(var)
                     per_scheme[scheme][n]["max_mean"].append(mm)
         results[partition] = {
-            s: {n: {m: summary(v) for m, v in by_n.items()} for n, by_n in per_n.items()}
+            s: {
+                n: {m: summary(v) for m, v in by_n.items()}
+                for n, by_n in per_n.items()
+                if by_n["max_mean"]
+            }
             for s, per_n in per_scheme.items()
+            if any(by_n["max_mean"] for by_n in per_n.values())
         }
     return results
 
@@ -124,14 +201,15 @@ def print_table(results: dict[str, dict[str, dict[int, dict[str, dict[str, float
     for partition, per_scheme in results.items():
         print(f"\n--partition {partition}: max/mean share and variance of normalised shares")
         print("(median [min-max] over seeds)")
-        header = f"{'scheme':<11}" + "".join(
-            f"{f'N={n}':>30}" for n in next(iter(per_scheme.values()))
-        )
-        print(header)
+        sizes = list(next(iter(per_scheme.values())))
+        print(f"{'scheme':<11}" + "".join(f"{f'N={n}':>30}" for n in sizes))
         for scheme, per_n in per_scheme.items():
             cells = []
-            for stats in per_n.values():
-                mm, var = stats["max_mean"], stats["variance"]
+            for n in sizes:
+                if n not in per_n:
+                    cells.append("-")
+                    continue
+                mm, var = per_n[n]["max_mean"], per_n[n]["variance"]
                 cells.append(
                     f"{mm['median']:.2f} [{mm['min']:.2f}-{mm['max']:.2f}] {var['median']:.1e}"
                 )

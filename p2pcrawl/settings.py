@@ -436,6 +436,10 @@ class PeerSettings:
         max=DAY,
         flag=False,
     )
+    # A brand-new joiner's probe (protocol.survey); past it, a random ID and a log line.
+    id_survey_timeout: float = option(
+        10.0, "seconds a new joiner may spend learning the network", gt=0, max=300, flag=False
+    )
 
     def __post_init__(self) -> None:
         validate(self)

@@ -209,7 +209,7 @@ def choose_join_id(
     *,
     candidates: Iterable[bytes] | None = None,
     loads: Mapping[bytes, float] | None = None,
-    profile_of: Callable[[bytes], tuple[float, Sequence[float]]] | None = None,
+    profile_of: Callable[[bytes], tuple[float, Sequence[float]] | None] | None = None,
 ) -> bytes:
     """The ID a new peer should take, given the node IDs it has learned.
 
@@ -219,7 +219,8 @@ def choose_join_id(
     probability equal to its share, and the lookup's closest nodes are exactly the ones that
     determine that share. With ``loads`` the most loaded candidate is split (largest key-space
     share among equals); otherwise the one with the largest share. ``profile_of(node)`` (the
-    chosen node's ``bit_loads``, asked for once) lets the split follow the load. No known node:
+    chosen node's ``bit_loads``, asked for once; None if unknown) lets the split follow the
+    load. No known node:
     a random ID.
     """
     pool = list(candidates) if candidates is not None else list(known)

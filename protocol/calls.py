@@ -15,6 +15,7 @@ from typing import Any
 from kademlia.node import Node
 
 from protocol.errors import PeerTimeout, RemoteError
+from protocol.loadreport import LOAD_RPC, PAD_BYTES, LoadReport, report_from_wire
 from protocol.messages import (
     KeyBatch,
     PeerRef,
@@ -83,6 +84,15 @@ class CrawlCalls:
         reply = await self._proto().request(peer, "refresh_task", [])
         answer: RefreshAnswer = _parse(peer, "refresh_task", refresh_from_wire, reply)
         return answer
+
+    async def load_report(self, peer: PeerRef, *, pad: bool = True) -> LoadReport:
+        """LOAD: how much work ``peer`` owns, and how it falls on each bit (``loadreport``).
+        ``pad`` makes the request big enough for the full reply to a caller ``peer`` does not
+        know (the anti-amplification bound); a member of its table may leave it off."""
+        padding = bytes(PAD_BYTES) if pad else b""
+        reply = await self._proto().request(peer, LOAD_RPC, [padding])
+        report: LoadReport = _parse(peer, LOAD_RPC, report_from_wire, reply)
+        return report
 
     async def goodbye(self, peer: PeerRef) -> None:
         """GOODBYE (graceful leave): ``peer`` drops us from its routing table at once."""

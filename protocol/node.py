@@ -84,6 +84,8 @@ class NodeConfig:
 class CrawlNode(CrawlCalls, Server):
     protocol: CrawlProtocol | None
     transport: asyncio.DatagramTransport | None
+    # What serves our socket; a joiner's probe (``survey``) swaps in one that answers nothing.
+    protocol_class: type[CrawlProtocol] = CrawlProtocol
 
     def __init__(
         self, node_id: bytes, handler: CrawlHandler, config: NodeConfig | None = None
@@ -123,7 +125,7 @@ class CrawlNode(CrawlCalls, Server):
     # --- lifecycle -----------------------------------------------------------------------
 
     def _create_protocol(self) -> CrawlProtocol:
-        proto = CrawlProtocol(
+        proto = self.protocol_class(
             self.node,
             self.storage,
             self.ksize,

@@ -27,7 +27,7 @@ from protocol.messages import (
 )
 from protocol.rpc import CrawlServer
 
-__all__ = ["CrawlHandler", "crawl_servers"]
+__all__ = ["CrawlHandler", "NoWork", "crawl_servers"]
 
 
 class CrawlHandler(Protocol):
@@ -62,6 +62,33 @@ class CrawlHandler(Protocol):
     def peer_removed(self, peer: PeerRef, reason: str) -> None:
         """A node left the routing table: "unresponsive", "goodbye" or "replaced"."""
         ...
+
+
+class NoWork:
+    """A ``CrawlHandler`` that takes no work: it refuses every task and holds no backup (a
+    joiner's probe; a benchmark's receiver overrides what it measures)."""
+
+    async def handle_store_task(self, sender: PeerRef, batches: list[KeyBatch]) -> StoreResult:
+        return StoreResult(0, 0, [b.key for b in batches])
+
+    async def handle_store_backup(
+        self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
+    ) -> int:
+        return 0
+
+    async def handle_delete_backup(
+        self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
+    ) -> int:
+        return 0
+
+    async def handle_refresh_task(self, sender: PeerRef) -> RefreshAnswer:
+        return RefreshAnswer(0)
+
+    def peer_added(self, peer: PeerRef) -> None:
+        pass
+
+    def peer_removed(self, peer: PeerRef, reason: str) -> None:
+        pass
 
 
 def _args(args: list[Any], n: int, rpc: str) -> list[Any]:

@@ -270,6 +270,18 @@ class DoneRecord(WorkerStore):
 
         return await self._worker.run(job, write=False)
 
+    async def key_counts(self) -> dict[bytes, int]:
+        """Host key -> number of done fingerprints (one scan of the record)."""
+
+        def job(conn: sqlite3.Connection) -> dict[bytes, int]:
+            rows = conn.execute(
+                "SELECT hosts.key, n FROM (SELECT key_id, count(*) AS n FROM done GROUP BY key_id)"
+                " JOIN hosts ON hosts.id = key_id"
+            ).fetchall()
+            return {bytes(key): n for key, n in rows}
+
+        return await self._worker.run(job, write=False)
+
     async def count(self) -> int:
         """Rows in the record; answered from a counter kept at commit time, no disk read."""
         return self._count

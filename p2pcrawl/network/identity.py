@@ -1,6 +1,8 @@
 """The node's identity in its data directory: the same node ID across restarts.
 
-Stored as JSON, never pickle: a data directory may come from anywhere.
+Stored as JSON, never pickle: a data directory may come from anywhere. A founder's ID is drawn
+at random and saved at once; a brand-new joiner chooses its ID from what it learns of the
+network (``protocol.survey``) and saves it once it has joined (``Peer.start``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,13 @@ from pathlib import Path
 from protocol import new_node_id
 from storage import DataDirLocked, DirLock
 
-__all__ = ["DataDirError", "load_or_create_identity", "lock_data_dir"]
+__all__ = [
+    "DataDirError",
+    "load_identity",
+    "load_or_create_identity",
+    "lock_data_dir",
+    "save_identity",
+]
 
 IDENTITY_FILE = "node.json"
 
@@ -34,25 +42,39 @@ def lock_data_dir(data_dir: Path) -> DirLock:
     return lock
 
 
-def load_or_create_identity(data_dir: Path) -> bytes:
+def load_identity(data_dir: Path) -> bytes | None:
+    """The saved node ID, or None for a fresh data directory (created here)."""
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DataDirError(f"cannot create data directory {data_dir}: {exc}") from exc
     path = data_dir / IDENTITY_FILE
-    if path.exists():
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            node_id = bytes.fromhex(doc["node_id"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise DataDirError(
-                f"{path} is corrupt ({exc}); move the data directory aside to start afresh"
-            ) from exc
-        if len(node_id) != 20:
-            raise DataDirError(f"{path}: node_id must be 20 bytes, got {len(node_id)}")
-        return node_id
-    node_id = new_node_id()
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        node_id = bytes.fromhex(doc["node_id"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataDirError(
+            f"{path} is corrupt ({exc}); move the data directory aside to start afresh"
+        ) from exc
+    if len(node_id) != 20:
+        raise DataDirError(f"{path}: node_id must be 20 bytes, got {len(node_id)}")
+    return node_id
+
+
+def save_identity(data_dir: Path, node_id: bytes) -> None:
+    """Write the node ID atomically (a crash leaves the old file or the new one)."""
+    path = data_dir / IDENTITY_FILE
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"node_id": node_id.hex(), "version": 1}), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def load_or_create_identity(data_dir: Path) -> bytes:
+    """The saved node ID, or a random one saved now."""
+    node_id = load_identity(data_dir)
+    if node_id is None:
+        node_id = new_node_id()
+        save_identity(data_dir, node_id)
     return node_id

@@ -26,7 +26,8 @@ from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, SeedVerdict, Ta
 from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.handlers import PeerHandler
 from p2pcrawl.network.healing import Healing
-from p2pcrawl.network.identity import load_or_create_identity, lock_data_dir
+from p2pcrawl.network.identity import load_identity, lock_data_dir, save_identity
+from p2pcrawl.network.loadinfo import LoadInfo
 from p2pcrawl.network.membership import HandoffReport, Membership
 from p2pcrawl.network.netkey import is_loopback
 from p2pcrawl.network.quiescence import Quiescence
@@ -34,7 +35,9 @@ from p2pcrawl.network.replication import Replication
 from p2pcrawl.network.scopesync import ScopeSync
 from p2pcrawl.network.seeding import Forward, log_verdicts, seed_with_report
 from p2pcrawl.settings import CrawlSettings, PeerSettings
-from protocol import BootstrapError, CrawlNode, PeerRef, TaskSet
+from protocol import BootstrapError, CrawlNode, PeerRef, TaskSet, new_node_id
+from protocol.loadreport import LOAD_RPC, serve_load
+from protocol.survey import survey
 from storage import BackupStore
 
 __all__ = ["Peer", "PeerConfig", "State"]
@@ -61,7 +64,13 @@ class Peer:
         self.events = EventLog()
         # Before anything reads the directory: its identity and stores are this peer's alone.
         self._dir_lock = lock_data_dir(config.data_dir)
-        self.node_id = load_or_create_identity(config.data_dir)
+        saved = load_identity(config.data_dir)
+        self.node_id = saved or new_node_id()
+        # A brand-new joiner chooses its ID in ``start`` and saves it once it has joined; a
+        # founder has nothing to learn from, so its random ID is kept at once.
+        self._choose_id = saved is None and bool(config.bootstrap)
+        if saved is None and not config.bootstrap:
+            save_identity(config.data_dir, self.node_id)
         self.started = time.monotonic()
         self.ledger: Ledger | None = None
         self.backups: BackupStore | None = None
@@ -82,6 +91,7 @@ class Peer:
         self.loop_lag = LoopLagMonitor()
         self.quiescence = Quiescence(self, config.peer.finish_settle)
         self.healing = Healing(self, config.peer.heal_interval, config.peer.heal_max_backoff)
+        self.load_info = LoadInfo(lambda: self.ledger, lambda: self.node, self.spawn)
 
     # -- start and stop --------------------------------------------------------------------
 
@@ -93,6 +103,8 @@ class Peer:
     async def start(self) -> None:
         cfg = self.config
         try:
+            if self._choose_id:
+                self.node_id = await self._chosen_id()
             self.ledger = await Ledger.open(cfg.data_dir / "stores")
             self.backups = await BackupStore.open(cfg.data_dir / "stores" / "backups.sqlite3")
             if cfg.crawl.warc:
@@ -107,6 +119,7 @@ class Peer:
             await self.node.listen_on(*cfg.listen)
             assert self.node.protocol is not None
             self.node.protocol.serve("quiet", self.quiescence.serve_quiet)
+            self.node.protocol.serve(LOAD_RPC, serve_load(self.load_info.report))
             self.dispatcher = Dispatcher(
                 self.node,
                 replicas=ps.replicas,
@@ -145,6 +158,9 @@ class Peer:
                 peers = await self.node.join(list(cfg.bootstrap))
                 self.events.add("joined", peers=len(peers))
                 joined = True
+                if self._choose_id:  # only now: a failed join leaves the directory fresh
+                    await asyncio.to_thread(save_identity, cfg.data_dir, self.node_id)
+                    self._choose_id = False
             elif saved:
                 try:
                     peers = await self.node.join(saved)
@@ -173,6 +189,37 @@ class Peer:
         except BaseException:
             await self.aclose()
             raise
+
+    async def _chosen_id(self) -> bytes:
+        """An ID that halves the most loaded peer's region (``protocol.survey``), learned by
+        a probe on our --listen address before our node exists; our random one if the probe
+        learns nothing in time."""
+        cfg = self.config
+        try:
+            async with asyncio.timeout(cfg.peer.id_survey_timeout):
+                found = await survey(
+                    cfg.bootstrap, listen=cfg.listen, config=cfg.peer.node_config()
+                )
+        except (BootstrapError, TimeoutError) as exc:
+            why = str(exc) or f"no answer within {cfg.peer.id_survey_timeout:g} s"
+            log.warning("could not survey the network (%s); taking a random node ID", why)
+            self.events.add("id_random", reason=why[:200])
+            return self.node_id
+        if not found.known:
+            log.warning("the survey found no peer; taking a random node ID")
+            self.events.add("id_random", reason="no peer found")
+            return self.node_id
+        chosen = found.choose()
+        load = sum(r.load for r in found.reports.values())
+        log.info(
+            "chose node ID %s from %d known peers (%d reported, %d pages)",
+            chosen.hex()[:8],
+            len(found.known),
+            len(found.reports),
+            load,
+        )
+        self.events.add("id_chosen", known=len(found.known), reported=len(found.reports), load=load)
+        return chosen
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._owned.spawn(coro, name)

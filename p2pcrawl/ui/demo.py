@@ -149,9 +149,11 @@ async def run_demo(args: argparse.Namespace) -> int:
         for i, n in enumerate(shares):
             print(f"  peer {i}: {n} pages ({100 * n / total if total else 0:.0f}%)")
         print(
-            f"  (each of the {len(web.hosts)} hosts belongs to the peer whose random node ID is "
-            "XOR-closest to the host's hash, so shares are uneven and a peer can own no host "
-            "at all; more hosts even them out)"
+            f"  (each of the {len(web.hosts)} hosts belongs to the peer whose node ID is "
+            "XOR-closest to the host's hash; a joiner takes an ID that halves the busiest "
+            "peer's region, so with 3 peers one keeps half of the key space; and a few hosts "
+            "share unevenly whatever the IDs, so a peer can own no host at all; more hosts "
+            "even them out)"
         )
         if args.keep_running and not stop.is_set():
             print("status pages: " + "  ".join(s.url for s in servers))

@@ -97,6 +97,14 @@ async def test_keys_lists_hosts_with_history(record: DoneRecord) -> None:
     assert sorted(await record.keys()) == [HOST_A, HOST_B]
 
 
+async def test_key_counts_counts_each_hosts_history(record: DoneRecord) -> None:
+    assert await record.key_counts() == {}
+    await record.add([(HOST_A, f) for f in fps(5, 1)] + [(HOST_B, f) for f in fps(2, 2)])
+    assert await record.key_counts() == {HOST_A: 5, HOST_B: 2}
+    await record.forget([(HOST_A, f) for f in fps(5, 1)])
+    assert await record.key_counts() == {HOST_B: 2}
+
+
 async def test_bad_input_is_refused_before_touching_disk(record: DoneRecord) -> None:
     with pytest.raises(ValueError):
         await record.add([(b"short", 1)])
