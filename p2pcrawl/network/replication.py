@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 FOLLOW_PAGE = 2000  # tasks read from the store per round trip when a key is re-replicated
 MAX_HOLDERS = 8  # peers remembered per key as possibly holding copies
+RETRY_S = 1.0  # wait before re-replicating keys a replica missed
 
 
 class Replication:
@@ -170,7 +171,12 @@ class Replication:
                 await self.follow()
             except (PeerTimeout, RemoteError, OSError) as exc:
                 log.warning("replication pass failed: %s; retrying", exc)
-                await asyncio.sleep(1.0)
+                self._dirty.update(self._synced)
+            if self._dirty:
+                # A replica missed its copy (a timeout on a saturated link, say): try again
+                # soon. Left for the next membership change instead, the key stayed "in
+                # transit" for good and the network never counted itself finished.
+                await asyncio.sleep(RETRY_S)
                 self._wake.set()
 
     async def follow(self) -> int:

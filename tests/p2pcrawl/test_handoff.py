@@ -15,7 +15,7 @@ import pytest
 
 from p2pcrawl.crawl import Task, urls
 from p2pcrawl.settings import CrawlSettings, PeerSettings, ScopeSettings
-from protocol import Busy, CrawlNode, KeyBatch, NodeConfig, PeerRef, StoreResult, key_for
+from protocol import Busy, CrawlNode, KeyBatch, NodeConfig, PeerRef, StoreResult, TaskItem, key_for
 from tests.conftest import TEST_MIN_PEER_AGE, PeerFactory, WebFactory, crawl_settings_for
 from tests.protocol.conftest import MemoryHandler, eventually
 
@@ -103,3 +103,48 @@ async def test_a_joiner_that_receives_a_large_host_gets_all_of_it_before_crawlin
     )
     assert b.ledger.queued == len(queued) and a.ledger.queued == 0
     assert all(await b.ledger.done.contains([(key, fp) for fp in finished]))
+
+
+class BackupBusyAtFirst(MemoryHandler):
+    """Answers the first STORE_BACKUP "busy" (a replica on a saturated link), then holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backup_calls = 0
+
+    async def handle_store_backup(
+        self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
+    ) -> int:
+        self.backup_calls += 1
+        if self.backup_calls == 1:
+            raise Busy()
+        return await super().handle_store_backup(sender, owner, batches)
+
+
+async def test_a_replica_that_missed_its_copy_gets_it_without_a_membership_change(
+    make_peer: PeerFactory,
+) -> None:
+    """A key whose replica missed its copy stays "in transit" until the copy is through; it
+    must be tried again by itself, or the network never counts itself finished."""
+    crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("kept.test",)))
+    a = await make_peer(crawl=crawl)
+    assert a.engine is not None and a.replication is not None and a.node is not None
+    a.engine.paused = True
+    key = key_for("kept.test")
+    # The replica's ID: a's with one bit flipped where a agrees with the key (a owns it).
+    mine, k = int.from_bytes(a.node_id, "big"), int.from_bytes(key, "big")
+    bit = next(i for i in range(159, -1, -1) if (mine >> i & 1) == (k >> i & 1))
+    handler = BackupBusyAtFirst()
+    replica = CrawlNode((mine ^ (1 << bit)).to_bytes(20, "big"), handler, NodeConfig())
+    await replica.listen_on("127.0.0.1", 0)
+    try:
+        await replica.join([a.me.addr])
+        await eventually(lambda: [p.id for p in a.node.peers()] == [replica.me.id], timeout=5)  # type: ignore[union-attr]
+        page = [f"http://kept.test/p{i}" for i in range(20)]
+        sent = KeyBatch(key, [TaskItem(url=u, depth=1) for u in page])
+        assert (await replica.store_task(a.me, [sent])).new == len(page)
+        await eventually(lambda: len(handler.backups.get(a.node_id, {})) == len(page), timeout=10)
+        await eventually(lambda: a.replication is not None and a.replication.pending == 0)
+    finally:
+        await replica.aclose()
+    assert handler.backup_calls >= 2
