@@ -37,6 +37,19 @@ TEST_MIN_PEER_AGE = 0.5
 SMALL_WEB = {"hosts": 3, "pages_per_host": 20, "slow_host_delay": 0.01, "large_page_bytes": 200_000}
 
 
+def id_next_to(key: bytes) -> bytes:
+    """A node ID XOR-closer to ``key`` than any other a test will meet: its owner."""
+    return key[:-1] + bytes([key[-1] ^ 1])
+
+
+def id_outranked_by(node_id: bytes, key: bytes) -> bytes:
+    """Another node ID that ``node_id`` beats for ``key``: ``node_id`` with one bit flipped
+    where it agrees with the key, so between the two, ``node_id`` owns the key."""
+    mine, k = int.from_bytes(node_id, "big"), int.from_bytes(key, "big")
+    bit = next(i for i in range(8 * len(key) - 1, -1, -1) if (mine >> i & 1) == (k >> i & 1))
+    return (mine ^ (1 << bit)).to_bytes(len(node_id), "big")
+
+
 def crawl_settings_for(web: TestWeb, *, delay: float = 0.0, **overrides: Any) -> CrawlSettings:
     """Settings that crawl ``web`` and nothing else, with no politeness wait unless asked."""
     return CrawlSettings(

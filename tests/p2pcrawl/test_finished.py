@@ -10,7 +10,7 @@ import pytest
 
 from p2pcrawl.crawl import urls
 from protocol import key_for
-from tests.conftest import PeerFactory, WebFactory, crawl_settings_for
+from tests.conftest import PeerFactory, WebFactory, crawl_settings_for, id_outranked_by
 from tests.protocol.conftest import eventually
 
 pytestmark = pytest.mark.timeout(90)
@@ -24,11 +24,8 @@ async def test_a_peer_that_did_no_work_sees_the_finish_after_the_others_left(
     a = await make_peer(crawl=crawl)
     # b's ID is a's with one bit flipped where a agrees with the host's key: a owns the host,
     # b owns nothing and fetches nothing.
-    key = int.from_bytes(key_for(urls.host_of(web.hub_url)), "big")
-    mine = int.from_bytes(a.node_id, "big")
-    bit = next(i for i in range(159, -1, -1) if (mine >> i & 1) == (key >> i & 1))
+    b_id = id_outranked_by(a.node_id, key_for(urls.host_of(web.hub_url)))
     (tmp_path / "peer1").mkdir()
-    b_id = (mine ^ (1 << bit)).to_bytes(20, "big")
     (tmp_path / "peer1" / "node.json").write_text(json.dumps({"node_id": b_id.hex()}))
     b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
     await a.seed([web.hub_url])

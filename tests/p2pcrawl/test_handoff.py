@@ -16,7 +16,14 @@ import pytest
 from p2pcrawl.crawl import Task, urls
 from p2pcrawl.settings import CrawlSettings, PeerSettings, ScopeSettings
 from protocol import Busy, CrawlNode, KeyBatch, NodeConfig, PeerRef, StoreResult, TaskItem, key_for
-from tests.conftest import TEST_MIN_PEER_AGE, PeerFactory, WebFactory, crawl_settings_for
+from tests.conftest import (
+    TEST_MIN_PEER_AGE,
+    PeerFactory,
+    WebFactory,
+    crawl_settings_for,
+    id_next_to,
+    id_outranked_by,
+)
 from tests.protocol.conftest import MemoryHandler, eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -51,7 +58,7 @@ async def test_a_failed_handoff_is_retried_and_the_host_stays_parked_meanwhile(
     key = key_for(host)
     assert await a.intake([Task(u, urls.fingerprint(u), key, 1) for u in truth]) == len(truth)
     handler = BusyAtFirst(busy_for=3)
-    newcomer = CrawlNode(key[:-1] + bytes([key[-1] ^ 1]), handler, NodeConfig(rpc_timeout=0.5))
+    newcomer = CrawlNode(id_next_to(key), handler, NodeConfig(rpc_timeout=0.5))
     await newcomer.listen_on("127.0.0.1", 0)
     try:
         await newcomer.join([a.me.addr])
@@ -85,7 +92,7 @@ async def test_a_joiner_that_receives_a_large_host_gets_all_of_it_before_crawlin
     assert await a.intake([Task(u, urls.fingerprint(u), key, 1) for u in queued]) == len(queued)
     # The joiner's ID is the one next to the host's key: the host is all its.
     (tmp_path / "peer1").mkdir()
-    node_id = key[:-1] + bytes([key[-1] ^ 1])
+    node_id = id_next_to(key)
     (tmp_path / "peer1" / "node.json").write_text(json.dumps({"node_id": node_id.hex()}))
     b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
     assert b.node_id == node_id and b.ledger is not None and b.engine is not None
@@ -131,11 +138,8 @@ async def test_a_replica_that_missed_its_copy_gets_it_without_a_membership_chang
     assert a.engine is not None and a.replication is not None and a.node is not None
     a.engine.paused = True
     key = key_for("kept.test")
-    # The replica's ID: a's with one bit flipped where a agrees with the key (a owns it).
-    mine, k = int.from_bytes(a.node_id, "big"), int.from_bytes(key, "big")
-    bit = next(i for i in range(159, -1, -1) if (mine >> i & 1) == (k >> i & 1))
-    handler = BackupBusyAtFirst()
-    replica = CrawlNode((mine ^ (1 << bit)).to_bytes(20, "big"), handler, NodeConfig())
+    handler = BackupBusyAtFirst()  # a replica: a, not it, owns the key
+    replica = CrawlNode(id_outranked_by(a.node_id, key), handler, NodeConfig())
     await replica.listen_on("127.0.0.1", 0)
     try:
         await replica.join([a.me.addr])

@@ -22,7 +22,7 @@ from p2pcrawl.settings import PeerSettings
 from p2pcrawl.ui.metrics import PeerMetrics
 from protocol import CrawlNode, KeyBatch, NodeConfig, TaskItem, key_for
 from protocol.codec import encode_chunks
-from tests.conftest import PeerFactory, WebFactory, crawl_settings_for
+from tests.conftest import PeerFactory, WebFactory, crawl_settings_for, id_next_to
 from tests.protocol.conftest import MemoryHandler, eventually, recv
 
 pytestmark = pytest.mark.timeout(120)
@@ -299,7 +299,7 @@ async def test_a_new_id_next_to_a_busy_host_takes_nothing_before_the_minimum_age
     key = key_for("busy.test")
     page = [f"http://busy.test/p{i}" for i in range(50)]
     assert await a.intake([Task(u, urls.fingerprint(u), key, 1) for u in page]) == 50
-    fake = CrawlNode(key[:-1] + bytes([key[-1] ^ 1]), MemoryHandler(), NodeConfig())
+    fake = CrawlNode(id_next_to(key), MemoryHandler(), NodeConfig())
     await fake.listen_on("127.0.0.1", 0)
     try:
         await fake.join([a.me.addr])
