@@ -98,16 +98,6 @@ async def test_a_joiner_that_receives_a_large_host_gets_all_of_it_before_crawlin
     assert b.node_id == node_id and b.ledger is not None and b.engine is not None
     refreshed = [e for e in b.events.events if e["kind"] == "refreshed"]
     assert refreshed and refreshed[-1]["keys"] == 1
-    print(
-        "DEBUG",
-        b.handler.rejected,
-        b.handler.malformed,
-        b.handler.refused,
-        list(b.events.events),
-        list(a.events.events),
-        a.ledger.queued,
-        b.ledger.queued,
-    )
     assert b.ledger.queued == len(queued) and a.ledger.queued == 0
     assert all(await b.ledger.done.contains([(key, fp) for fp in finished]))
 
