@@ -158,19 +158,11 @@ class PeerHandler:
 
     def peer_added(self, peer: PeerRef) -> None:
         me = self.peer
-        if me.dispatcher is not None:
-            me.dispatcher.forget_owners()
-        if me.replication is not None:
-            me.replication.membership_changed()
         me.events.add("peer_added", peer=peer.id.hex()[:8], addr=f"{peer.host}:{peer.port}")
-        me.membership.kick.set()
+        me.membership.owners_changed()
 
     def peer_removed(self, peer: PeerRef, reason: str) -> None:
         me = self.peer
-        if me.dispatcher is not None:
-            me.dispatcher.forget_owners()
-        if me.replication is not None:
-            me.replication.membership_changed()
         kind = "peer_left" if reason == "goodbye" else "peer_lost"
         me.events.add(kind, peer=peer.id.hex()[:8], reason=reason)
         me.membership.peer_removed(peer.id)

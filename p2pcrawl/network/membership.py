@@ -139,7 +139,7 @@ class Membership:
         now, so if it comes back and asks again, their history goes with them again."""
         self.gone_owners.add(peer_id)
         self._history_sent.pop(peer_id, None)
-        self.kick.set()
+        self.owners_changed()
 
     def expecting_handoff(self, sender: bytes) -> bool:
         """Whether we asked ``sender`` for our keys (join or re-sync) and wait for them."""
@@ -195,7 +195,7 @@ class Membership:
                     due[p.id] = time.monotonic() + wait
                 # Every neighbour still sending counts us as an owner: its keys are ours.
                 if set(due) <= counted and node.take_ownership():
-                    self._ownership_changed()
+                    self.owners_changed()
                 if due:
                     left = give_up - time.monotonic()
                     if left <= 0:
@@ -203,7 +203,7 @@ class Membership:
                         break
                     await asyncio.sleep(max(0.0, min(min(due.values()) - time.monotonic(), left)))
             if node.take_ownership():
-                self._ownership_changed()
+                self.owners_changed()
         finally:
             self._asked = set()
         self.peer.events.add(
@@ -227,8 +227,9 @@ class Membership:
             log.info("REFRESH_TASK to %s unanswered: %s", p, exc)
             return None
 
-    def _ownership_changed(self) -> None:
-        """This node started owning keys: cached owners and replica sets are stale."""
+    def owners_changed(self) -> None:
+        """Who owns which key changed (a contact came or went, or this node started owning
+        keys): cached owners and replica sets are stale, and a rebalance pass is due."""
         p = self.peer
         if p.dispatcher is not None:
             p.dispatcher.forget_owners()
