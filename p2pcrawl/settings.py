@@ -357,6 +357,15 @@ class PeerSettings:
     replicas: int = option(
         2, "backup copies per task", min=0, max=16, metavar="R", group="crawl options"
     )
+    # Host partition: an owner with a backlog lends one host at a time to a peer whose
+    # fetchers are idle (network/lending.py), so the crawl does not last as long as the
+    # busiest owner alone would need.
+    lend: bool = option(
+        True,
+        "do not lend hosts to idle peers nor borrow from busy ones",
+        flag="--no-lend",
+        group="crawl options",
+    )
     ksize: int = option(20, "Kademlia bucket size", min=2, max=1000, flag=False)
     alpha: int = option(3, "parallel lookups", min=1, max=64, flag=False)
     secret: str = option(

@@ -15,6 +15,7 @@ from typing import Any
 from kademlia.node import Node
 
 from protocol.errors import PeerTimeout, RemoteError
+from protocol.lending import LEND_RPC, MAX_FPS, RETURN_RPC, Loan, loan_from_wire
 from protocol.loadreport import LOAD_RPC, PAD_BYTES, LoadReport, report_from_wire
 from protocol.messages import (
     KeyBatch,
@@ -93,6 +94,34 @@ class CrawlCalls:
         reply = await self._proto().request(peer, LOAD_RPC, [padding])
         report: LoadReport = _parse(peer, LOAD_RPC, report_from_wire, reply)
         return report
+
+    async def lend(self, peer: PeerRef, want: int) -> Loan:
+        """LEND: ask ``peer`` for up to ``want`` of its queued tasks, to crawl on its behalf
+        (``protocol.lending``); lease 0 when it has nothing to spare."""
+        reply = await self._proto().request(peer, LEND_RPC, [want])
+        loan: Loan = _parse(peer, LEND_RPC, loan_from_wire, reply)
+        return loan
+
+    async def give_back(
+        self, peer: PeerRef, lease: int, done: Sequence[int], back: Sequence[int], final: bool
+    ) -> bool:
+        """GIVE_BACK: which of a lease's tasks were finished (``done``) or are returned
+        unfetched (``back``); ``final`` ends the lease. False: ``peer`` no longer knows the
+        lease (it lapsed or was taken back)."""
+        done, back = list(done), list(back)
+        known = True
+        while True:
+            d, back_part = done[:MAX_FPS], back[: MAX_FPS - min(len(done), MAX_FPS)]
+            done, back = done[len(d) :], back[len(back_part) :]
+            last = not done and not back
+            reply = await self._proto().request(
+                peer, RETURN_RPC, [lease, d, back_part, final and last]
+            )
+            if not isinstance(reply, dict) or type(reply.get("known")) is not bool:
+                raise RemoteError(peer, RETURN_RPC, "malformed reply: no 'known' flag")
+            known = known and reply["known"]
+            if last:
+                return known
 
     async def goodbye(self, peer: PeerRef) -> None:
         """GOODBYE (graceful leave): ``peer`` drops us from its routing table at once."""

@@ -82,7 +82,12 @@ class Engine:
         self.robots_gate = RobotsGate(settings, self.fetcher, self.stats)
         self.links = LinkFilter(settings, partition, self.stats)
         self.in_flight: dict[int, Task] = {}
-        self.refill = WindowRefill(settings, self.frontier, ledger, self.in_flight, partition)
+        # Our tasks another peer fetches for us (network/lending.py): still queued in the
+        # ledger, kept out of the frontier until the borrower reports them.
+        self.lent: dict[int, Task] = {}
+        self.refill = WindowRefill(
+            settings, self.frontier, ledger, self.in_flight, partition, lent=self.lent
+        )
         self.paused = False  # no new fetches (leaving)
         # Pages that could hold the loop are parsed in processes, under a deadline.
         self.parsers = ParseWorkers(settings.parse_workers, deadline=settings.parse_deadline)
@@ -99,6 +104,10 @@ class Engine:
         self._refused_hosts: set[str] = set()
         # Set by whoever watches the network's total (--max-network-pages).
         self.network_limit_reached = False
+        # Tasks borrowed from other owners (network/lending.py), queued or in flight here but
+        # not in our ledger; each one ends through ``settle_borrowed``: finished or given back.
+        self.borrowed = 0
+        self.settle_borrowed: Callable[[list[Task], bool], None] | None = None
         # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
         # the stores, so with only one per fetch slot the fetchers sat idle behind them.
         self._tail_slots = asyncio.Semaphore(TAILS_PER_FETCH * settings.concurrency)
@@ -154,11 +163,11 @@ class Engine:
 
     @property
     def tasks_queued(self) -> int:
-        return max(0, self.ledger.queued - len(self.in_flight))
+        return max(0, self.ledger.queued + self.borrowed - len(self.in_flight))
 
     @property
     def idle(self) -> bool:
-        return not self.in_flight and self.ledger.queued == 0
+        return not self.in_flight and self.ledger.queued == 0 and not self.borrowed
 
     @property
     def exhausted(self) -> bool:
@@ -299,9 +308,12 @@ class Engine:
                     await self.refuse(task)
                 elif outcome is Outcome.DONE_ELSEWHERE:
                     self.stats.skipped_done += 1
-                    await self.ledger.drop_done([task.fp])
-                    if self.on_finished is not None:
-                        await self.on_finished([task])
+                    if task.lease:  # crawled here before, when this peer owned its host
+                        await self.finish([task])
+                    else:
+                        await self.ledger.drop_done([task.fp])
+                        if self.on_finished is not None:
+                            await self.on_finished([task])
                 elif isinstance(outcome, Exception):
                     await self._failed(task, outcome)
             except asyncio.CancelledError:
@@ -368,14 +380,32 @@ class Engine:
     async def refuse(self, task: Task) -> None:
         """Drop a task this peer's configuration refuses, without recording it done: the
         same URL seeded again once the configuration allows it is crawled."""
+        if task.lease:
+            self._settle_borrowed([task], finished=False)  # its owner may be allowed to
+            return
         await self.ledger.drop_done([task.fp])
         if self.on_finished is not None:
             await self.on_finished([task])  # the replicas drop their copies
 
     async def finish(self, tasks: list[Task]) -> None:
+        if self.borrowed and any(t.lease for t in tasks):
+            self._settle_borrowed([t for t in tasks if t.lease], finished=True)
+            tasks = [t for t in tasks if not t.lease]
+            if not tasks:
+                return
         await self.ledger.finish(tasks)
         if self.on_finished is not None:
             await self.on_finished(tasks)
+
+    def after_lent(self, key: bytes) -> None:
+        """Lent tasks came back (finished or not): as after a fetch of ours."""
+        self._progress.set()
+        self.refill.after_task(key)
+
+    def _settle_borrowed(self, tasks: list[Task], *, finished: bool) -> None:
+        """A borrowed task ends here: its owner records it (``finished``) or takes it back."""
+        assert self.settle_borrowed is not None, "a borrowed task without a lender"
+        self.settle_borrowed(tasks, finished)
 
 
 def directory_bytes(root: Path) -> int:

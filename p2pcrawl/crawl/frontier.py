@@ -36,6 +36,7 @@ class Task:
     depth: int
     hops: int = 0  # redirects followed to reach this URL (capped by max_redirects)
     tries: int = 0  # retries after network errors or 429/503; not persisted
+    lease: int = 0  # borrowed from its owner under this lease (network/lending.py); 0: ours
 
 
 class HostQueue:
@@ -271,6 +272,15 @@ class Frontier:
             out.extend(t for _, t in hq.tasks)
             self._size -= len(hq.tasks)
             hq.tasks = []
+        return out
+
+    def lend_host(self, hq: HostQueue) -> list[Task]:
+        """Take a ready host's queued tasks out and mark it busy, as if a request to it were
+        under way, until :meth:`release`: another peer fetches them meanwhile."""
+        out = [t for _, t in hq.tasks]
+        self._size -= len(out)
+        hq.tasks = []
+        hq.polite.busy = True
         return out
 
     def busy_hosts(self) -> list[str]:

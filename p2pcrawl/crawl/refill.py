@@ -32,11 +32,14 @@ class WindowRefill:
         ledger: Ledger,
         in_flight: dict[int, Task],
         partition: Partition,
+        *,
+        lent: dict[int, Task] | None = None,
     ) -> None:
         self.settings = settings
         self.frontier = frontier
         self.ledger = ledger
         self.in_flight = in_flight
+        self.lent: dict[int, Task] = {} if lent is None else lent  # away, yet still queued
         self.partition: Partition = partition
         self.wanted = asyncio.Event()
         self.excluded_keys: set[bytes] = set()
@@ -85,7 +88,7 @@ class WindowRefill:
                 want = min(room, LOAD_BATCH)
                 batch = await self.ledger.load(want)
                 for seq, t in batch:
-                    if t.key in self.excluded_keys or t.fp in self.in_flight:
+                    if t.key in self.excluded_keys or t.fp in self.in_flight or t.fp in self.lent:
                         continue
                     if t.key in self._overflow:
                         continue  # its own cursor will reach it
@@ -119,7 +122,7 @@ class WindowRefill:
             if key not in self._overflow or key in self.excluded_keys:
                 continue  # handed away while the store was read
             for _, t in rows:
-                if t.fp not in self.in_flight:
+                if t.fp not in self.in_flight and t.fp not in self.lent:
                     self.frontier.push(host, t)
             loaded += len(rows)
             last = rows[-1][0] if rows else after

@@ -45,7 +45,7 @@ class PeerHandler:
         )
         self._scope_refreshed = 0.0
 
-    def _decode(self, batches: list[KeyBatch]) -> dict[bytes, list[Task]]:
+    def decode(self, batches: list[KeyBatch]) -> dict[bytes, list[Task]]:
         """Tasks by key, checked: canonical URL, key matching the URL. Bad items counted."""
         engine = self.peer.engine
         assert engine is not None
@@ -103,7 +103,7 @@ class PeerHandler:
         peer = self.peer
         if peer.state not in ("active", "joining") or peer.engine is None:
             return StoreResult(new=0, duplicate=0, refused_keys=[b.key for b in batches])
-        by_key = self._decode(batches)
+        by_key = self.decode(batches)
         done = {b.key: b.done for b in batches if b.done}
         handed = peer.membership.expecting_handoff(sender.id)
         refused = [k for k in by_key if not self._owns(k, handed=handed)]
@@ -134,7 +134,7 @@ class PeerHandler:
         done = {b.key: b.done for b in batches if b.done}
         if done:  # the owner's done range for a key this peer now replicates
             await self._record_done(owner, done)
-        decoded = [t for ts in self._decode(batches).values() for t in ts]
+        decoded = [t for ts in self.decode(batches).values() for t in ts]
         tasks = await self._within_scope(decoded)
         assert self.peer.replication is not None
         return await self.peer.replication.hold(owner, tasks)
@@ -166,3 +166,4 @@ class PeerHandler:
         kind = "peer_left" if reason == "goodbye" else "peer_lost"
         me.events.add(kind, peer=peer.id.hex()[:8], reason=reason)
         me.membership.peer_removed(peer.id)
+        me.lending.peer_removed(peer.id)

@@ -139,6 +139,8 @@ class Membership:
         now, so if it comes back and asks again, their history goes with them again."""
         self.gone_owners.add(peer_id)
         self._history_sent.pop(peer_id, None)
+        if self.peer.replication is not None:
+            self.peer.replication.forget_peer(peer_id)
         self.owners_changed()
 
     def expecting_handoff(self, sender: bytes) -> bool:
@@ -397,10 +399,12 @@ class Membership:
         keyset = set(keys)
         engine.exclude_keys(keyset)
         deadline = time.monotonic() + self.peer.config.peer.handoff_timeout
-        while any(t.key in keyset for t in engine.in_flight.values()):
+        # Fetches under way, ours or a borrower's (network/lending.py), finish first.
+        while any(t.key in keyset for t in (*engine.in_flight.values(), *engine.lent.values())):
             if time.monotonic() > deadline:
                 break
             await engine.wait_progress(0.2)
+        self.peer.lending.revoke_keys(keyset)
         tasks = await ledger.take_keys(keys)
         done = await ledger.done.fps_for_keys(keys)
         try:
@@ -500,7 +504,11 @@ class Membership:
         self.peer.state = "leaving"
         self.peer.events.add("leaving")
         report = self.peer.handoff
+        # Borrowed tasks not yet started go back to their owners at once; those under way
+        # finish with ours and are reported before the hand-off.
+        await self.peer.lending.give_back_queued()
         await engine.stop_fetching(timeout=10.0)
+        await self.peer.lending.flush(timeout=5.0)
         await engine.aclose()
         await dispatcher.flush()
         report.queue_at_leave = ledger.queued

@@ -27,6 +27,7 @@ from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.handlers import PeerHandler
 from p2pcrawl.network.healing import Healing
 from p2pcrawl.network.identity import load_identity, lock_data_dir, save_identity
+from p2pcrawl.network.lending import Lending
 from p2pcrawl.network.loadinfo import LoadInfo
 from p2pcrawl.network.membership import HandoffReport, Membership
 from p2pcrawl.network.netkey import is_loopback
@@ -87,6 +88,7 @@ class Peer:
         self._leave_requested = asyncio.Event()
         self._backup_count = 0
         self.membership = Membership(self)
+        self.lending = Lending(self)
         # How late the event loop runs: every RPC reply and status answer waits that long.
         self.loop_lag = LoopLagMonitor()
         self.quiescence = Quiescence(self, config.peer.finish_settle)
@@ -140,6 +142,8 @@ class Peer:
                 on_failure=self._engine_failed,
             )
             self.engine.data_dir = cfg.data_dir  # measured against --max-disk
+            self.engine.settle_borrowed = self.lending.settle
+            self.lending.serve()
             self.scope_sync = ScopeSync(
                 self.node, self.engine, trusted=bool(ps.secret) or is_loopback(cfg.listen[0])
             )
@@ -175,6 +179,7 @@ class Peer:
             self.spawn(self.membership.republish_loop(), "republish")
             self.spawn(self.replication.run(), "replication")
             self.spawn(self.quiescence.run(), "quiescence")
+            self.spawn(self.lending.run(), "lending")
             if self.engine.scope_from_seeds:
                 self.spawn(self.scope_sync.run(), "scope")
             self.spawn(self.healing.run(), "healing")
@@ -368,6 +373,7 @@ class Peer:
             + (self.replication.pending if self.replication else 0),
             "uptime_s": round(time.monotonic() - self.started, 3),
             "handoff": self.handoff.as_dict(),
+            "lending": self.lending.status(),
             **self._hostile_status(),
         }
 

@@ -157,6 +157,18 @@ class Replication:
             self._dirty.update(new)
             self._wake.set()
 
+    def forget_peer(self, peer_id: bytes) -> None:
+        """A peer left the routing table. It is no longer told of finished pages: each
+        DELETE_BACKUP to it would wait out a timeout, and the page's finish with it. If it
+        comes back with copies, it re-routes them to their owner, whose done record drops
+        them."""
+        for key in list(self._holders):
+            held = self._holders[key]
+            for rep in [r for r in held if r.id == peer_id]:
+                del held[rep]
+            if not held:
+                del self._holders[key]
+
     def membership_changed(self) -> None:
         self._dirty.update(self._synced)
         self._wake.set()

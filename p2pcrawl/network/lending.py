@@ -1,0 +1,438 @@
+"""Lending hosts: idle fetchers crawl part of a busy owner's queue (``protocol.lending``).
+
+With the host partition every owner crawls whole hosts, and hosts differ in size by orders
+of magnitude (Zipf), so however evenly the node IDs split the key space, some owner ends up
+with more pages than the others and the crawl lasts as long as that owner needs. Here the
+work moves instead of the keys: a peer whose fetchers would otherwise idle asks a peer with a
+backlog for one host's queued tasks; the owner stops fetching that host while the lease
+runs, so a server is still fetched by one peer at a time (docs/membership.md, "Lending").
+
+The owner keeps every lent task in its task store and in ``Engine.lent``: its queue still
+counts them, refill skips them, and they are finished (done record, DELETE_BACKUP) only when
+the borrower reports them. What can go wrong costs duplicates, never a task:
+
+* the borrower dies: the failure detector's word (or ``LEASE_S`` of silence) ends the lease,
+  and the owner crawls the rest itself; the pages fetched since the borrower's last report
+  (at most ``REPORT_S`` of them, plus its fetches under way) are fetched again;
+* the owner dies: its replicas hold every lent task, as they hold the rest of its queue; the
+  borrower drops what it has not fetched, since the new owner will crawl it;
+* the owner hands the host to a joiner or leaves: it waits for the lease as for a fetch
+  under way, up to its hand-off timeout, then revokes it; the borrower hears "unknown lease"
+  at its next report and drops the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from p2pcrawl.crawl import Task, urls
+from p2pcrawl.crawl.frontier import HostQueue
+from protocol import KeyBatch, PeerRef, PeerTimeout, RemoteError, TaskItem
+from protocol.lending import (
+    LEASE_S,
+    LEND_RPC,
+    MAX_WANT,
+    RETURN_RPC,
+    check_lend_request,
+    check_return_request,
+    loan_to_wire,
+    one_chunk,
+)
+
+if TYPE_CHECKING:
+    from p2pcrawl.network.peer import Peer
+
+__all__ = ["Lending"]
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.2
+# A borrower reports finished tasks this often: what a crash of it can cost to fetch again.
+REPORT_S = 0.5
+# How long a peer that had nothing to lend is not asked again.
+ASK_AGAIN_S = 2.0
+# A known backlog older than this is a guess, not a reason to ask first.
+BACKLOG_FRESH_S = 5.0
+# A host with fewer queued tasks is not worth a lease (and a robots.txt fetch by the
+# borrower): the owner is about to finish it anyway.
+MIN_LEND = 4
+
+
+@dataclass(slots=True)
+class Lease:
+    """What the owner lent: ``tasks`` not yet reported, by fingerprint."""
+
+    lease: int
+    borrower: PeerRef
+    hq: HostQueue
+    key: bytes
+    tasks: dict[int, Task]
+    deadline: float
+
+
+@dataclass(slots=True)
+class Borrowed:
+    """What the borrower holds: ``held`` not yet finished; ``done``/``back`` not yet reported."""
+
+    lease: int
+    lender: PeerRef
+    host: str
+    held: set[int]
+    done: list[int] = field(default_factory=list)
+    back: list[int] = field(default_factory=list)
+    reported: float = field(default_factory=time.monotonic)
+
+    @property
+    def final(self) -> bool:
+        return not self.held
+
+
+class Lending:
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+        self.leases: dict[int, Lease] = {}
+        self.loans: dict[int, Borrowed] = {}
+        self._backlog: dict[bytes, tuple[int, float]] = {}  # peer id -> (backlog, when heard)
+        self._asked: dict[bytes, float] = {}  # peer id -> when it last had nothing to lend
+        self._wake = asyncio.Event()
+        self.lent_total = 0  # tasks lent, ever (status)
+        self.borrowed_total = 0
+        self.lapsed = 0  # leases ended without their borrower (it died or went silent)
+
+    @property
+    def enabled(self) -> bool:
+        ps = self.peer.config.peer
+        return ps.lend and ps.partition == "host"
+
+    def serve(self) -> None:
+        node = self.peer.node
+        assert node is not None and node.protocol is not None
+        node.protocol.serve(LEND_RPC, self.serve_lend)
+        node.protocol.serve(RETURN_RPC, self.serve_return)
+
+    # -- the owner's side ------------------------------------------------------------------
+
+    async def serve_lend(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
+        want = check_lend_request(args)
+        peer, engine, node = self.peer, self.peer.engine, self.peer.node
+        if engine is None or node is None:
+            return loan_to_wire(0, None, 0)
+        backlog = engine.tasks_queued - len(engine.lent)
+        if (
+            not self.enabled
+            or peer.state != "active"
+            or engine.paused
+            or not any(p.id == sender.id for p in node.peers())  # members only
+        ):
+            return loan_to_wire(0, None, backlog)
+        hq = self._host_to_lend(backlog)
+        if hq is None:
+            return loan_to_wire(0, None, backlog)
+        tasks = engine.frontier.lend_host(hq)
+        key = tasks[0].key
+        payload, held = one_chunk(
+            KeyBatch(key, [TaskItem(t.url, t.depth, t.hops) for t in tasks[: min(want, MAX_WANT)]])
+        )
+        lent_urls = {item.url for item in held.tasks}
+        lease = Lease(
+            lease=secrets.randbits(62) + 1,
+            borrower=sender,
+            hq=hq,
+            key=key,
+            tasks={t.fp: t for t in tasks if t.url in lent_urls},
+            deadline=time.monotonic() + LEASE_S,
+        )
+        for t in tasks:
+            if t.fp in lease.tasks:
+                engine.lent[t.fp] = t
+            else:
+                engine.frontier.push(hq.host, t)  # waits for the lease: the host is busy
+        self.leases[lease.lease] = lease
+        self.lent_total += len(lease.tasks)
+        return loan_to_wire(lease.lease, payload, backlog - len(lease.tasks))
+
+    def _host_to_lend(self, backlog: int) -> HostQueue | None:
+        """The ready host with most queued tasks, if lending it leaves this peer enough of
+        its own to keep its fetchers busy."""
+        engine = self.peer.engine
+        assert engine is not None
+        excluded = engine.refill.excluded_keys
+        best: HostQueue | None = None
+        for hq in engine.frontier.hosts.values():
+            if (
+                len(hq.tasks) >= MIN_LEND
+                and not hq.polite.busy
+                and not hq.removed
+                and (best is None or len(hq.tasks) > len(best.tasks))
+                and hq.tasks[0][1].key not in excluded
+            ):
+                best = hq
+        if best is None or backlog - len(best.tasks) < 2 * engine.settings.concurrency:
+            return None
+        return best
+
+    async def serve_return(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
+        report = check_return_request(args)
+        lease = self.leases.get(report.lease)
+        engine = self.peer.engine
+        if lease is None or lease.borrower.id != sender.id or engine is None:
+            return {"known": False}
+        lease.deadline = time.monotonic() + LEASE_S
+        finished = [t for fp in report.done if (t := lease.tasks.pop(fp, None)) is not None]
+        back = [t for fp in report.back if (t := lease.tasks.pop(fp, None)) is not None]
+        for t in finished + back:
+            engine.lent.pop(t.fp, None)
+        self._requeue(lease, back)
+        if report.final or not lease.tasks:
+            self._end(lease, requeue=True)
+        if finished:
+            await engine.finish(finished)
+            engine.after_lent(lease.key)
+        return {"known": True}
+
+    def _requeue(self, lease: Lease, tasks: list[Task]) -> None:
+        engine = self.peer.engine
+        assert engine is not None
+        if not tasks or lease.hq.removed or lease.key in engine.refill.excluded_keys:
+            return  # no longer ours to crawl: the store's rows went (or go) with the key
+        for t in tasks:
+            engine.frontier.push(lease.hq.host, t)
+
+    def _end(self, lease: Lease, *, requeue: bool) -> None:
+        """The lease is over: what was not reported is crawled here again (``requeue``) or
+        left to the key's new owner; the host may be fetched again."""
+        engine = self.peer.engine
+        assert engine is not None
+        self.leases.pop(lease.lease, None)
+        rest = list(lease.tasks.values())
+        lease.tasks.clear()
+        for t in rest:
+            engine.lent.pop(t.fp, None)
+        if requeue:
+            self._requeue(lease, rest)
+        engine.frontier.release(lease.hq, response_time=0.0, gap=0.0)
+        engine.after_lent(lease.key)
+
+    def revoke_keys(self, keys: set[bytes]) -> None:
+        """These keys left this peer (a hand-off): their leases end, and the borrower's next
+        report hears that it should drop the rest."""
+        for lease in [le for le in self.leases.values() if le.key in keys]:
+            self._end(lease, requeue=False)
+
+    def _lapse(self, lease: Lease, why: str) -> None:
+        self.lapsed += 1
+        log.info(
+            "took back a lease of %d tasks of %s from %s (%s)",
+            len(lease.tasks),
+            lease.hq.host,
+            lease.borrower,
+            why,
+        )
+        self._end(lease, requeue=True)
+
+    # -- the borrower's side ---------------------------------------------------------------
+
+    def _hungry(self) -> bool:
+        peer, engine = self.peer, self.peer.engine
+        if engine is None or peer.state != "active" or engine.paused or engine.exhausted:
+            return False
+        most = max(2, engine.settings.concurrency // 4)
+        if engine.failure is not None or len(self.loans) >= most:
+            return False
+        # Idle fetchers, and too few hosts to keep them busy: one server is fetched one
+        # request at a time, so tasks queued on a few hosts do not fill the fetchers.
+        conc = engine.settings.concurrency
+        if len(engine.in_flight) >= conc or engine.tasks_queued >= 8 * conc:
+            return False
+        hosts = 0
+        for hq in engine.frontier.hosts.values():
+            hosts += bool(hq.tasks) or hq.polite.busy
+            if hosts >= conc:
+                return False
+        return True
+
+    def _lender(self) -> PeerRef | None:
+        """The peer most worth asking: the largest recent backlog first, then one not asked
+        lately, so an idle network costs one small request per peer every ASK_AGAIN_S."""
+        node = self.peer.node
+        assert node is not None
+        now = time.monotonic()
+        best: tuple[float, PeerRef] | None = None
+        for p in node.peers():
+            if now - self._asked.get(p.id, -1e9) < ASK_AGAIN_S:
+                continue
+            backlog, heard = self._backlog.get(p.id, (0, -1e9))
+            score = backlog if now - heard < BACKLOG_FRESH_S else 0.5
+            if best is None or score > best[0]:
+                best = (score, p)
+        return best[1] if best is not None else None
+
+    async def _borrow(self) -> None:
+        peer, engine, node = self.peer, self.peer.engine, self.peer.node
+        assert engine is not None and node is not None
+        lender = self._lender()
+        if lender is None:
+            return
+        want = min(MAX_WANT, 4 * engine.settings.concurrency)
+        try:
+            loan = await node.lend(lender, want)
+        except (PeerTimeout, RemoteError, OSError):
+            self._asked[lender.id] = time.monotonic()
+            return
+        self._backlog[lender.id] = (loan.backlog, time.monotonic())
+        if loan.batch is None:
+            self._asked[lender.id] = time.monotonic()
+            return
+        tasks = peer.handler.decode([loan.batch]).get(loan.batch.key, [])
+        if not tasks or peer.state != "active" or not self._lender_known(lender):
+            # Too late (or nothing usable): straight back, so the owner need not wait for
+            # the lease to lapse.
+            await self._report_safely(Borrowed(loan.lease, lender, "", set()))
+            return
+        host = urls.host_of(tasks[0].url)
+        engine.adopt_hosts([urls.hostname_of(tasks[0].url)])  # links within it are in scope
+        held = Borrowed(loan.lease, lender, host, {t.fp for t in tasks})
+        self.loans[loan.lease] = held
+        for t in tasks:
+            t.lease = loan.lease
+            engine.frontier.push(host, t)
+        self.borrowed_total += len(tasks)
+        self._count_held()
+
+    def _lender_known(self, lender: PeerRef) -> bool:
+        node = self.peer.node
+        return node is not None and any(p.id == lender.id for p in node.peers())
+
+    def settle(self, tasks: list[Task], finished: bool) -> None:
+        """``Engine.settle_borrowed``: borrowed tasks finished (or given back) here."""
+        for t in tasks:
+            held = self.loans.get(t.lease)
+            if held is None or t.fp not in held.held:
+                continue  # its lease was dropped meanwhile
+            held.held.discard(t.fp)
+            (held.done if finished else held.back).append(t.fp)
+        self._count_held()
+        self._wake.set()
+
+    def _count_held(self) -> None:
+        engine = self.peer.engine
+        if engine is not None:
+            engine.borrowed = sum(len(b.held) for b in self.loans.values())
+
+    async def _report(self, held: Borrowed) -> None:
+        node = self.peer.node
+        assert node is not None
+        done, back, final = list(held.done), list(held.back), held.final
+        known = await node.give_back(held.lender, held.lease, done, back, final)
+        held.reported = time.monotonic()
+        del held.done[: len(done)]
+        del held.back[: len(back)]
+        if final or not known:
+            self._drop(held)
+
+    async def _report_safely(self, held: Borrowed) -> None:
+        """One report; a silent or odd lender is retried at the next tick (the loan stays)."""
+        try:
+            await self._report(held)
+        except (PeerTimeout, RemoteError, OSError) as exc:
+            log.debug("report to %s failed: %s", held.lender, exc)
+
+    def _drop(self, held: Borrowed) -> None:
+        """Forget a loan; what of it is still queued here is not fetched."""
+        engine = self.peer.engine
+        self.loans.pop(held.lease, None)
+        if engine is not None and held.held and held.host:
+            hq = engine.frontier.hosts.get(held.host)
+            if hq is not None:
+                keep = [t for _, t in hq.tasks if t.lease != held.lease]
+                engine.frontier.remove_hosts([held.host])
+                for t in keep:
+                    engine.frontier.push(held.host, t)
+        held.held.clear()
+        self._count_held()
+
+    def peer_removed(self, peer_id: bytes) -> None:
+        """A peer left the routing table: its leases lapse, its loans are dropped."""
+        for lease in [le for le in self.leases.values() if le.borrower.id == peer_id]:
+            self._lapse(lease, "it left the network")
+        for held in [b for b in self.loans.values() if b.lender.id == peer_id]:
+            # Its replicas hold these tasks and its successor crawls them.
+            self._drop(held)
+        self._backlog.pop(peer_id, None)
+        self._asked.pop(peer_id, None)
+
+    # -- the loop, and leaving ------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Owned by the peer: borrow while hungry, report, and end leases that lapsed."""
+        while True:
+            try:
+                async with asyncio.timeout(TICK_S):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            now = time.monotonic()
+            for lease in [le for le in self.leases.values() if le.deadline < now]:
+                self._lapse(lease, f"no report for {LEASE_S:g} s")
+            for held in list(self.loans.values()):
+                # Finished tasks gather for REPORT_S; a silent loan is kept alive well
+                # before it lapses; a loan with nothing left is reported at once.
+                wait = REPORT_S if held.done or held.back else LEASE_S / 4
+                if held.final or now - held.reported >= wait:
+                    await self._report_safely(held)
+            if self.enabled and self._hungry():
+                await self._borrow()
+
+    async def give_back_queued(self) -> None:
+        """Leaving: return every borrowed task not yet started (those under way finish)."""
+        engine = self.peer.engine
+        if engine is None:
+            return
+        for held in list(self.loans.values()):
+            hq = engine.frontier.hosts.get(held.host)
+            if hq is None:
+                continue
+            mine = [t for _, t in hq.tasks if t.lease == held.lease]
+            if mine:
+                keep = [t for _, t in hq.tasks if t.lease != held.lease]
+                engine.frontier.remove_hosts([held.host])
+                for t in keep:
+                    engine.frontier.push(held.host, t)
+                self.settle(mine, finished=False)
+
+    async def flush(self, timeout: float) -> None:
+        """Leaving: report everything, for up to ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while self.loans and time.monotonic() < deadline:
+            for held in list(self.loans.values()):
+                if held.held:
+                    # Under way still (the engine stopped): the owner crawls them again.
+                    self.settle([self._placeholder(held, fp) for fp in held.held], False)
+                await self._report_safely(held)
+            if self.loans:
+                await asyncio.sleep(TICK_S)
+        for held in list(self.loans.values()):
+            self._drop(held)
+        for lease in list(self.leases.values()):
+            self._end(lease, requeue=False)  # our queue is handed off with its keys
+
+    @staticmethod
+    def _placeholder(held: Borrowed, fp: int) -> Task:
+        return Task("", fp, b"", 0, lease=held.lease)
+
+    def status(self) -> dict[str, int]:
+        return {
+            "tasks_lent": sum(len(le.tasks) for le in self.leases.values()),
+            "tasks_borrowed": sum(len(b.held) for b in self.loans.values()),
+            "leases_out": len(self.leases),
+            "loans_in": len(self.loans),
+            "lent_total": self.lent_total,
+            "borrowed_total": self.borrowed_total,
+            "leases_lapsed": self.lapsed,
+        }

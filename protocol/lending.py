@@ -1,0 +1,151 @@
+"""LEND and GIVE_BACK: a peer with idle fetchers crawls part of a busy owner's queue for it.
+
+Ownership decides who *records* a URL (the owner's done record is where its duplicates die);
+it need not decide who *fetches* it. With whole hosts as keys, the owners' loads are as uneven
+as the hosts' sizes, and the crawl lasts as long as the busiest owner needs. So an owner with
+a backlog lends one host's queued tasks at a time to a peer that asks for work, and stops
+fetching that host itself while the lease runs (one server is still fetched by one peer at a
+time). The borrower fetches and archives the pages and routes their links as usual; it tells
+the owner which tasks it finished, and the owner records them done and drops its replicas'
+copies, as for its own pages. A lent task never leaves the owner's task store, so a borrower
+that dies costs at most the pages it fetched since its last report: the owner takes the lease
+back (on the failure detector's word, or when the lease lapses) and crawls the rest itself.
+
+Wire format (crawl RPCs: the first argument is the sender's ID)::
+
+    request  ["lend", [sender_id, want]]            want: 1..MAX_WANT tasks at most
+    reply    {"id": responder_id,
+              "lease": int,                         0: nothing lent
+              "tasks": bytes,                       with lease > 0: one codec chunk holding
+                                                    one KeyBatch (one host key), no done list
+              "backlog": int}                       tasks the owner still has queued
+
+    request  ["give_back", [sender_id, lease, done, back, final]]
+                                                    done: fingerprints finished (fetched and
+                                                    archived, or recorded failed); back:
+                                                    fingerprints returned unfetched; final:
+                                                    the borrower holds nothing more of it
+    reply    {"id": responder_id, "known": bool}    False: the lease had lapsed or was taken
+                                                    back; the borrower drops what is left
+
+A lease also lapses when no GIVE_BACK arrives for ``LEASE_S``; a borrower with a lease
+outstanding reports at least every ``LEASE_S / 4``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.codec import decode_batches, encode_chunks
+from protocol.errors import MessageError
+from protocol.model import FP_LIMIT, KeyBatch, check_fingerprint
+
+__all__ = [
+    "LEASE_S",
+    "LEND_RPC",
+    "MAX_FPS",
+    "MAX_WANT",
+    "RETURN_RPC",
+    "GiveBack",
+    "Loan",
+    "check_lend_request",
+    "check_return_request",
+    "loan_from_wire",
+    "loan_to_wire",
+    "one_chunk",
+]
+
+LEND_RPC = "lend"
+RETURN_RPC = "give_back"
+MAX_WANT = 4096
+MAX_FPS = 400  # fingerprints per GIVE_BACK: 9 bytes each in msgpack, well inside a datagram
+LEASE_S = 30.0
+MAX_LEASE = FP_LIMIT
+MAX_BACKLOG = 2**53
+
+
+@dataclass(frozen=True, slots=True)
+class Loan:
+    """A LEND answer: ``lease`` 0 means nothing lent (``batch`` is then None)."""
+
+    lease: int
+    batch: KeyBatch | None
+    backlog: int
+
+
+@dataclass(frozen=True, slots=True)
+class GiveBack:
+    lease: int
+    done: list[int]
+    back: list[int]
+    final: bool
+
+
+def one_chunk(batch: KeyBatch) -> tuple[bytes, KeyBatch]:
+    """The first wire chunk of ``batch`` and exactly what it holds: a lease is one reply, so
+    tasks that do not fit it are not lent."""
+    payload, _keys = encode_chunks([KeyBatch(batch.key, batch.tasks)])[0]
+    (held,) = decode_batches(payload)
+    return payload, held
+
+
+def loan_to_wire(lease: int, payload: bytes | None, backlog: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"lease": lease, "backlog": min(backlog, MAX_BACKLOG)}
+    if lease:
+        if payload is None:
+            raise ValueError("a lease carries tasks")
+        out["tasks"] = payload
+    return out
+
+
+def _uint(value: object, limit: int, what: str) -> int:
+    if type(value) is not int or not 0 <= value < limit:
+        raise ValueError(f"{what} must be an int in [0, {limit})")
+    return value
+
+
+def loan_from_wire(reply: Any) -> Loan:
+    """The loan in a LEND reply; ValueError names the first field that breaks the rules."""
+    if not isinstance(reply, dict):
+        raise ValueError("not a map")
+    lease = _uint(reply.get("lease"), MAX_LEASE, "lease")
+    backlog = _uint(reply.get("backlog"), MAX_BACKLOG + 1, "backlog")
+    if not lease:
+        return Loan(0, None, backlog)
+    payload = reply.get("tasks")
+    if type(payload) is not bytes:
+        raise ValueError("a lease carries its tasks as bytes")
+    try:
+        batches = decode_batches(payload)
+    except MessageError as exc:
+        raise ValueError(str(exc)) from None
+    if len(batches) != 1 or batches[0].done or not batches[0].tasks:
+        raise ValueError("a lease is one key's tasks, with no done list")
+    return Loan(lease, batches[0], backlog)
+
+
+def check_lend_request(args: Sequence[Any]) -> int:
+    if len(args) != 1:
+        raise MessageError("lend takes 1 argument after the sender id (want)")
+    (want,) = args
+    if type(want) is not int or not 1 <= want <= MAX_WANT:
+        raise MessageError(f"want must be an int in [1, {MAX_WANT}]")
+    return want
+
+
+def check_return_request(args: Sequence[Any]) -> GiveBack:
+    if len(args) != 4:
+        raise MessageError("give_back takes 4 arguments after the sender id")
+    lease, done, back, final = args
+    if type(lease) is not int or not 0 < lease < MAX_LEASE:
+        raise MessageError("lease must be a positive int")
+    if type(final) is not bool:
+        raise MessageError("final must be a bool")
+    for name, fps in (("done", done), ("back", back)):
+        if not isinstance(fps, list) or len(fps) > MAX_FPS:
+            raise MessageError(f"{name} must be a list of at most {MAX_FPS} fingerprints")
+        for fp in fps:
+            check_fingerprint(fp)
+    return GiveBack(lease, done, back, final)

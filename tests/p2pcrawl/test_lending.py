@@ -1,0 +1,148 @@
+"""Lending: an idle peer crawls a busy owner's hosts on loan, and a dead borrower loses nothing.
+
+Two in-process peers on loopback crawl a real test web. Their IDs are chosen so that one of
+them owns every host of the web: without lending the other would sit idle for the whole crawl.
+The web's own request counts say what was fetched, and how often.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from p2pcrawl.crawl import urls
+from p2pcrawl.network import Peer, PeerConfig
+from p2pcrawl.settings import PeerSettings
+from p2pcrawl.testing import TestWeb
+from protocol import key_for
+from tests.conftest import TEST_MIN_PEER_AGE, WebFactory, crawl_settings_for
+from tests.protocol.conftest import eventually
+
+pytestmark = pytest.mark.timeout(90)
+
+DETECT = PeerSettings(
+    rpc_timeout=0.3, ping_interval=0.3, suspicion_timeout=1.0, min_peer_age=TEST_MIN_PEER_AGE
+)
+
+
+def ids_where_one_owns_all(keys: list[bytes]) -> tuple[bytes, bytes]:
+    """(owner, other): two IDs that differ first at a bit where every key agrees with the
+    owner's, so the owner is XOR-closer to every one of ``keys``."""
+    bits = 8 * len(keys[0])
+    ints = [int.from_bytes(k, "big") for k in keys]
+    for i in range(bits - 1, -1, -1):
+        values = {k >> i & 1 for k in ints}
+        if len(values) == 1:
+            owner = int.from_bytes(os.urandom(len(keys[0])), "big")
+            owner = owner & ~(1 << i) | (values.pop() << i)
+            return owner.to_bytes(len(keys[0]), "big"), (owner ^ (1 << i)).to_bytes(
+                len(keys[0]), "big"
+            )
+    raise AssertionError("no bit on which all keys agree: use fewer hosts")
+
+
+def host_keys(web: TestWeb) -> list[bytes]:
+    return sorted({key_for(urls.host_of(u)) for u in web.ground_truth()})
+
+
+async def start_peer(
+    tmp_path: Path,
+    name: str,
+    node_id: bytes,
+    web: TestWeb,
+    *,
+    concurrency: int,
+    settings: PeerSettings = DETECT,
+    bootstrap: tuple[tuple[str, int], ...] = (),
+) -> Peer:
+    data = tmp_path / name
+    data.mkdir()
+    (data / "node.json").write_text(json.dumps({"node_id": node_id.hex(), "version": 1}))
+    peer = Peer(
+        PeerConfig(
+            data_dir=data,
+            bootstrap=bootstrap,
+            crawl=crawl_settings_for(web, delay=0.03, concurrency=concurrency),
+            peer=settings,
+        )
+    )
+    await peer.start()
+    return peer
+
+
+def fetched_once(web: TestWeb) -> tuple[set[str], dict[str, int]]:
+    truth = web.ground_truth()
+    again = {u: n for u, n in web.request_counts.items() if n > 1}
+    return truth - set(web.request_counts), again
+
+
+async def test_an_idle_peer_crawls_a_busy_owners_hosts_on_loan(
+    make_web: WebFactory, tmp_path: Path
+) -> None:
+    web = await make_web(hosts=4, pages_per_host=60, features=False)
+    owner_id, other_id = ids_where_one_owns_all(host_keys(web))
+    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2)
+    other = await start_peer(
+        tmp_path, "other", other_id, web, concurrency=4, bootstrap=(owner.me.addr,)
+    )
+    try:
+        assert owner.engine is not None and other.engine is not None
+        assert owner.ledger is not None and other.ledger is not None
+        await owner.seed([web.hub_url])
+        await asyncio.wait_for(
+            asyncio.gather(owner.quiescence.finished.wait(), other.quiescence.finished.wait()),
+            60,
+        )
+        missing, again = fetched_once(web)
+        assert not missing and not again
+        truth = web.ground_truth()
+        # The other peer owns nothing, yet fetched part of the crawl, on loan ...
+        assert other.ledger.done_count == 0
+        assert other.engine.stats.pages_fetched > 0
+        assert other.lending.borrowed_total > 0 and owner.lending.lent_total > 0
+        # ... and the owner recorded every URL done, its own fetches and the borrowed ones.
+        assert owner.ledger.done_count == len(truth)
+        assert owner.engine.stats.pages_fetched + other.engine.stats.pages_fetched == len(truth)
+        assert owner.ledger.queued == 0 and not owner.engine.lent and not owner.lending.leases
+        assert not other.lending.loans and other.engine.borrowed == 0
+        # The replica copies of the borrowed tasks were dropped too: nothing is left over.
+        await other.refresh_counts()
+        assert other.status()["backups_held"] == 0
+    finally:
+        await other.aclose()
+        await owner.aclose()
+
+
+async def test_a_borrower_that_dies_loses_no_task(make_web: WebFactory, tmp_path: Path) -> None:
+    web = await make_web(hosts=4, pages_per_host=60, features=False)
+    owner_id, other_id = ids_where_one_owns_all(host_keys(web))
+    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2)
+    other = await start_peer(
+        tmp_path, "other", other_id, web, concurrency=4, bootstrap=(owner.me.addr,)
+    )
+    closed = False
+    try:
+        assert owner.engine is not None and owner.ledger is not None
+        await owner.seed([web.hub_url])
+        await eventually(lambda: bool(other.lending.loans), timeout=30)
+        # Dies with a loan in hand: no goodbye, no report.
+        await other.aclose()
+        closed = True
+        await eventually(lambda: not owner.lending.leases, timeout=20)
+        assert owner.lending.lapsed >= 1
+        await asyncio.wait_for(owner.quiescence.finished.wait(), 60)
+        missing, again = fetched_once(web)
+        assert not missing
+        truth = web.ground_truth()
+        assert owner.ledger.done_count == len(truth) and owner.ledger.queued == 0
+        # What the borrower fetched after its last report, and its fetches under way, may be
+        # fetched again: a few pages, never a whole lease.
+        assert sum(n - 1 for n in again.values()) <= 4 + 4
+    finally:
+        if not closed:
+            await other.aclose()
+        await owner.aclose()
