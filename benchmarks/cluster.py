@@ -180,6 +180,8 @@ class RunResult:
     duplicates: int = 0
     web_bytes: int = 0
     per_peer_pages: list[int] = field(default_factory=list)
+    lend: bool = True
+    lent: int = 0  # tasks the owners lent to idle peers (network/lending.py)
     key_space: float = 0.0  # the largest peer's share of the key space, over the mean
     settled: bool = True  # nothing left in transit once the crawl went idle
 
@@ -213,7 +215,7 @@ class Runner:
         async with self.session.request(method, f"http://{WEB_ADDR}{path}") as resp:
             return await resp.json(content_type=None)
 
-    def peer_cmd(self, i: int, data: Path) -> list[str]:
+    def peer_cmd(self, i: int, data: Path, lend: bool) -> list[str]:
         a = self.args
         cmd = [
             "ip", "netns", "exec", self.topo.ns(f"p{i}"), sys.executable, "-m", "p2pcrawl",
@@ -225,26 +227,28 @@ class Runner:
         ]  # fmt: skip
         for host in self.web.names():
             cmd += ["--allow-domain", host]
+        if not lend:
+            cmd.append("--no-lend")
         if i > 0:
             cmd += ["--bootstrap", f"{peer_addr(0)}:7000"]
         return cmd
 
-    async def one(self, n: int, root: Path, rng: random.Random) -> RunResult:
+    async def one(self, n: int, root: Path, rng: random.Random, lend: bool) -> RunResult:
         procs: list[asyncio.subprocess.Process] = []
-        result = RunResult(n)
+        result = RunResult(n, lend=lend)
         ids: list[bytes] = []
         try:
             for i in range(n):
-                data = root / f"n{n}-p{i}"
+                data = root / f"n{n}{'' if lend else 'x'}-p{i}"
                 data.mkdir(parents=True)
                 if self.args.ids == "random":
                     # The old behaviour, for comparison: a random ID, written where the peer
                     # keeps it. Otherwise each joiner chooses its own (``p2pcrawl join``).
                     doc = {"node_id": rng.randbytes(20).hex(), "version": 1}
                     (data / "node.json").write_text(json.dumps(doc))
-                log = (root / f"n{n}-p{i}.log").open("ab")
+                log = (root / f"n{n}{'' if lend else 'x'}-p{i}.log").open("ab")
                 proc = await asyncio.create_subprocess_exec(
-                    *self.peer_cmd(i, data),
+                    *self.peer_cmd(i, data, lend),
                     stdout=asyncio.subprocess.PIPE,
                     stderr=log,
                     stdin=asyncio.subprocess.DEVNULL,
@@ -279,6 +283,7 @@ class Runner:
             for a in addrs:
                 st = await self.api(a, "/api/status")
                 result.per_peer_pages.append(int(st["pages_fetched"]))
+                result.lent += int(st.get("lending", {}).get("lent_total", 0))
                 rpc = (await self.api(a, "/api/peers"))["rpc"]
                 result.rpcs += sum(rpc["rpc_sent"].values())
                 result.rpc_bytes += int(rpc["bytes_out"])
@@ -356,6 +361,7 @@ async def main_async(args: argparse.Namespace, topo: Topology, zweb: ZipfWeb) ->
     topo.enter("ctl")
     runner = Runner(topo, args, zweb)
     results: dict[int, list[RunResult]] = {n: [] for n in args.peers}
+    unlent: dict[int, list[RunResult]] = {n: [] for n in args.peers if n > 1}
     rng = random.Random(args.seed)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
         runner.session = session
@@ -368,18 +374,34 @@ async def main_async(args: argparse.Namespace, topo: Topology, zweb: ZipfWeb) ->
             for r in range(args.rounds):
                 # Interleaved: every N once per round, so a busy neighbour hits all N alike.
                 for n in args.peers:
-                    res = await runner.one(n, Path(tmp) / f"r{r}", rng)
-                    results[n].append(res)
-                    cpu_ms = 1000 * res.cpu_s / max(res.pages, 1)
-                    print(
-                        f"round {r + 1} N={n}: {res.pages} pages in {res.wall_s:.1f} s = "
-                        f"{res.pages_per_s:.0f} pages/s, CPU {cpu_ms:.2f} ms/page, "
-                        f"{res.rpcs / max(res.pages, 1):.2f} RPCs/page, "
-                        f"{res.duplicates} duplicates, pages per peer {res.per_peer_pages} "
-                        f"(busiest/mean {res.busiest:.2f}; key space max/mean "
-                        f"{res.key_space:.2f}){'' if res.settled else '; UNSETTLED'}",
-                        flush=True,
-                    )
+                    modes = {"on": [True], "off": [False], "both": [True, False]}[args.lending]
+                    for lend in modes if n > 1 else [True]:  # one peer has no one to lend to
+                        res = await runner.one(n, Path(tmp) / f"r{r}", rng, lend)
+                        both = args.lending == "both"
+                        (unlent if both and not lend else results)[n].append(res)
+                        report_run(r, res)
+    return summarise(args, zweb, results, unlent)
+
+
+def report_run(r: int, res: RunResult) -> None:
+    cpu_ms = 1000 * res.cpu_s / max(res.pages, 1)
+    print(
+        f"round {r + 1} N={res.peers}{'' if res.lend else ' (no lending)'}: "
+        f"{res.pages} pages in {res.wall_s:.1f} s = {res.pages_per_s:.0f} pages/s, "
+        f"CPU {cpu_ms:.2f} ms/page, {res.rpcs / max(res.pages, 1):.2f} RPCs/page, "
+        f"{res.duplicates} duplicates, pages per peer {res.per_peer_pages} "
+        f"(busiest/mean {res.busiest:.2f}; key space max/mean {res.key_space:.2f}); "
+        f"lent {res.lent}{'' if res.settled else '; UNSETTLED'}",
+        flush=True,
+    )
+
+
+def summarise(
+    args: argparse.Namespace,
+    zweb: ZipfWeb,
+    results: dict[int, list[RunResult]],
+    unlent: dict[int, list[RunResult]],
+) -> dict[str, Any]:
     base = statistics.median(r.pages_per_s for r in results[min(args.peers)])
     cap_pages = args.rate_mbit * 1e6 / 8 / args.page_bytes
     out: dict[str, Any] = {"speedup": {}, "pages_per_s": {}, "cpu_ms_per_page": {}}
@@ -398,6 +420,16 @@ async def main_async(args: argparse.Namespace, topo: Topology, zweb: ZipfWeb) ->
         out["busiest_over_mean"][str(n)] = med([r.busiest for r in rs])
         out["unsettled"][str(n)] = sum(not r.settled for r in rs)
         out["speedup_bound"][str(n)] = med([n / r.busiest for r in rs if r.busiest])
+        out.setdefault("lent_per_page", {})[str(n)] = med([r.lent / max(r.pages, 1) for r in rs])
+    for n, rs in unlent.items():
+        if not rs:
+            continue
+        nl = out.setdefault("no_lending", {"speedup": {}, "busiest_over_mean": {}})
+        nl["speedup"][str(n)] = round(statistics.median(r.pages_per_s for r in rs) / base, 3)
+        nl["busiest_over_mean"][str(n)] = med([r.busiest for r in rs])
+        nl.setdefault("cpu_ms_per_page", {})[str(n)] = med(
+            [1000 * r.cpu_s / max(r.pages, 1) for r in rs]
+        )
     out["cap_pages_per_s_per_peer"] = round(cap_pages, 1)
     out["pages"] = zweb.total_pages
     return out
@@ -420,6 +452,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="split",
         help="split: each joiner chooses its ID (p2pcrawl join's survey); random: written "
         "into the data directories beforehand (the old behaviour)",
+    )
+    p.add_argument(
+        "--lending",
+        choices=["on", "off", "both"],
+        default="on",
+        help="idle peers borrow hosts from busy owners (the default), or --no-lend, or "
+        "every N > 1 run both ways in each round (before/after)",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--keep", type=Path, help="keep the peers' data and logs in this directory")

@@ -122,7 +122,8 @@ class Lending:
         peer, engine, node = self.peer, self.peer.engine, self.peer.node
         if engine is None or node is None:
             return loan_to_wire(0, None, 0)
-        backlog = engine.tasks_queued - len(engine.lent)
+        # Our own queue only: borrowed tasks are not ours to lend on.
+        backlog = max(0, engine.ledger.queued - len(engine.lent) - len(engine.in_flight))
         if (
             not self.enabled
             or peer.state != "active"
@@ -169,6 +170,7 @@ class Lending:
                 and not hq.polite.busy
                 and not hq.removed
                 and (best is None or len(hq.tasks) > len(best.tasks))
+                and not hq.tasks[0][1].lease  # borrowed: lending it on would loop
                 and hq.tasks[0][1].key not in excluded
             ):
                 best = hq

@@ -104,6 +104,8 @@ async def test_an_idle_peer_crawls_a_busy_owners_hosts_on_loan(
         assert other.ledger.done_count == 0
         assert other.engine.stats.pages_fetched > 0
         assert other.lending.borrowed_total > 0 and owner.lending.lent_total > 0
+        # Borrowed tasks are never lent on: the owner never got its own hosts back on loan.
+        assert other.lending.lent_total == 0 and owner.lending.borrowed_total == 0
         # ... and the owner recorded every URL done, its own fetches and the borrowed ones.
         assert owner.ledger.done_count == len(truth)
         assert owner.engine.stats.pages_fetched + other.engine.stats.pages_fetched == len(truth)
