@@ -104,12 +104,13 @@ class CrawlCalls:
 
     async def give_back(
         self, peer: PeerRef, lease: int, done: Sequence[int], back: Sequence[int], final: bool
-    ) -> bool:
+    ) -> tuple[bool, bool]:
         """GIVE_BACK: which of a lease's tasks were finished (``done``) or are returned
-        unfetched (``back``); ``final`` ends the lease. False: ``peer`` no longer knows the
-        lease (it lapsed or was taken back)."""
+        unfetched (``back``); ``final`` ends the lease. Answers (known, recall): known False
+        if ``peer`` no longer knows the lease (it lapsed or was taken back); recall True if
+        it wants the rest back (it is leaving)."""
         done, back = list(done), list(back)
-        known = True
+        known, recall = True, False
         while True:
             d, back_part = done[:MAX_FPS], back[: MAX_FPS - min(len(done), MAX_FPS)]
             done, back = done[len(d) :], back[len(back_part) :]
@@ -120,8 +121,9 @@ class CrawlCalls:
             if not isinstance(reply, dict) or type(reply.get("known")) is not bool:
                 raise RemoteError(peer, RETURN_RPC, "malformed reply: no 'known' flag")
             known = known and reply["known"]
+            recall = recall or reply.get("recall") is True
             if last:
-                return known
+                return known, recall
 
     async def goodbye(self, peer: PeerRef) -> None:
         """GOODBYE (graceful leave): ``peer`` drops us from its routing table at once."""

@@ -25,11 +25,14 @@ Wire format (crawl RPCs: the first argument is the sender's ID)::
                                                     archived, or recorded failed); back:
                                                     fingerprints returned unfetched; final:
                                                     the borrower holds nothing more of it
-    reply    {"id": responder_id, "known": bool}    False: the lease had lapsed or was taken
-                                                    back; the borrower drops what is left
+    reply    {"id": responder_id, "known": bool,    known False: the lease had lapsed or was
+              "recall": bool}                       taken back; the borrower drops what is
+                                                    left. recall (optional): the owner is
+                                                    leaving; the borrower gives back what it
+                                                    has not started and reports the rest
 
 A lease also lapses when no GIVE_BACK arrives for ``LEASE_S``; a borrower with a lease
-outstanding reports at least every ``LEASE_S / 4``.
+outstanding reports at least every ``KEEPALIVE_S``, so a recall is heard that soon.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from protocol.errors import MessageError
 from protocol.model import FP_LIMIT, KeyBatch, check_fingerprint
 
 __all__ = [
+    "KEEPALIVE_S",
     "LEASE_S",
     "LEND_RPC",
     "MAX_FPS",
@@ -62,6 +66,7 @@ RETURN_RPC = "give_back"
 MAX_WANT = 4096
 MAX_FPS = 400  # fingerprints per GIVE_BACK: 9 bytes each in msgpack, well inside a datagram
 LEASE_S = 30.0
+KEEPALIVE_S = 2.0
 MAX_LEASE = FP_LIMIT
 MAX_BACKLOG = 2**53
 

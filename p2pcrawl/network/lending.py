@@ -24,6 +24,7 @@ the borrower reports them. What can go wrong costs duplicates, never a task:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -32,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 from p2pcrawl.crawl import Task, urls
 from p2pcrawl.crawl.frontier import HostQueue
-from protocol import KeyBatch, PeerRef, PeerTimeout, RemoteError, TaskItem
+from protocol import KeyBatch, PeerRef, PeerTimeout, RemoteError, TaskItem, TaskSet
 from protocol.lending import (
+    KEEPALIVE_S,
     LEASE_S,
     LEND_RPC,
     MAX_WANT,
@@ -45,6 +47,7 @@ from protocol.lending import (
 )
 
 if TYPE_CHECKING:
+    from p2pcrawl.crawl import Engine
     from p2pcrawl.network.peer import Peer
 
 __all__ = ["Lending"]
@@ -73,6 +76,7 @@ class Lease:
     key: bytes
     tasks: dict[int, Task]
     deadline: float
+    recalled: bool = False  # we are leaving: the borrower is asked to give the rest back
 
 
 @dataclass(slots=True)
@@ -82,10 +86,14 @@ class Borrowed:
     lease: int
     lender: PeerRef
     host: str
+    key: bytes
     held: set[int]
     done: list[int] = field(default_factory=list)
     back: list[int] = field(default_factory=list)
     reported: float = field(default_factory=time.monotonic)
+    # Not fetched while the lender does not answer: it may be dead, and then its successor
+    # crawls them from the replicas' copies.
+    parked: list[Task] = field(default_factory=list)
 
     @property
     def final(self) -> bool:
@@ -100,6 +108,8 @@ class Lending:
         self._backlog: dict[bytes, tuple[int, float]] = {}  # peer id -> (backlog, when heard)
         self._asked: dict[bytes, float] = {}  # peer id -> when it last had nothing to lend
         self._wake = asyncio.Event()
+        self._tasks = TaskSet("lending")
+        self._no_leases = asyncio.Event()
         self.lent_total = 0  # tasks lent, ever (status)
         self.borrowed_total = 0
         self.lapsed = 0  # leases ended without their borrower (it died or went silent)
@@ -195,7 +205,7 @@ class Lending:
         if finished:
             await engine.finish(finished)
             engine.after_lent(lease.key)
-        return {"known": True}
+        return {"known": True, "recall": lease.recalled}
 
     def _requeue(self, lease: Lease, tasks: list[Task]) -> None:
         engine = self.peer.engine
@@ -211,6 +221,8 @@ class Lending:
         engine = self.peer.engine
         assert engine is not None
         self.leases.pop(lease.lease, None)
+        if not self.leases:
+            self._no_leases.set()
         rest = list(lease.tasks.values())
         lease.tasks.clear()
         for t in rest:
@@ -219,6 +231,23 @@ class Lending:
             self._requeue(lease, rest)
         engine.frontier.release(lease.hq, response_time=0.0, gap=0.0)
         engine.after_lent(lease.key)
+
+    def recall(self, keys: set[bytes] | None = None) -> None:
+        """Leaving (or handing ``keys`` over): each borrower is asked, at its next report,
+        to give back what it has not started; what it finishes meanwhile is reported as
+        usual, so the hand-off need not wait for whole leases."""
+        for lease in self.leases.values():
+            if keys is None or lease.key in keys:
+                lease.recalled = True
+
+    async def wait_leases(self, timeout: float) -> None:
+        """Until every lease has come back, for up to ``timeout`` seconds."""
+        if not self.leases:
+            return
+        self._no_leases.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._no_leases.wait()
 
     def revoke_keys(self, keys: set[bytes]) -> None:
         """These keys left this peer (a hand-off): their leases end, and the borrower's next
@@ -294,11 +323,11 @@ class Lending:
         if not tasks or peer.state != "active" or not self._lender_known(lender):
             # Too late (or nothing usable): straight back, so the owner need not wait for
             # the lease to lapse.
-            await self._report_safely(Borrowed(loan.lease, lender, "", set()))
+            await self._report_safely(Borrowed(loan.lease, lender, "", loan.batch.key, set()))
             return
         host = urls.host_of(tasks[0].url)
         engine.adopt_hosts([urls.hostname_of(tasks[0].url)])  # links within it are in scope
-        held = Borrowed(loan.lease, lender, host, {t.fp for t in tasks})
+        held = Borrowed(loan.lease, lender, host, loan.batch.key, {t.fp for t in tasks})
         self.loans[loan.lease] = held
         for t in tasks:
             t.lease = loan.lease
@@ -315,7 +344,9 @@ class Lending:
         for t in tasks:
             held = self.loans.get(t.lease)
             if held is None or t.fp not in held.held:
-                continue  # its lease was dropped meanwhile
+                if finished and t.key:  # its loan was dropped while it was under way
+                    self._forward(t.key, [t.fp])
+                continue
             held.held.discard(t.fp)
             (held.done if finished else held.back).append(t.fp)
         self._count_held()
@@ -330,32 +361,61 @@ class Lending:
         node = self.peer.node
         assert node is not None
         done, back, final = list(held.done), list(held.back), held.final
-        known = await node.give_back(held.lender, held.lease, done, back, final)
+        known, recall = await node.give_back(held.lender, held.lease, done, back, final)
         held.reported = time.monotonic()
         del held.done[: len(done)]
         del held.back[: len(back)]
-        if final or not known:
+        if not known:
+            # Revoked (the key moved) or lapsed: what we finished goes to whoever owns the
+            # key now, as done history; the rest is dropped.
+            self._forward(held.key, done)
             self._drop(held)
+        elif final:
+            self._drop(held)
+        elif recall:
+            parked, held.parked = held.parked, []
+            self.settle(parked + self._unqueue(held), finished=False)
+        elif held.parked:  # the lender answers again
+            parked, held.parked = held.parked, []
+            for t in parked:
+                self._engine().frontier.push(held.host, t)
 
     async def _report_safely(self, held: Borrowed) -> None:
-        """One report; a silent or odd lender is retried at the next tick (the loan stays)."""
+        """One report. A silent lender may be dead: what of its loan is not started waits
+        (parked) until it answers again or is declared dead; an odd one is asked again."""
         try:
             await self._report(held)
-        except (PeerTimeout, RemoteError, OSError) as exc:
+        except PeerTimeout as exc:
             log.debug("report to %s failed: %s", held.lender, exc)
+            held.parked += self._unqueue(held)
+        except (RemoteError, OSError) as exc:
+            log.debug("report to %s failed: %s", held.lender, exc)
+
+    def _engine(self) -> Engine:
+        engine = self.peer.engine
+        assert engine is not None
+        return engine
+
+    def _unqueue(self, held: Borrowed) -> list[Task]:
+        """Take the loan's tasks that are not under way out of the frontier."""
+        frontier = self._engine().frontier
+        hq = frontier.hosts.get(held.host)
+        if hq is None or not any(t.lease == held.lease for _, t in hq.tasks):
+            return []
+        keep = [t for _, t in hq.tasks if t.lease != held.lease]
+        mine = [t for _, t in hq.tasks if t.lease == held.lease]
+        frontier.remove_hosts([held.host])
+        for t in keep:
+            frontier.push(held.host, t)
+        return mine
 
     def _drop(self, held: Borrowed) -> None:
         """Forget a loan; what of it is still queued here is not fetched."""
-        engine = self.peer.engine
         self.loans.pop(held.lease, None)
-        if engine is not None and held.held and held.host:
-            hq = engine.frontier.hosts.get(held.host)
-            if hq is not None:
-                keep = [t for _, t in hq.tasks if t.lease != held.lease]
-                engine.frontier.remove_hosts([held.host])
-                for t in keep:
-                    engine.frontier.push(held.host, t)
+        if held.held and held.host:
+            self._unqueue(held)
         held.held.clear()
+        held.parked.clear()
         self._count_held()
 
     def peer_removed(self, peer_id: bytes) -> None:
@@ -363,7 +423,9 @@ class Lending:
         for lease in [le for le in self.leases.values() if le.borrower.id == peer_id]:
             self._lapse(lease, "it left the network")
         for held in [b for b in self.loans.values() if b.lender.id == peer_id]:
-            # Its replicas hold these tasks and its successor crawls them.
+            # Its replicas hold these tasks and its successor crawls them; what we finished
+            # and could not report goes to that successor as done history.
+            self._forward(held.key, list(held.done))
             self._drop(held)
         self._backlog.pop(peer_id, None)
         self._asked.pop(peer_id, None)
@@ -385,28 +447,41 @@ class Lending:
             for held in list(self.loans.values()):
                 # Finished tasks gather for REPORT_S; a silent loan is kept alive well
                 # before it lapses; a loan with nothing left is reported at once.
-                wait = REPORT_S if held.done or held.back else LEASE_S / 4
+                wait = REPORT_S if held.done or held.back else KEEPALIVE_S
                 if held.final or now - held.reported >= wait:
                     await self._report_safely(held)
             if self.enabled and self._hungry():
                 await self._borrow()
 
+    def _forward(self, key: bytes, fps: list[int]) -> None:
+        if fps:
+            self._tasks.spawn(self._forward_done(key, fps), "forward")
+
+    async def _forward_done(self, key: bytes, fps: list[int]) -> None:
+        """Finished tasks of a dead lender's loan, as done history to the key's new owner,
+        offered again while it refuses (it may not have declared the lender dead yet)."""
+        peer, node = self.peer, self.peer.node
+        assert node is not None
+        delay, deadline = TICK_S, time.monotonic() + LEASE_S
+        while time.monotonic() < deadline:
+            owner = node.closest_local(key, 1)
+            try:
+                if not owner or owner[0].id == node.me.id:
+                    await peer.intake([], {key: fps})
+                    return
+                result = await node.store_task(owner[0], [KeyBatch(key, [], fps)])
+                if not result.refused_keys:
+                    return
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.debug("forwarding done history to %s failed: %s", owner[0], exc)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 2.0)
+
     async def give_back_queued(self) -> None:
         """Leaving: return every borrowed task not yet started (those under way finish)."""
-        engine = self.peer.engine
-        if engine is None:
-            return
         for held in list(self.loans.values()):
-            hq = engine.frontier.hosts.get(held.host)
-            if hq is None:
-                continue
-            mine = [t for _, t in hq.tasks if t.lease == held.lease]
-            if mine:
-                keep = [t for _, t in hq.tasks if t.lease != held.lease]
-                engine.frontier.remove_hosts([held.host])
-                for t in keep:
-                    engine.frontier.push(held.host, t)
-                self.settle(mine, finished=False)
+            parked, held.parked = held.parked, []
+            self.settle(parked + self._unqueue(held), finished=False)
 
     async def flush(self, timeout: float) -> None:
         """Leaving: report everything, for up to ``timeout`` seconds."""
@@ -421,8 +496,15 @@ class Lending:
                 await asyncio.sleep(TICK_S)
         for held in list(self.loans.values()):
             self._drop(held)
+
+    def end_leases(self) -> None:
+        """Leaving, after ``wait_leases``: what did not come back is handed off with our
+        keys; a borrower that still holds some hears "unknown lease" and drops it."""
         for lease in list(self.leases.values()):
-            self._end(lease, requeue=False)  # our queue is handed off with its keys
+            self._end(lease, requeue=False)
+
+    async def aclose(self) -> None:
+        await self._tasks.aclose(timeout=1.0)
 
     @staticmethod
     def _placeholder(held: Borrowed, fp: int) -> Task:

@@ -399,11 +399,13 @@ class Membership:
         keyset = set(keys)
         engine.exclude_keys(keyset)
         deadline = time.monotonic() + self.peer.config.peer.handoff_timeout
-        # Fetches under way, ours or a borrower's (network/lending.py), finish first.
-        while any(t.key in keyset for t in (*engine.in_flight.values(), *engine.lent.values())):
+        while any(t.key in keyset for t in engine.in_flight.values()):
             if time.monotonic() > deadline:
                 break
             await engine.wait_progress(0.2)
+        # Not waited for: a borrower's pages may be waiting to route their links to the very
+        # keys that move. Their tasks go with the keys; what the borrower finishes of them is
+        # forwarded to the new owner as done history (network/lending.py).
         self.peer.lending.revoke_keys(keyset)
         tasks = await ledger.take_keys(keys)
         done = await ledger.done.fps_for_keys(keys)
@@ -505,10 +507,15 @@ class Membership:
         self.peer.events.add("leaving")
         report = self.peer.handoff
         # Borrowed tasks not yet started go back to their owners at once; those under way
-        # finish with ours and are reported before the hand-off.
-        await self.peer.lending.give_back_queued()
+        # finish with ours and are reported before the hand-off. Our own lent hosts are
+        # recalled the same way, so none of their pages is fetched twice.
+        lending = self.peer.lending
+        lending.recall()
+        await lending.give_back_queued()
         await engine.stop_fetching(timeout=10.0)
-        await self.peer.lending.flush(timeout=5.0)
+        await lending.flush(timeout=5.0)
+        await lending.wait_leases(timeout=5.0)
+        lending.end_leases()
         await engine.aclose()
         await dispatcher.flush()
         report.queue_at_leave = ledger.queued

@@ -237,6 +237,7 @@ class Peer:
         await self._owned.aclose()
         for name, closer in (
             ("engine", self.engine.aclose if self.engine else None),
+            ("lending", self.lending.aclose),
             ("replication", self.replication.aclose if self.replication else None),
             ("dispatcher", self.dispatcher.aclose if self.dispatcher else None),
             ("node", self.node.aclose if self.node else None),

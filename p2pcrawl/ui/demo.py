@@ -152,8 +152,9 @@ async def run_demo(args: argparse.Namespace) -> int:
             f"  (each of the {len(web.hosts)} hosts belongs to the peer whose node ID is "
             "XOR-closest to the host's hash; a joiner takes an ID that halves the busiest "
             "peer's region, so with 3 peers one keeps half of the key space; and a few hosts "
-            "share unevenly whatever the IDs, so a peer can own no host at all; more hosts "
-            "even them out)"
+            "share unevenly whatever the IDs, so a peer can own no host at all; a peer "
+            "whose fetchers would idle borrows hosts from a busier one, so the pages "
+            "fetched even out more than the hosts owned)"
         )
         if args.keep_running and not stop.is_set():
             print("status pages: " + "  ".join(s.url for s in servers))
