@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,10 @@ class RunResult:
     cpu_s: float = 0.0
     rpcs: int = 0
     rpc_bytes: int = 0
+    # RPCs sent by name, summed over peers: over the peers' whole life (as ``rpcs``), and the
+    # part sent before the seed (joining, surveys), which no page caused.
+    rpc_types: Counter[str] = field(default_factory=Counter)
+    rpc_types_before: Counter[str] = field(default_factory=Counter)
     duplicates: int = 0
     web_bytes: int = 0
     per_peer_pages: list[int] = field(default_factory=list)
@@ -270,6 +275,8 @@ class Runner:
                 lambda ss: all(s["peers"] == n - 1 for s in ss), addrs, 60, "a full mesh"
             )
             await self.web_ctl("/reset", "POST")
+            for a in addrs:
+                result.rpc_types_before.update((await self.api(a, "/api/peers"))["rpc"]["rpc_sent"])
             cpu0 = sum(proc_cpu_s(p.pid) for p in procs)
             t0 = time.perf_counter()
             seed = self.web.url(0, 0)
@@ -286,6 +293,7 @@ class Runner:
                 result.lent += int(st.get("lending", {}).get("lent_total", 0))
                 rpc = (await self.api(a, "/api/peers"))["rpc"]
                 result.rpcs += sum(rpc["rpc_sent"].values())
+                result.rpc_types.update(rpc["rpc_sent"])
                 result.rpc_bytes += int(rpc["bytes_out"])
         finally:
             for p in procs:
@@ -349,6 +357,11 @@ class Runner:
         return [{k: s.get(k) for k in keys} for s in ss]
 
 
+def per_page_text(counts: Counter[str], pages: int) -> str:
+    """``STORE_TASK 0.90, PING 0.41, ...``: RPCs sent per page by name, most first."""
+    return ", ".join(f"{k} {v / max(pages, 1):.2f}" for k, v in counts.most_common()) or "none"
+
+
 def med(values: list[float]) -> dict[str, float]:
     return {
         "median": round(statistics.median(values), 3),
@@ -388,7 +401,9 @@ def report_run(r: int, res: RunResult) -> None:
     print(
         f"round {r + 1} N={res.peers}{'' if res.lend else ' (no lending)'}: "
         f"{res.pages} pages in {res.wall_s:.1f} s = {res.pages_per_s:.0f} pages/s, "
-        f"CPU {cpu_ms:.2f} ms/page, {res.rpcs / max(res.pages, 1):.2f} RPCs/page, "
+        f"CPU {cpu_ms:.2f} ms/page, {res.rpcs / max(res.pages, 1):.2f} RPCs/page "
+        f"({per_page_text(res.rpc_types, res.pages)}; before the seed "
+        f"{sum(res.rpc_types_before.values())}), "
         f"{res.duplicates} duplicates, pages per peer {res.per_peer_pages} "
         f"(busiest/mean {res.busiest:.2f}; key space max/mean {res.key_space:.2f}); "
         f"lent {res.lent}{'' if res.settled else '; UNSETTLED'}",
@@ -407,6 +422,7 @@ def summarise(
     out: dict[str, Any] = {"speedup": {}, "pages_per_s": {}, "cpu_ms_per_page": {}}
     out.update(rpcs_per_page={}, rpc_bytes_per_page={}, duplicates={}, cap_used={})
     out.update(pages_fetched={}, busiest_over_mean={}, speedup_bound={}, unsettled={})
+    out.update(rpcs_per_page_by_type={}, rpcs_before_seed_by_type={})
     for n, rs in results.items():
         out["pages_per_s"][str(n)] = med([r.pages_per_s for r in rs])
         if n != min(args.peers):
@@ -414,6 +430,14 @@ def summarise(
         out["cpu_ms_per_page"][str(n)] = med([1000 * r.cpu_s / max(r.pages, 1) for r in rs])
         out["rpcs_per_page"][str(n)] = med([r.rpcs / max(r.pages, 1) for r in rs])
         out["rpc_bytes_per_page"][str(n)] = med([r.rpc_bytes / max(r.pages, 1) for r in rs])
+        names = sorted({k for r in rs for k in r.rpc_types})
+        out["rpcs_per_page_by_type"][str(n)] = {
+            k: med([r.rpc_types[k] / max(r.pages, 1) for r in rs]) for k in names
+        }
+        out["rpcs_before_seed_by_type"][str(n)] = {
+            k: med([float(r.rpc_types_before[k]) for r in rs])
+            for k in sorted({k for r in rs for k in r.rpc_types_before})
+        }
         out["duplicates"][str(n)] = med([float(r.duplicates) for r in rs])
         out["pages_fetched"][str(n)] = med([float(r.pages) for r in rs])
         out["cap_used"][str(n)] = med([r.pages_per_s / (n * cap_pages) for r in rs])

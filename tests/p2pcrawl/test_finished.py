@@ -3,12 +3,14 @@ no work of its own still sees the finish after the others have left."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
 from p2pcrawl.crawl import urls
+from p2pcrawl.network.quiescence import TICK_S
 from protocol import key_for
 from tests.conftest import PeerFactory, WebFactory, crawl_settings_for, id_outranked_by
 from tests.protocol.conftest import eventually
@@ -42,3 +44,28 @@ async def test_a_peer_that_did_no_work_sees_the_finish_after_the_others_left(
     await eventually(lambda: not b.quiescence.finished.is_set(), timeout=5)  # membership moved
     await eventually(lambda: b.quiescence.finished.is_set(), timeout=15)
     assert b.status()["state"] == "finished"
+
+
+async def test_a_finished_network_asks_quiet_less_and_less_often(
+    make_web: WebFactory, make_peer: PeerFactory
+) -> None:
+    """Asking every peer every tick would cost N(N-1) QUIETs a tick for as long as the
+    network idles; while nothing changes, the asking slows down."""
+    web = await make_web(hosts=2, pages_per_host=5)
+    crawl = crawl_settings_for(web)
+    a = await make_peer(crawl=crawl)
+    b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
+    await a.seed([web.hub_url])
+    both = (a, b)
+    await eventually(lambda: all(p.quiescence.finished.is_set() for p in both), timeout=40)
+
+    def quiet_sent() -> int:
+        protos = [p.node.protocol for p in both if p.node is not None]
+        return sum(proto.stats.sent["quiet"] for proto in protos if proto is not None)
+
+    await asyncio.sleep(3 * TICK_S)  # past the first doublings
+    before = quiet_sent()
+    await asyncio.sleep(12 * TICK_S)
+    # Every tick: 2 peers x 12 ticks = 24. Backing off: at most a few each.
+    assert quiet_sent() - before <= 8
+    assert all(p.status()["state"] == "finished" for p in both)

@@ -8,6 +8,7 @@ host while the handoff kept failing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -102,18 +103,20 @@ async def test_a_joiner_that_receives_a_large_host_gets_all_of_it_before_crawlin
     assert all(await b.ledger.done.contains([(key, fp) for fp in finished]))
 
 
-class BackupBusyAtFirst(MemoryHandler):
-    """Answers the first STORE_BACKUP "busy" (a replica on a saturated link), then holds."""
+class CountingBackups(MemoryHandler):
+    """Counts STORE_BACKUPs; answers the first ``busy_for`` "busy" (a replica on a saturated
+    link), then holds."""
 
-    def __init__(self) -> None:
+    def __init__(self, busy_for: int = 0) -> None:
         super().__init__()
+        self.busy_for = busy_for
         self.backup_calls = 0
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
     ) -> int:
         self.backup_calls += 1
-        if self.backup_calls == 1:
+        if self.backup_calls <= self.busy_for:
             raise Busy()
         return await super().handle_store_backup(sender, owner, batches)
 
@@ -128,7 +131,7 @@ async def test_a_replica_that_missed_its_copy_gets_it_without_a_membership_chang
     assert a.engine is not None and a.replication is not None and a.node is not None
     a.engine.paused = True
     key = key_for("kept.test")
-    handler = BackupBusyAtFirst()  # a replica: a, not it, owns the key
+    handler = CountingBackups(busy_for=1)  # a replica: a, not it, owns the key
     replica = CrawlNode(id_outranked_by(a.node_id, key), handler, NodeConfig())
     await replica.listen_on("127.0.0.1", 0)
     try:
@@ -142,3 +145,31 @@ async def test_a_replica_that_missed_its_copy_gets_it_without_a_membership_chang
     finally:
         await replica.aclose()
     assert handler.backup_calls >= 2
+
+
+async def test_copies_of_links_found_by_pages_finishing_together_share_one_store_backup(
+    make_peer: PeerFactory,
+) -> None:
+    """Each page's new links of a host its peer owns are copied to the replicas before the
+    page counts as done; pages finishing together must not cost a STORE_BACKUP each."""
+    crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("kept.test",)))
+    a = await make_peer(crawl=crawl)
+    assert a.engine is not None and a.replication is not None and a.node is not None
+    a.engine.paused = True
+    key = key_for("kept.test")
+    handler = CountingBackups()
+    replica = CrawlNode(id_outranked_by(a.node_id, key), handler, NodeConfig())
+    await replica.listen_on("127.0.0.1", 0)
+    try:
+        await replica.join([a.me.addr])
+        await eventually(lambda: [p.id for p in a.node.peers()] == [replica.me.id], timeout=5)  # type: ignore[union-attr]
+        pages = [[f"http://kept.test/p{i}-{j}" for j in range(3)] for i in range(6)]
+        added = await asyncio.gather(
+            *(a.intake([Task(u, urls.fingerprint(u), key, 1) for u in links]) for links in pages)
+        )
+        assert added == [3] * len(pages)
+        # Each intake returned only once its copies were held.
+        assert len(handler.backups.get(a.node_id, {})) == 3 * len(pages)
+        assert handler.backup_calls == 1
+    finally:
+        await replica.aclose()
