@@ -107,7 +107,7 @@ class Engine:
         # Tasks borrowed from other owners (network/lending.py), queued or in flight here but
         # not in our ledger; each one ends through ``settle_borrowed``: finished or given back.
         self.borrowed = 0
-        self.settle_borrowed: Callable[[list[Task], bool], None] | None = None
+        self.settle_borrowed: Callable[[list[Task], bool], Awaitable[None]] | None = None
         # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
         # the stores, so with only one per fetch slot the fetchers sat idle behind them.
         self._tail_slots = asyncio.Semaphore(TAILS_PER_FETCH * settings.concurrency)
@@ -381,7 +381,7 @@ class Engine:
         """Drop a task this peer's configuration refuses, without recording it done: the
         same URL seeded again once the configuration allows it is crawled."""
         if task.lease:
-            self._settle_borrowed([task], finished=False)  # its owner may be allowed to
+            await self._settle_borrowed([task], finished=False)  # its owner may be allowed to
             return
         await self.ledger.drop_done([task.fp])
         if self.on_finished is not None:
@@ -389,7 +389,7 @@ class Engine:
 
     async def finish(self, tasks: list[Task]) -> None:
         if self.borrowed and any(t.lease for t in tasks):
-            self._settle_borrowed([t for t in tasks if t.lease], finished=True)
+            await self._settle_borrowed([t for t in tasks if t.lease], finished=True)
             tasks = [t for t in tasks if not t.lease]
             if not tasks:
                 return
@@ -402,10 +402,11 @@ class Engine:
         self._progress.set()
         self.refill.after_task(key)
 
-    def _settle_borrowed(self, tasks: list[Task], *, finished: bool) -> None:
-        """A borrowed task ends here: its owner records it (``finished``) or takes it back."""
+    async def _settle_borrowed(self, tasks: list[Task], *, finished: bool) -> None:
+        """A borrowed task ends here: its owner records it (``finished``: returns once it
+        has) or takes it back."""
         assert self.settle_borrowed is not None, "a borrowed task without a lender"
-        self.settle_borrowed(tasks, finished)
+        await self.settle_borrowed(tasks, finished)
 
 
 def directory_bytes(root: Path) -> int:

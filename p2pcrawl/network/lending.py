@@ -13,7 +13,8 @@ the borrower reports them. What can go wrong costs duplicates, never a task:
 
 * the borrower dies: the failure detector's word (or ``LEASE_S`` of silence) ends the lease,
   and the owner crawls the rest itself; the pages fetched since the borrower's last report
-  (at most ``REPORT_S`` of them, plus its fetches under way) are fetched again;
+  (those it had fetched, waiting for the owner's word, and those under way) are fetched
+  again: a borrowed page's tail ends only once its owner has recorded it;
 * the owner dies: its replicas hold every lent task, as they hold the rest of its queue; the
   borrower drops what it has not fetched, since the new owner will crawl it;
 * the owner hands the host to a joiner or leaves: it waits for the lease as for a fetch
@@ -54,11 +55,13 @@ __all__ = ["Lending"]
 
 log = logging.getLogger(__name__)
 
-TICK_S = 0.2
+TICK_S = 0.1
 # A borrower reports finished tasks this often: what a crash of it can cost to fetch again.
-REPORT_S = 0.5
-# How long a peer that had nothing to lend is not asked again.
-ASK_AGAIN_S = 2.0
+REPORT_S = 0.1
+# How long a peer that had nothing to lend is not asked again: an idle network of N peers
+# costs each idle peer at most (N - 1) / ASK_AGAIN_S small requests a second.
+ASK_AGAIN_S = 5.0
+ASK_BUSY_AGAIN_S = 0.5  # the shortest wait before asking a peer again
 # A known backlog older than this is a guess, not a reason to ask first.
 BACKLOG_FRESH_S = 5.0
 # A host with fewer queued tasks is not worth a lease (and a robots.txt fetch by the
@@ -94,6 +97,16 @@ class Borrowed:
     # Not fetched while the lender does not answer: it may be dead, and then its successor
     # crawls them from the replicas' copies.
     parked: list[Task] = field(default_factory=list)
+    # Pages finished here wait (their tails do) until the lender has recorded them, as a
+    # page waits until its links are durable at their owners: a crash of either side then
+    # costs what was under way, no more.
+    acks: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+
+    def release(self, fps: list[int] | None = None) -> None:
+        for fp in list(self.acks) if fps is None else fps:
+            fut = self.acks.pop(fp, None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
 
     @property
     def final(self) -> bool:
@@ -107,6 +120,7 @@ class Lending:
         self.loans: dict[int, Borrowed] = {}
         self._backlog: dict[bytes, tuple[int, float]] = {}  # peer id -> (backlog, when heard)
         self._asked: dict[bytes, float] = {}  # peer id -> when it last had nothing to lend
+        self._misses: dict[bytes, int] = {}  # peer id -> answers in a row with no backlog
         self._wake = asyncio.Event()
         self._tasks = TaskSet("lending")
         self._no_leases = asyncio.Event()
@@ -169,7 +183,8 @@ class Lending:
 
     def _host_to_lend(self, backlog: int) -> HostQueue | None:
         """The ready host with most queued tasks, if lending it leaves this peer enough of
-        its own to keep its fetchers busy."""
+        its own to keep its fetchers busy. A host with a request under way is not lent: the
+        borrower's first request could overlap ours."""
         engine = self.peer.engine
         assert engine is not None
         excluded = engine.refill.excluded_keys
@@ -184,7 +199,10 @@ class Lending:
                 and hq.tasks[0][1].key not in excluded
             ):
                 best = hq
-        if best is None or backlog - len(best.tasks) < 2 * engine.settings.concurrency:
+        # Keep enough to fill our own fetchers, and at least as much as we lend: a borrower
+        # that finishes first asks again.
+        keep = max(engine.settings.concurrency, len(best.tasks)) if best is not None else 0
+        if best is None or backlog - len(best.tasks) < keep:
             return None
         return best
 
@@ -295,9 +313,13 @@ class Lending:
         now = time.monotonic()
         best: tuple[float, PeerRef] | None = None
         for p in node.peers():
-            if now - self._asked.get(p.id, -1e9) < ASK_AGAIN_S:
-                continue
             backlog, heard = self._backlog.get(p.id, (0, -1e9))
+            # A peer with a backlog may have a host free to lend soon; one without is asked
+            # again after a wait that doubles up to ASK_AGAIN_S while it stays without.
+            misses = self._misses.get(p.id, 0) if backlog < MIN_LEND else 0
+            again = min(ASK_AGAIN_S, ASK_BUSY_AGAIN_S * 2**misses)
+            if now - self._asked.get(p.id, -1e9) < again:
+                continue
             score = backlog if now - heard < BACKLOG_FRESH_S else 0.5
             if best is None or score > best[0]:
                 best = (score, p)
@@ -316,6 +338,10 @@ class Lending:
             self._asked[lender.id] = time.monotonic()
             return
         self._backlog[lender.id] = (loan.backlog, time.monotonic())
+        if loan.backlog < MIN_LEND:
+            self._misses[lender.id] = min(16, self._misses.get(lender.id, 0) + 1)
+        else:
+            self._misses.pop(lender.id, None)
         if loan.batch is None:
             self._asked[lender.id] = time.monotonic()
             return
@@ -339,8 +365,15 @@ class Lending:
         node = self.peer.node
         return node is not None and any(p.id == lender.id for p in node.peers())
 
-    def settle(self, tasks: list[Task], finished: bool) -> None:
-        """``Engine.settle_borrowed``: borrowed tasks finished (or given back) here."""
+    async def settle_and_wait(self, tasks: list[Task], finished: bool) -> None:
+        """``Engine.settle_borrowed``: borrowed tasks finished (or given back) here; a
+        finished one returns once its lender has recorded it (or the loan was dropped)."""
+        fut = self.settle(tasks, finished)
+        if fut is not None:
+            await fut
+
+    def settle(self, tasks: list[Task], finished: bool) -> asyncio.Future[None] | None:
+        fut: asyncio.Future[None] | None = None
         for t in tasks:
             held = self.loans.get(t.lease)
             if held is None or t.fp not in held.held:
@@ -349,8 +382,12 @@ class Lending:
                 continue
             held.held.discard(t.fp)
             (held.done if finished else held.back).append(t.fp)
+            if finished:
+                fut = fut or asyncio.get_running_loop().create_future()
+                held.acks[t.fp] = fut
         self._count_held()
         self._wake.set()
+        return fut
 
     def _count_held(self) -> None:
         engine = self.peer.engine
@@ -365,6 +402,7 @@ class Lending:
         held.reported = time.monotonic()
         del held.done[: len(done)]
         del held.back[: len(back)]
+        held.release(done)
         if not known:
             # Revoked (the key moved) or lapsed: what we finished goes to whoever owns the
             # key now, as done history; the rest is dropped.
@@ -416,7 +454,17 @@ class Lending:
             self._unqueue(held)
         held.held.clear()
         held.parked.clear()
+        held.release()
         self._count_held()
+
+    def on_stall(self) -> None:
+        """Our loop stood still: the lenders may have declared us dead and crawled our
+        loans themselves. Nothing borrowed is fetched until each lender has answered a
+        report (``known`` again, or not: then what we finished goes to the key's owner)."""
+        for held in self.loans.values():
+            held.parked += self._unqueue(held)
+            held.reported = 0.0  # report at the next tick
+        self._wake.set()
 
     def peer_removed(self, peer_id: bytes) -> None:
         """A peer left the routing table: its leases lapse, its loans are dropped."""
@@ -429,6 +477,7 @@ class Lending:
             self._drop(held)
         self._backlog.pop(peer_id, None)
         self._asked.pop(peer_id, None)
+        self._misses.pop(peer_id, None)
 
     # -- the loop, and leaving ------------------------------------------------------------
 

@@ -249,6 +249,7 @@ class Membership:
             return
         self.resyncing = True
         self.peer.engine.paused = True
+        self.peer.lending.on_stall()
         self.peer.events.add("stalled", seconds=round(seconds, 1))
         self.peer.spawn(self._resync_after_stall(), "stall-resync")
 

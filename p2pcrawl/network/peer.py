@@ -142,7 +142,7 @@ class Peer:
                 on_failure=self._engine_failed,
             )
             self.engine.data_dir = cfg.data_dir  # measured against --max-disk
-            self.engine.settle_borrowed = self.lending.settle
+            self.engine.settle_borrowed = self.lending.settle_and_wait
             self.lending.serve()
             self.scope_sync = ScopeSync(
                 self.node, self.engine, trusted=bool(ps.secret) or is_loopback(cfg.listen[0])
