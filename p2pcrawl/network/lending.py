@@ -152,7 +152,7 @@ class Lending:
             not self.enabled
             or peer.state != "active"
             or engine.paused
-            or not any(p.id == sender.id for p in node.peers())  # members only
+            or not self._member(sender)  # only members borrow
         ):
             return loan_to_wire(0, None, backlog)
         hq = self._host_to_lend(backlog)
@@ -346,7 +346,7 @@ class Lending:
             self._asked[lender.id] = time.monotonic()
             return
         tasks = peer.handler.decode([loan.batch]).get(loan.batch.key, [])
-        if not tasks or peer.state != "active" or not self._lender_known(lender):
+        if not tasks or peer.state != "active" or not self._member(lender):
             # Too late (or nothing usable): straight back, so the owner need not wait for
             # the lease to lapse.
             await self._report_safely(Borrowed(loan.lease, lender, "", loan.batch.key, set()))
@@ -361,9 +361,10 @@ class Lending:
         self.borrowed_total += len(tasks)
         self._count_held()
 
-    def _lender_known(self, lender: PeerRef) -> bool:
+    def _member(self, peer: PeerRef) -> bool:
+        """In our routing table: admitted, and not declared dead."""
         node = self.peer.node
-        return node is not None and any(p.id == lender.id for p in node.peers())
+        return node is not None and any(p.id == peer.id for p in node.peers())
 
     async def settle_and_wait(self, tasks: list[Task], finished: bool) -> None:
         """``Engine.settle_borrowed``: borrowed tasks finished (or given back) here; a

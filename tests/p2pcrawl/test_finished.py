@@ -4,12 +4,12 @@ no work of its own still sees the finish after the others have left."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
 
 from p2pcrawl.crawl import urls
+from p2pcrawl.network.identity import save_identity
 from p2pcrawl.network.quiescence import TICK_S
 from protocol import key_for
 from tests.conftest import PeerFactory, WebFactory, crawl_settings_for, id_outranked_by
@@ -28,7 +28,7 @@ async def test_a_peer_that_did_no_work_sees_the_finish_after_the_others_left(
     # b owns nothing and fetches nothing.
     b_id = id_outranked_by(a.node_id, key_for(urls.host_of(web.hub_url)))
     (tmp_path / "peer1").mkdir()
-    (tmp_path / "peer1" / "node.json").write_text(json.dumps({"node_id": b_id.hex()}))
+    save_identity(tmp_path / "peer1", b_id)
     b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
     await a.seed([web.hub_url])
     both = (a, b)

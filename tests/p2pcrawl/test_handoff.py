@@ -9,12 +9,12 @@ host while the handoff kept failing.
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
 
 from p2pcrawl.crawl import Task, urls
+from p2pcrawl.network.identity import save_identity
 from p2pcrawl.settings import CrawlSettings, PeerSettings, ScopeSettings
 from protocol import Busy, CrawlNode, KeyBatch, NodeConfig, PeerRef, StoreResult, TaskItem, key_for
 from tests.conftest import (
@@ -94,7 +94,7 @@ async def test_a_joiner_that_receives_a_large_host_gets_all_of_it_before_crawlin
     # The joiner's ID is the one next to the host's key: the host is all its.
     (tmp_path / "peer1").mkdir()
     node_id = id_next_to(key)
-    (tmp_path / "peer1" / "node.json").write_text(json.dumps({"node_id": node_id.hex()}))
+    save_identity(tmp_path / "peer1", node_id)
     b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
     assert b.node_id == node_id and b.ledger is not None and b.engine is not None
     refreshed = [e for e in b.events.events if e["kind"] == "refreshed"]

@@ -187,12 +187,11 @@ async def target(make_peer: PeerFactory, tmp_path: Any) -> Any:
     """A peer, and a member of its routing table whose address the fuzz sends from (a
     stranger would be rate limited after 40 datagrams, which is a rejection, but not the
     handler's)."""
-    import json
-
+    from p2pcrawl.network.identity import save_identity
     from p2pcrawl.settings import CrawlSettings, ScopeSettings
 
     (tmp_path / "peer0").mkdir()
-    (tmp_path / "peer0" / "node.json").write_text(json.dumps({"node_id": PEER_ID.hex()}))
+    save_identity(tmp_path / "peer0", PEER_ID)
     peer = await make_peer(
         crawl=CrawlSettings(scope=ScopeSettings(allow_domains=(SCOPE_HOST,))),
         peer=PeerSettings(min_peer_age=0.0, replicas=0),

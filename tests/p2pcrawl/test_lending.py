@@ -8,7 +8,6 @@ The web's own request counts say what was fetched, and how often.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from p2pcrawl.crawl import urls
 from p2pcrawl.network import Peer, PeerConfig
+from p2pcrawl.network.identity import save_identity
 from p2pcrawl.settings import PeerSettings
 from p2pcrawl.testing import TestWeb
 from protocol import key_for
@@ -61,7 +61,7 @@ async def start_peer(
 ) -> Peer:
     data = tmp_path / name
     data.mkdir()
-    (data / "node.json").write_text(json.dumps({"node_id": node_id.hex(), "version": 1}))
+    save_identity(data, node_id)
     peer = Peer(
         PeerConfig(
             data_dir=data,
