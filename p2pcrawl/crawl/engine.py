@@ -221,14 +221,19 @@ class Engine:
         return len(tasks)
 
     def exclude_keys(self, keys: Iterable[bytes]) -> list[Task]:
-        """Stop crawling these keys (moved to another peer); returns their window tasks."""
+        """Stop crawling these keys (moved to another peer); returns their window tasks.
+        Borrowed tasks of those keys stay: they are their lender's, not ours to hand over
+        (a replica hands on the history of keys it has lent work of)."""
         keys = self.refill.exclude(keys)
+        if self.partition != "host":
+            return []
         hosts = [
             h for h, hq in self.frontier.hosts.items() if hq.tasks and hq.tasks[0][1].key in keys
         ]
-        if self.partition == "host":
-            return self.frontier.remove_hosts(hosts)
-        return []
+        out: list[Task] = []
+        for h in hosts:
+            out += self.frontier.take_tasks(h, lambda t: not t.lease)
+        return out
 
     def include_keys(self, keys: Iterable[bytes]) -> None:
         self.refill.include(keys)

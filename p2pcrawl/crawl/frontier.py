@@ -274,6 +274,22 @@ class Frontier:
             hq.tasks = []
         return out
 
+    def take_tasks(self, host: str, which: Callable[[Task], bool]) -> list[Task]:
+        """Take the host's queued tasks for which ``which`` holds; the rest stay queued in
+        place, so a request under way to the host still keeps the next one waiting."""
+        hq = self._hosts.get(host)
+        if hq is None:
+            return []
+        out = [t for _, t in hq.tasks if which(t)]
+        if not out:
+            return []
+        if len(out) == len(hq.tasks):
+            return self.remove_hosts([host])
+        hq.tasks = [(k, t) for k, t in hq.tasks if not which(t)]
+        heapq.heapify(hq.tasks)
+        self._size -= len(out)
+        return out
+
     def lend_host(self, hq: HostQueue) -> list[Task]:
         """Take a ready host's queued tasks out and mark it busy, as if a request to it were
         under way, until :meth:`release`: another peer fetches them meanwhile."""

@@ -16,7 +16,9 @@ the borrower reports them. What can go wrong costs duplicates, never a task:
   (those it had fetched, waiting for the owner's word, and those under way) are fetched
   again: a borrowed page's tail ends only once its owner has recorded it;
 * the owner dies: its replicas hold every lent task, as they hold the rest of its queue; the
-  borrower drops what it has not fetched, since the new owner will crawl it;
+  borrower drops what it has not fetched, since the new owner will crawl it, and tells the
+  replicas (DELETE_BACKUP) what it fetched and the owner never recorded, at the first report
+  that goes unanswered: long before the owner is declared dead and its successor crawls;
 * the owner hands the host to a joiner or leaves: it waits for the lease as for a fetch
   under way, up to its hand-off timeout, then revokes it; the borrower hears "unknown lease"
   at its next report and drops the rest.
@@ -427,6 +429,12 @@ class Lending:
         except PeerTimeout as exc:
             log.debug("report to %s failed: %s", held.lender, exc)
             held.parked += self._unqueue(held)
+            replication = self.peer.replication
+            if held.done and replication is not None:
+                # Its successor would crawl these again from the replicas' copies, before
+                # our forward of them (after we too declare the lender dead) could arrive.
+                done = list(held.done)
+                self._tasks.spawn(replication.finished_for(held.lender.id, held.key, done), "tell")
         except (RemoteError, OSError) as exc:
             log.debug("report to %s failed: %s", held.lender, exc)
 
@@ -437,16 +445,7 @@ class Lending:
 
     def _unqueue(self, held: Borrowed) -> list[Task]:
         """Take the loan's tasks that are not under way out of the frontier."""
-        frontier = self._engine().frontier
-        hq = frontier.hosts.get(held.host)
-        if hq is None or not any(t.lease == held.lease for _, t in hq.tasks):
-            return []
-        keep = [t for _, t in hq.tasks if t.lease != held.lease]
-        mine = [t for _, t in hq.tasks if t.lease == held.lease]
-        frontier.remove_hosts([held.host])
-        for t in keep:
-            frontier.push(held.host, t)
-        return mine
+        return self._engine().frontier.take_tasks(held.host, lambda t: t.lease == held.lease)
 
     def _drop(self, held: Borrowed) -> None:
         """Forget a loan; what of it is still queued here is not fetched."""

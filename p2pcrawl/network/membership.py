@@ -400,7 +400,8 @@ class Membership:
         keyset = set(keys)
         engine.exclude_keys(keyset)
         deadline = time.monotonic() + self.peer.config.peer.handoff_timeout
-        while any(t.key in keyset for t in engine.in_flight.values()):
+        # Our own fetches only: a borrowed one is its lender's to wait for.
+        while any(t.key in keyset and not t.lease for t in engine.in_flight.values()):
             if time.monotonic() > deadline:
                 break
             await engine.wait_progress(0.2)

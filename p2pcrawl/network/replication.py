@@ -312,6 +312,24 @@ class Replication:
         if by_rep:
             await asyncio.gather(*(self._deletes.submit(r, f) for r, f in by_rep.items()))
 
+    async def finished_for(self, owner: bytes, key: bytes, fps: list[int]) -> None:
+        """Pages of ``owner``'s that this peer crawled on loan and ``owner`` does not answer
+        for: its replicas record them as done now, so that if it is dead, its successor (one
+        of them) does not crawl them again from its copies (docs/membership.md, "Lending")."""
+        me = self.node.me.id
+
+        async def one(rep: PeerRef) -> None:
+            if rep.id == me:
+                await self.ledger.done.add([(key, fp) for fp in fps])
+                await self.backups.remove(owner, fps)
+                return
+            try:
+                await self.node.delete_backup(rep, owner, {key: fps})
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.info("DELETE_BACKUP for %s to %s failed: %s", owner.hex()[:8], rep, exc)
+
+        await asyncio.gather(*(one(r) for r in self.replicas_for(owner, key)))
+
     async def _send_deletes(self, rep: PeerRef, pairs: list[tuple[bytes, int]]) -> list[None]:
         done: dict[bytes, list[int]] = defaultdict(list)
         for key, fp in pairs:

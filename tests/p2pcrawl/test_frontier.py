@@ -223,3 +223,18 @@ async def test_wake_all_releases_waiters() -> None:
     for w in pending:
         w.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
+
+
+def test_take_tasks_leaves_the_rest_in_place_and_the_host_busy() -> None:
+    f, _ = make()
+    for i in range(4):
+        f.push("a", task(f"http://a/{i}"))
+    busy, inflight = take(f)
+    assert busy.host == "a" and inflight.url == "http://a/0"
+    taken = f.take_tasks("a", lambda t: t.url.endswith(("/1", "/3")))
+    assert sorted(t.url for t in taken) == ["http://a/1", "http://a/3"]
+    assert len(f) == 1 and f.hosts["a"] is busy and busy.polite.busy
+    assert f.acquire_nowait() is None  # the request under way still holds the host
+    assert f.take_tasks("a", lambda t: False) == [] and f.take_tasks("zz", lambda t: True) == []
+    assert [t.url for t in f.take_tasks("a", lambda t: True)] == ["http://a/2"]
+    assert "a" not in f.hosts and len(f) == 0

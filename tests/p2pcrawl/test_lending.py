@@ -74,6 +74,17 @@ async def start_peer(
     return peer
 
 
+async def owner_and_other(make_web: WebFactory, tmp_path: Path) -> tuple[TestWeb, Peer, Peer]:
+    """A web of four hosts, a peer that owns all of them, and one that owns none."""
+    web = await make_web(hosts=4, pages_per_host=60, features=False)
+    owner_id, other_id = ids_where_one_owns_all(host_keys(web))
+    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2)
+    other = await start_peer(
+        tmp_path, "other", other_id, web, concurrency=4, bootstrap=(owner.me.addr,)
+    )
+    return web, owner, other
+
+
 def fetched_once(web: TestWeb) -> tuple[set[str], dict[str, int]]:
     truth = web.ground_truth()
     again = {u: n for u, n in web.request_counts.items() if n > 1}
@@ -83,12 +94,7 @@ def fetched_once(web: TestWeb) -> tuple[set[str], dict[str, int]]:
 async def test_an_idle_peer_crawls_a_busy_owners_hosts_on_loan(
     make_web: WebFactory, tmp_path: Path
 ) -> None:
-    web = await make_web(hosts=4, pages_per_host=60, features=False)
-    owner_id, other_id = ids_where_one_owns_all(host_keys(web))
-    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2)
-    other = await start_peer(
-        tmp_path, "other", other_id, web, concurrency=4, bootstrap=(owner.me.addr,)
-    )
+    web, owner, other = await owner_and_other(make_web, tmp_path)
     try:
         assert owner.engine is not None and other.engine is not None
         assert owner.ledger is not None and other.ledger is not None
@@ -120,12 +126,7 @@ async def test_an_idle_peer_crawls_a_busy_owners_hosts_on_loan(
 
 
 async def test_a_borrower_that_dies_loses_no_task(make_web: WebFactory, tmp_path: Path) -> None:
-    web = await make_web(hosts=4, pages_per_host=60, features=False)
-    owner_id, other_id = ids_where_one_owns_all(host_keys(web))
-    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2)
-    other = await start_peer(
-        tmp_path, "other", other_id, web, concurrency=4, bootstrap=(owner.me.addr,)
-    )
+    web, owner, other = await owner_and_other(make_web, tmp_path)
     closed = False
     try:
         assert owner.engine is not None and owner.ledger is not None
@@ -147,4 +148,40 @@ async def test_a_borrower_that_dies_loses_no_task(make_web: WebFactory, tmp_path
     finally:
         if not closed:
             await other.aclose()
+        await owner.aclose()
+
+
+async def test_handing_on_a_lent_keys_history_keeps_the_loan(
+    make_web: WebFactory, tmp_path: Path
+) -> None:
+    """A replica records its neighbours' finished pages under their keys, and a REFRESH_TASK
+    answer hands such a done-only key on like an owned one (``Engine.exclude_keys``). The
+    tasks it holds on loan for that key are its lender's: they stay queued and are fetched."""
+    web, owner, other = await owner_and_other(make_web, tmp_path)
+    try:
+        engine = other.engine
+        assert engine is not None and owner.ledger is not None
+        await owner.seed([web.hub_url])
+
+        def queued_on_loan() -> int:
+            return sum(
+                1
+                for b in other.lending.loans.values()
+                for _, t in getattr(engine.frontier.hosts.get(b.host), "tasks", [])
+                if t.lease == b.lease
+            )
+
+        await eventually(lambda: queued_on_loan() >= 2, timeout=30)
+        keys = {b.key for b in other.lending.loans.values()}
+        assert engine.exclude_keys(keys) == []  # nothing of its own to hand over
+        assert queued_on_loan() >= 2
+        await asyncio.wait_for(
+            asyncio.gather(owner.quiescence.finished.wait(), other.quiescence.finished.wait()),
+            60,
+        )
+        missing, again = fetched_once(web)
+        assert not missing and not again
+        assert owner.ledger.done_count == len(web.ground_truth())
+    finally:
+        await other.aclose()
         await owner.aclose()
