@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from p2pcrawl.crawl import urls
+from p2pcrawl.crawl import Task, urls
 from p2pcrawl.network import Peer, PeerConfig
 from p2pcrawl.network.identity import save_identity
 from p2pcrawl.settings import PeerSettings
@@ -43,6 +44,23 @@ def ids_where_one_owns_all(keys: list[bytes]) -> tuple[bytes, bytes]:
                 len(keys[0]), "big"
             )
     raise AssertionError("no bit on which all keys agree: use fewer hosts")
+
+
+def three_ranked_ids(keys: list[bytes]) -> tuple[bytes, bytes, bytes]:
+    """Three IDs, XOR-closest to every one of ``keys`` in this order: the first two agree
+    with every key on a bit where the keys all agree and the third does not; the first also
+    on a lower such bit, where the second does not."""
+    n = len(keys[0])
+    ints = [int.from_bytes(k, "big") for k in keys]
+    agree = [i for i in range(8 * n - 1, -1, -1) if len({k >> i & 1 for k in ints}) == 1]
+    assert len(agree) >= 2, "fewer than two bits on which all keys agree: use fewer hosts"
+    hi, lo = agree[0], agree[1]
+    v_hi, v_lo = ints[0] >> hi & 1, ints[0] >> lo & 1
+    base = int.from_bytes(os.urandom(n), "big") & ~(1 << hi) & ~(1 << lo)
+    first = base | v_hi << hi | v_lo << lo
+    second = first ^ (1 << lo)
+    third = first ^ (1 << hi)
+    return tuple(x.to_bytes(n, "big") for x in (first, second, third))  # type: ignore[return-value]
 
 
 def host_keys(web: TestWeb) -> list[bytes]:
@@ -184,4 +202,65 @@ async def test_handing_on_a_lent_keys_history_keeps_the_loan(
         assert owner.ledger.done_count == len(web.ground_truth())
     finally:
         await other.aclose()
+        await owner.aclose()
+
+
+async def test_a_silent_lenders_replicas_learn_what_its_borrower_finished(
+    make_web: WebFactory, tmp_path: Path
+) -> None:
+    """The lender stops answering with a borrowed page finished and not yet recorded: the
+    borrower's unanswered report tells the lender's replicas, so that if it is dead, its
+    successor (one of them) does not fetch the page again from its copies."""
+    web = await make_web(hosts=4, pages_per_host=60, features=False)
+    owner_id, successor_id, other_id = three_ranked_ids(host_keys(web))
+    # Reports time out fast, but nobody declares the silent lender dead during the test:
+    # what its replicas learn, they learn from the borrower's unanswered report alone.
+    patient = replace(DETECT, suspicion_timeout=60.0)
+    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2, settings=patient)
+    boot = (owner.me.addr,)
+    quiet = replace(patient, lend=False)  # it does not borrow: the loan goes to "other"
+    successor = await start_peer(
+        tmp_path, "successor", successor_id, web, concurrency=2, settings=quiet, bootstrap=boot
+    )
+    other = await start_peer(
+        tmp_path, "other", other_id, web, concurrency=4, settings=patient, bootstrap=boot
+    )
+    # The selector loop's UDP transport is a ReadTransport too: it can stop reading.
+    transport = owner.node.transport if owner.node is not None else None
+    assert isinstance(transport, asyncio.ReadTransport)
+    try:
+        assert other.engine is not None
+        assert successor.ledger is not None and owner.ledger is not None
+        await owner.seed([web.hub_url])
+        frontier = other.engine.frontier
+
+        def on_loan() -> list[Task]:
+            return [
+                t
+                for b in other.lending.loans.values()
+                for _, t in getattr(frontier.hosts.get(b.host), "tasks", [])
+                if t.lease == b.lease
+            ]
+
+        await eventually(lambda: len(on_loan()) >= 2, timeout=30)
+        transport.pause_reading()  # the lender falls silent
+        page = on_loan()[0]
+        # Fetched and archived here, as far as the loan is concerned; its tail now waits
+        # for the lender's word.
+        assert frontier.take_tasks(urls.host_of(page.url), lambda t: t is page) == [page]
+        waiting = other.lending.settle([page], finished=True)
+        assert waiting is not None and not waiting.done()
+        await eventually(lambda: any(b.parked for b in other.lending.loans.values()), timeout=10)
+        for replica in (successor, other):
+            assert replica.ledger is not None
+            deadline = asyncio.get_running_loop().time() + 10
+            while not (await replica.ledger.is_done([page]))[0]:
+                assert asyncio.get_running_loop().time() < deadline, f"{replica} never heard"
+                await asyncio.sleep(0.05)
+        assert not (await owner.ledger.is_done([page]))[0]  # the lender never heard of it
+        assert other.node is not None and owner.me in other.node.peers()  # nor was it dropped
+    finally:
+        transport.resume_reading()
+        await other.aclose()
+        await successor.aclose()
         await owner.aclose()
