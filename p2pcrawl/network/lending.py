@@ -491,6 +491,12 @@ class Lending:
                 pass
             self._wake.clear()
             now = time.monotonic()
+            engine = self.peer.engine
+            if self.loans and engine is not None and (engine.exhausted or engine.failure):
+                # We fetch no more (a page limit, a full disk, a dead WARC writer): what we
+                # hold on loan and have not started goes back, or its owner would keep
+                # waiting for a lease we keep alive.
+                self._give_back_unstarted()
             for lease in [le for le in self.leases.values() if le.deadline < now]:
                 self._lapse(lease, f"no report for {LEASE_S:g} s")
             for held in list(self.loans.values()):
@@ -528,9 +534,14 @@ class Lending:
 
     async def give_back_queued(self) -> None:
         """Leaving: return every borrowed task not yet started (those under way finish)."""
+        self._give_back_unstarted()
+
+    def _give_back_unstarted(self) -> None:
         for held in list(self.loans.values()):
             parked, held.parked = held.parked, []
-            self.settle(parked + self._unqueue(held), finished=False)
+            back = parked + self._unqueue(held)
+            if back:
+                self.settle(back, finished=False)
 
     async def flush(self, timeout: float) -> None:
         """Leaving: report everything, for up to ``timeout`` seconds."""

@@ -17,7 +17,7 @@ import pytest
 from p2pcrawl.crawl import Task, urls
 from p2pcrawl.network import Peer, PeerConfig
 from p2pcrawl.network.identity import save_identity
-from p2pcrawl.settings import PeerSettings
+from p2pcrawl.settings import CrawlSettings, PeerSettings
 from p2pcrawl.testing import TestWeb
 from protocol import key_for
 from tests.conftest import TEST_MIN_PEER_AGE, WebFactory, crawl_settings_for
@@ -67,6 +67,10 @@ def host_keys(web: TestWeb) -> list[bytes]:
     return sorted({key_for(urls.host_of(u)) for u in web.ground_truth()})
 
 
+def limited(settings: CrawlSettings, max_pages: int) -> CrawlSettings:
+    return replace(settings, scope=replace(settings.scope, max_pages=max_pages))
+
+
 async def start_peer(
     tmp_path: Path,
     name: str,
@@ -76,6 +80,7 @@ async def start_peer(
     concurrency: int,
     settings: PeerSettings = DETECT,
     bootstrap: tuple[tuple[str, int], ...] = (),
+    max_pages: int = 0,
 ) -> Peer:
     data = tmp_path / name
     data.mkdir()
@@ -84,7 +89,7 @@ async def start_peer(
         PeerConfig(
             data_dir=data,
             bootstrap=bootstrap,
-            crawl=crawl_settings_for(web, delay=0.03, concurrency=concurrency),
+            crawl=limited(crawl_settings_for(web, delay=0.03, concurrency=concurrency), max_pages),
             peer=settings,
         )
     )
@@ -263,4 +268,29 @@ async def test_a_silent_lenders_replicas_learn_what_its_borrower_finished(
         transport.resume_reading()
         await other.aclose()
         await successor.aclose()
+        await owner.aclose()
+
+
+async def test_a_borrower_at_its_page_limit_gives_its_loan_back(
+    make_web: WebFactory, tmp_path: Path
+) -> None:
+    """A borrower that may fetch no more (``--max-pages`` here; a full disk or a dead WARC
+    writer alike) returns what it holds on loan and has not started: its owner crawls it."""
+    web = await make_web(hosts=4, pages_per_host=60, features=False)
+    owner_id, other_id = ids_where_one_owns_all(host_keys(web))
+    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2)
+    other = await start_peer(
+        tmp_path, "other", other_id, web, concurrency=4, bootstrap=(owner.me.addr,), max_pages=6
+    )
+    try:
+        assert owner.ledger is not None and other.engine is not None
+        await owner.seed([web.hub_url])
+        await asyncio.wait_for(owner.quiescence.finished.wait(), 60)
+        missing, again = fetched_once(web)
+        assert not missing and not again
+        assert owner.ledger.done_count == len(web.ground_truth())
+        assert other.lending.borrowed_total > other.engine.stats.pages_fetched == 6
+        assert not other.lending.loans and not owner.lending.leases
+    finally:
+        await other.aclose()
         await owner.aclose()
