@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 __all__ = ["RETRYABLE_ERRORS", "Outcome", "attempt"]
 
 RETRYABLE_ERRORS = frozenset({"timeout", "connect", "protocol", "disconnect"})
+# A borrowed task held back (its loan is too far ahead of its lender's word) is tried again
+# after this long: about half a report interval (network/lending.py).
+BORROWED_WAIT_S = 0.05
 
 
 class Outcome(enum.Enum):
@@ -34,6 +37,11 @@ class Outcome(enum.Enum):
 
 async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, FetchResult | None]:
     ledger = engine.ledger
+    gate = engine.may_fetch_borrowed
+    if task.lease and gate is not None and not gate(task):
+        slot.requeue(task)
+        slot.after(0.0, BORROWED_WAIT_S)
+        return Outcome.WAITING, None
     if ledger.done.maybe_contains(task.fp) and (await ledger.is_done([task]))[0]:
         # Finished elsewhere meanwhile (history handed over after a restart or a move).
         return Outcome.DONE_ELSEWHERE, None

@@ -108,6 +108,9 @@ class Engine:
         # not in our ledger; each one ends through ``settle_borrowed``: finished or given back.
         self.borrowed = 0
         self.settle_borrowed: Callable[[list[Task], bool], Awaitable[None]] | None = None
+        # Whether a borrowed task may be fetched now (its loan is not too far ahead of its
+        # lender's word); asked before each fetch of one.
+        self.may_fetch_borrowed: Callable[[Task], bool] | None = None
         # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
         # the stores, so with only one per fetch slot the fetchers sat idle behind them.
         self._tail_slots = asyncio.Semaphore(TAILS_PER_FETCH * settings.concurrency)

@@ -69,6 +69,11 @@ BACKLOG_FRESH_S = 5.0
 # A host with fewer queued tasks is not worth a lease (and a robots.txt fetch by the
 # borrower): the owner is about to finish it anyway.
 MIN_LEND = 4
+# A loan's pages between their fetch and the lender's word, at most. Should the lender die,
+# its successor cannot know of them and fetches them again: this bounds what a lender's
+# crash costs per loan. The word comes within about a report interval, so in a healthy
+# network a loan seldom has this many pages waiting.
+MAX_UNSETTLED = 4
 
 
 @dataclass(slots=True)
@@ -362,6 +367,12 @@ class Lending:
             engine.frontier.push(host, t)
         self.borrowed_total += len(tasks)
         self._count_held()
+
+    def may_fetch(self, task: Task) -> bool:
+        """``Engine.may_fetch_borrowed``: the loan has fewer than ``MAX_UNSETTLED`` other
+        pages fetched (or being fetched) and not yet recorded by its lender."""
+        in_flight = self._engine().in_flight
+        return sum(1 for t in in_flight.values() if t.lease == task.lease) <= MAX_UNSETTLED
 
     def _member(self, peer: PeerRef) -> bool:
         """In our routing table: admitted, and not declared dead."""

@@ -143,6 +143,7 @@ class Peer:
             )
             self.engine.data_dir = cfg.data_dir  # measured against --max-disk
             self.engine.settle_borrowed = self.lending.settle_and_wait
+            self.engine.may_fetch_borrowed = self.lending.may_fetch
             self.lending.serve()
             self.scope_sync = ScopeSync(
                 self.node, self.engine, trusted=bool(ps.secret) or is_loopback(cfg.listen[0])

@@ -17,6 +17,7 @@ import pytest
 from p2pcrawl.crawl import Task, urls
 from p2pcrawl.network import Peer, PeerConfig
 from p2pcrawl.network.identity import save_identity
+from p2pcrawl.network.lending import MAX_UNSETTLED
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from p2pcrawl.testing import TestWeb
 from protocol import key_for
@@ -249,6 +250,7 @@ async def test_a_silent_lenders_replicas_learn_what_its_borrower_finished(
 
         await eventually(lambda: len(on_loan()) >= 2, timeout=30)
         transport.pause_reading()  # the lender falls silent
+        fetched = other.engine.stats.pages_fetched
         page = on_loan()[0]
         # Fetched and archived here, as far as the loan is concerned; its tail now waits
         # for the lender's word.
@@ -256,6 +258,10 @@ async def test_a_silent_lenders_replicas_learn_what_its_borrower_finished(
         waiting = other.lending.settle([page], finished=True)
         assert waiting is not None and not waiting.done()
         await eventually(lambda: any(b.parked for b in other.lending.loans.values()), timeout=10)
+        # Unanswered, the loan fetched at most MAX_UNSETTLED pages more: what the lender's
+        # successor would fetch again had it died (their tails wait on links to the lender).
+        await asyncio.sleep(0.5)
+        assert other.engine.stats.pages_fetched - fetched <= MAX_UNSETTLED
         for replica in (successor, other):
             assert replica.ledger is not None
             deadline = asyncio.get_running_loop().time() + 10
