@@ -23,7 +23,7 @@ __all__ = ["RETRYABLE_ERRORS", "Outcome", "attempt"]
 
 RETRYABLE_ERRORS = frozenset({"timeout", "connect", "protocol", "disconnect"})
 # A borrowed task held back (its loan is too far ahead of its lender's word) is tried again
-# after this long: about half a report interval (network/lending.py).
+# after this long: about half a report interval (network/borrower.py).
 BORROWED_WAIT_S = 0.05
 
 

@@ -82,7 +82,7 @@ class Engine:
         self.robots_gate = RobotsGate(settings, self.fetcher, self.stats)
         self.links = LinkFilter(settings, partition, self.stats)
         self.in_flight: dict[int, Task] = {}
-        # Our tasks another peer fetches for us (network/lending.py): still queued in the
+        # Our tasks another peer fetches for us (network/lender.py): still queued in the
         # ledger, kept out of the frontier until the borrower reports them.
         self.lent: dict[int, Task] = {}
         self.refill = WindowRefill(
@@ -104,7 +104,7 @@ class Engine:
         self._refused_hosts: set[str] = set()
         # Set by whoever watches the network's total (--max-network-pages).
         self.network_limit_reached = False
-        # Tasks borrowed from other owners (network/lending.py), queued or in flight here but
+        # Tasks borrowed from other owners (network/borrower.py), queued or in flight here but
         # not in our ledger; each one ends through ``settle_borrowed``: finished or given back.
         self.borrowed = 0
         self.settle_borrowed: Callable[[list[Task], bool], Awaitable[None]] | None = None

@@ -249,7 +249,7 @@ class Membership:
             return
         self.resyncing = True
         self.peer.engine.paused = True
-        self.peer.lending.on_stall()
+        self.peer.lending.borrower.on_stall()
         self.peer.events.add("stalled", seconds=round(seconds, 1))
         self.peer.spawn(self._resync_after_stall(), "stall-resync")
 
@@ -407,8 +407,8 @@ class Membership:
             await engine.wait_progress(0.2)
         # Not waited for: a borrower's pages may be waiting to route their links to the very
         # keys that move. Their tasks go with the keys; what the borrower finishes of them is
-        # forwarded to the new owner as done history (network/lending.py).
-        self.peer.lending.revoke_keys(keyset)
+        # forwarded to the new owner as done history (network/borrower.py).
+        self.peer.lending.lender.revoke_keys(keyset)
         tasks = await ledger.take_keys(keys)
         done = await ledger.done.fps_for_keys(keys)
         try:
@@ -512,12 +512,12 @@ class Membership:
         # finish with ours and are reported before the hand-off. Our own lent hosts are
         # recalled the same way, so none of their pages is fetched twice.
         lending = self.peer.lending
-        lending.recall()
-        await lending.give_back_queued()
+        lending.lender.recall()
+        await lending.borrower.give_back_queued()
         await engine.stop_fetching(timeout=10.0)
-        await lending.flush(timeout=5.0)
-        await lending.wait_leases(timeout=5.0)
-        lending.end_leases()
+        await lending.borrower.flush(timeout=5.0)
+        await lending.lender.wait_leases(timeout=5.0)
+        lending.lender.end_leases()
         await engine.aclose()
         await dispatcher.flush()
         report.queue_at_leave = ledger.queued

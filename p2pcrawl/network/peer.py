@@ -142,8 +142,8 @@ class Peer:
                 on_failure=self._engine_failed,
             )
             self.engine.data_dir = cfg.data_dir  # measured against --max-disk
-            self.engine.settle_borrowed = self.lending.settle_and_wait
-            self.engine.may_fetch_borrowed = self.lending.may_fetch
+            self.engine.settle_borrowed = self.lending.borrower.settle_and_wait
+            self.engine.may_fetch_borrowed = self.lending.borrower.may_fetch
             self.lending.serve()
             self.scope_sync = ScopeSync(
                 self.node, self.engine, trusted=bool(ps.secret) or is_loopback(cfg.listen[0])

@@ -16,8 +16,8 @@ import pytest
 
 from p2pcrawl.crawl import Task, urls
 from p2pcrawl.network import Peer, PeerConfig
+from p2pcrawl.network.borrower import MAX_UNSETTLED
 from p2pcrawl.network.identity import save_identity
-from p2pcrawl.network.lending import MAX_UNSETTLED
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from p2pcrawl.testing import TestWeb
 from protocol import key_for
@@ -133,14 +133,15 @@ async def test_an_idle_peer_crawls_a_busy_owners_hosts_on_loan(
         # The other peer owns nothing, yet fetched part of the crawl, on loan ...
         assert other.ledger.done_count == 0
         assert other.engine.stats.pages_fetched > 0
-        assert other.lending.borrowed_total > 0 and owner.lending.lent_total > 0
+        assert other.lending.borrower.borrowed_total > 0 and owner.lending.lender.lent_total > 0
         # Borrowed tasks are never lent on: the owner never got its own hosts back on loan.
-        assert other.lending.lent_total == 0 and owner.lending.borrowed_total == 0
+        assert other.lending.lender.lent_total == 0 and owner.lending.borrower.borrowed_total == 0
         # ... and the owner recorded every URL done, its own fetches and the borrowed ones.
         assert owner.ledger.done_count == len(truth)
         assert owner.engine.stats.pages_fetched + other.engine.stats.pages_fetched == len(truth)
-        assert owner.ledger.queued == 0 and not owner.engine.lent and not owner.lending.leases
-        assert not other.lending.loans and other.engine.borrowed == 0
+        assert owner.ledger.queued == 0 and not owner.engine.lent
+        assert not owner.lending.lender.leases
+        assert not other.lending.borrower.loans and other.engine.borrowed == 0
         # The replica copies of the borrowed tasks were dropped too: nothing is left over.
         await other.refresh_counts()
         assert other.status()["backups_held"] == 0
@@ -155,12 +156,12 @@ async def test_a_borrower_that_dies_loses_no_task(make_web: WebFactory, tmp_path
     try:
         assert owner.engine is not None and owner.ledger is not None
         await owner.seed([web.hub_url])
-        await eventually(lambda: bool(other.lending.loans), timeout=30)
+        await eventually(lambda: bool(other.lending.borrower.loans), timeout=30)
         # Dies with a loan in hand: no goodbye, no report.
         await other.aclose()
         closed = True
-        await eventually(lambda: not owner.lending.leases, timeout=20)
-        assert owner.lending.lapsed >= 1
+        await eventually(lambda: not owner.lending.lender.leases, timeout=20)
+        assert owner.lending.lender.lapsed >= 1
         await asyncio.wait_for(owner.quiescence.finished.wait(), 60)
         missing, again = fetched_once(web)
         assert not missing
@@ -190,13 +191,13 @@ async def test_handing_on_a_lent_keys_history_keeps_the_loan(
         def queued_on_loan() -> int:
             return sum(
                 1
-                for b in other.lending.loans.values()
+                for b in other.lending.borrower.loans.values()
                 for _, t in getattr(engine.frontier.hosts.get(b.host), "tasks", [])
                 if t.lease == b.lease
             )
 
         await eventually(lambda: queued_on_loan() >= 2, timeout=30)
-        keys = {b.key for b in other.lending.loans.values()}
+        keys = {b.key for b in other.lending.borrower.loans.values()}
         assert engine.exclude_keys(keys) == []  # nothing of its own to hand over
         assert queued_on_loan() >= 2
         await asyncio.wait_for(
@@ -243,7 +244,7 @@ async def test_a_silent_lenders_replicas_learn_what_its_borrower_finished(
         def on_loan() -> list[Task]:
             return [
                 t
-                for b in other.lending.loans.values()
+                for b in other.lending.borrower.loans.values()
                 for _, t in getattr(frontier.hosts.get(b.host), "tasks", [])
                 if t.lease == b.lease
             ]
@@ -255,9 +256,10 @@ async def test_a_silent_lenders_replicas_learn_what_its_borrower_finished(
         # Fetched and archived here, as far as the loan is concerned; its tail now waits
         # for the lender's word.
         assert frontier.take_tasks(urls.host_of(page.url), lambda t: t is page) == [page]
-        waiting = other.lending.settle([page], finished=True)
+        waiting = other.lending.borrower.settle([page], finished=True)
         assert waiting is not None and not waiting.done()
-        await eventually(lambda: any(b.parked for b in other.lending.loans.values()), timeout=10)
+        loans = other.lending.borrower.loans
+        await eventually(lambda: any(b.parked for b in loans.values()), timeout=10)
         # Unanswered, the loan fetched at most MAX_UNSETTLED pages more: what the lender's
         # successor would fetch again had it died (their tails wait on links to the lender).
         await asyncio.sleep(0.5)
@@ -295,8 +297,8 @@ async def test_a_borrower_at_its_page_limit_gives_its_loan_back(
         missing, again = fetched_once(web)
         assert not missing and not again
         assert owner.ledger.done_count == len(web.ground_truth())
-        assert other.lending.borrowed_total > other.engine.stats.pages_fetched == 6
-        assert not other.lending.loans and not owner.lending.leases
+        assert other.lending.borrower.borrowed_total > other.engine.stats.pages_fetched == 6
+        assert not other.lending.borrower.loans and not owner.lending.lender.leases
     finally:
         await other.aclose()
         await owner.aclose()

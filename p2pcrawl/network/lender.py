@@ -1,0 +1,247 @@
+"""The owner's side of lending (``network.lending``): leases on one host's queued tasks.
+
+The owner keeps every lent task in its task store and in ``Engine.lent``: its queue still
+counts them, refill skips them, and they are finished (done record, DELETE_BACKUP) only when
+the borrower reports them. The host is marked busy while the lease runs, so the owner does
+not fetch it meanwhile: one server is still fetched by one peer at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from p2pcrawl.crawl import Task
+from p2pcrawl.crawl.frontier import HostQueue
+from protocol import KeyBatch, PeerRef, TaskItem
+from protocol.lending import (
+    LEASE_S,
+    MAX_WANT,
+    check_lend_request,
+    check_return_request,
+    loan_to_wire,
+    one_chunk,
+)
+
+if TYPE_CHECKING:
+    from p2pcrawl.network.peer import Peer
+
+__all__ = ["MIN_LEND", "Lease", "Lender", "is_member", "lending_enabled"]
+
+log = logging.getLogger(__name__)
+
+# A host with fewer queued tasks is not worth a lease (and a robots.txt fetch by the
+# borrower): the owner is about to finish it anyway.
+MIN_LEND = 4
+
+
+def lending_enabled(peer: Peer) -> bool:
+    """``--no-lend`` turns it off; with the URL partition there is nothing to lend."""
+    ps = peer.config.peer
+    return ps.lend and ps.partition == "host"
+
+
+def is_member(peer: Peer, other: PeerRef) -> bool:
+    """In our routing table: admitted, and not declared dead."""
+    node = peer.node
+    return node is not None and any(p.id == other.id for p in node.peers())
+
+
+@dataclass(slots=True)
+class Lease:
+    """What the owner lent: ``tasks`` not yet reported, by fingerprint."""
+
+    lease: int
+    borrower: PeerRef
+    hq: HostQueue
+    key: bytes
+    tasks: dict[int, Task]
+    deadline: float
+    recalled: bool = False  # we are leaving: the borrower is asked to give the rest back
+
+
+class Lender:
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+        self.leases: dict[int, Lease] = {}
+        self._no_leases = asyncio.Event()
+        self.lent_total = 0  # tasks lent, ever (status)
+        self.lapsed = 0  # leases ended without their borrower (it died or went silent)
+
+    @property
+    def enabled(self) -> bool:
+        return lending_enabled(self.peer)
+
+    def _member(self, peer: PeerRef) -> bool:
+        return is_member(self.peer, peer)
+
+    async def serve_lend(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
+        want = check_lend_request(args)
+        peer, engine, node = self.peer, self.peer.engine, self.peer.node
+        if engine is None or node is None:
+            return loan_to_wire(0, None, 0)
+        # Our own queue only: borrowed tasks are not ours to lend on.
+        backlog = max(0, engine.ledger.queued - len(engine.lent) - len(engine.in_flight))
+        if (
+            not self.enabled
+            or peer.state != "active"
+            or engine.paused
+            or not self._member(sender)  # only members borrow
+        ):
+            return loan_to_wire(0, None, backlog)
+        hq = self._host_to_lend(backlog)
+        if hq is None:
+            return loan_to_wire(0, None, backlog)
+        tasks = engine.frontier.lend_host(hq)
+        key = tasks[0].key
+        payload, held = one_chunk(
+            KeyBatch(key, [TaskItem(t.url, t.depth, t.hops) for t in tasks[: min(want, MAX_WANT)]])
+        )
+        lent_urls = {item.url for item in held.tasks}
+        lease = Lease(
+            lease=secrets.randbits(62) + 1,
+            borrower=sender,
+            hq=hq,
+            key=key,
+            tasks={t.fp: t for t in tasks if t.url in lent_urls},
+            deadline=time.monotonic() + LEASE_S,
+        )
+        for t in tasks:
+            if t.fp in lease.tasks:
+                engine.lent[t.fp] = t
+            else:
+                engine.frontier.push(hq.host, t)  # waits for the lease: the host is busy
+        self.leases[lease.lease] = lease
+        self.lent_total += len(lease.tasks)
+        return loan_to_wire(lease.lease, payload, backlog - len(lease.tasks))
+
+    def _host_to_lend(self, backlog: int) -> HostQueue | None:
+        """The ready host with most queued tasks, if lending it leaves this peer enough of
+        its own to keep its fetchers busy. A host with a request under way is not lent: the
+        borrower's first request could overlap ours."""
+        engine = self.peer.engine
+        assert engine is not None
+        excluded = engine.refill.excluded_keys
+        best: HostQueue | None = None
+        for hq in engine.frontier.hosts.values():
+            if (
+                len(hq.tasks) >= MIN_LEND
+                and not hq.polite.busy
+                and not hq.removed
+                and (best is None or len(hq.tasks) > len(best.tasks))
+                and not hq.tasks[0][1].lease  # borrowed: lending it on would loop
+                and hq.tasks[0][1].key not in excluded
+            ):
+                best = hq
+        # Keep enough to fill our own fetchers, and at least as much as we lend: a borrower
+        # that finishes first asks again.
+        keep = max(engine.settings.concurrency, len(best.tasks)) if best is not None else 0
+        if best is None or backlog - len(best.tasks) < keep:
+            return None
+        return best
+
+    async def serve_return(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
+        report = check_return_request(args)
+        lease = self.leases.get(report.lease)
+        engine = self.peer.engine
+        if lease is None or lease.borrower.id != sender.id or engine is None:
+            return {"known": False}
+        lease.deadline = time.monotonic() + LEASE_S
+        finished = [t for fp in report.done if (t := lease.tasks.pop(fp, None)) is not None]
+        back = [t for fp in report.back if (t := lease.tasks.pop(fp, None)) is not None]
+        for t in finished + back:
+            engine.lent.pop(t.fp, None)
+        self._requeue(lease, back)
+        if report.final or not lease.tasks:
+            self._end(lease, requeue=True)
+        if finished:
+            await engine.finish(finished)
+            engine.after_lent(lease.key)
+        return {"known": True, "recall": lease.recalled}
+
+    def _requeue(self, lease: Lease, tasks: list[Task]) -> None:
+        engine = self.peer.engine
+        assert engine is not None
+        if not tasks or lease.hq.removed or lease.key in engine.refill.excluded_keys:
+            return  # no longer ours to crawl: the store's rows went (or go) with the key
+        for t in tasks:
+            engine.frontier.push(lease.hq.host, t)
+
+    def _end(self, lease: Lease, *, requeue: bool) -> None:
+        """The lease is over: what was not reported is crawled here again (``requeue``) or
+        left to the key's new owner; the host may be fetched again."""
+        engine = self.peer.engine
+        assert engine is not None
+        self.leases.pop(lease.lease, None)
+        if not self.leases:
+            self._no_leases.set()
+        rest = list(lease.tasks.values())
+        lease.tasks.clear()
+        for t in rest:
+            engine.lent.pop(t.fp, None)
+        if requeue:
+            self._requeue(lease, rest)
+        engine.frontier.release(lease.hq, response_time=0.0, gap=0.0)
+        engine.after_lent(lease.key)
+
+    def recall(self, keys: set[bytes] | None = None) -> None:
+        """Leaving (or handing ``keys`` over): each borrower is asked, at its next report,
+        to give back what it has not started; what it finishes meanwhile is reported as
+        usual, so the hand-off need not wait for whole leases."""
+        for lease in self.leases.values():
+            if keys is None or lease.key in keys:
+                lease.recalled = True
+
+    async def wait_leases(self, timeout: float) -> None:
+        """Until every lease has come back, for up to ``timeout`` seconds."""
+        if not self.leases:
+            return
+        self._no_leases.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._no_leases.wait()
+
+    def revoke_keys(self, keys: set[bytes]) -> None:
+        """These keys left this peer (a hand-off): their leases end, and the borrower's next
+        report hears that it should drop the rest."""
+        for lease in [le for le in self.leases.values() if le.key in keys]:
+            self._end(lease, requeue=False)
+
+    def _lapse(self, lease: Lease, why: str) -> None:
+        self.lapsed += 1
+        log.info(
+            "took back a lease of %d tasks of %s from %s (%s)",
+            len(lease.tasks),
+            lease.hq.host,
+            lease.borrower,
+            why,
+        )
+        self._end(lease, requeue=True)
+
+    def end_leases(self) -> None:
+        """Leaving, after ``wait_leases``: what did not come back is handed off with our
+        keys; a borrower that still holds some hears "unknown lease" and drops it."""
+        for lease in list(self.leases.values()):
+            self._end(lease, requeue=False)
+
+    def lapse_expired(self, now: float) -> None:
+        for lease in [le for le in self.leases.values() if le.deadline < now]:
+            self._lapse(lease, f"no report for {LEASE_S:g} s")
+
+    def borrower_removed(self, peer_id: bytes) -> None:
+        """A peer left the routing table: its leases lapse."""
+        for lease in [le for le in self.leases.values() if le.borrower.id == peer_id]:
+            self._lapse(lease, "it left the network")
+
+    def status(self) -> dict[str, int]:
+        return {
+            "tasks_lent": sum(len(le.tasks) for le in self.leases.values()),
+            "leases_out": len(self.leases),
+            "lent_total": self.lent_total,
+            "leases_lapsed": self.lapsed,
+        }
