@@ -208,6 +208,10 @@ class Borrower:
     async def _report(self, held: Borrowed) -> None:
         node = self.peer.node
         assert node is not None
+        # The lender's address as our routing table knows it now: a lender restarted with
+        # its data directory keeps its ID on a new port, is never declared dead, and would
+        # never answer at the old one (it answers "unknown lease" at the new).
+        held.lender = next((p for p in node.peers() if p.id == held.lender.id), held.lender)
         done, back, final = list(held.done), list(held.back), held.final
         known, recall = await node.give_back(held.lender, held.lease, done, back, final)
         held.reported = time.monotonic()

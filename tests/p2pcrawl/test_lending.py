@@ -84,8 +84,9 @@ async def start_peer(
     max_pages: int = 0,
 ) -> Peer:
     data = tmp_path / name
-    data.mkdir()
-    save_identity(data, node_id)
+    if not data.exists():  # else a restart on the same data directory
+        data.mkdir()
+        save_identity(data, node_id)
     peer = Peer(
         PeerConfig(
             data_dir=data,
@@ -174,6 +175,42 @@ async def test_a_borrower_that_dies_loses_no_task(make_web: WebFactory, tmp_path
         if not closed:
             await other.aclose()
         await owner.aclose()
+
+
+async def test_a_lender_restarted_on_a_new_port_ends_the_loan(
+    make_web: WebFactory, tmp_path: Path
+) -> None:
+    """The lender dies and comes back at once with its data directory: same ID, a new port,
+    so nobody declares it dead. The borrower's next report reaches it there (not the old
+    port, where nothing answers), hears "unknown lease" and drops the loan, and the crawl
+    finishes: the restarted owner crawls what its store still holds."""
+    web, owner, other = await owner_and_other(make_web, tmp_path)
+    restarted: Peer | None = None
+    loans = other.lending.borrower.loans
+    try:
+        try:
+            await owner.seed([web.hub_url])
+            await eventually(lambda: any(len(b.held) >= 4 for b in loans.values()), timeout=30)
+        finally:
+            await owner.aclose()  # no goodbye: a crash, and a restart right after
+        restarted = await start_peer(
+            tmp_path, "owner", owner.node_id, web, concurrency=2, bootstrap=(other.me.addr,)
+        )
+        assert restarted.me.addr != owner.me.addr
+        await asyncio.wait_for(
+            asyncio.gather(restarted.quiescence.finished.wait(), other.quiescence.finished.wait()),
+            60,
+        )
+        missing, again = fetched_once(web)
+        assert not missing
+        assert not loans and other.engine is not None and other.engine.borrowed == 0
+        # What was under way when the owner died, and the loan's pages not yet recorded,
+        # may be fetched twice; no more.
+        assert sum(n - 1 for n in again.values()) <= 2 + MAX_UNSETTLED
+    finally:
+        await other.aclose()
+        if restarted is not None:
+            await restarted.aclose()
 
 
 async def test_handing_on_a_lent_keys_history_keeps_the_loan(
