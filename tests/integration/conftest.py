@@ -18,8 +18,11 @@ async def web() -> AsyncIterator[TestWeb]:
         yield w
 
 
+CONCURRENCY = 8  # every integration peer's --concurrency
+
+
 def crawl_args(web: TestWeb, *extra: str) -> list[str]:
-    args = ["--allow-private", "--politeness-factor", "0", "--concurrency", "8"]
+    args = ["--allow-private", "--politeness-factor", "0", "--concurrency", str(CONCURRENCY)]
     args += ["--min-peer-age", str(TEST_MIN_PEER_AGE)]
     for d in web.allow_domains:
         args += ["--allow-domain", d]
