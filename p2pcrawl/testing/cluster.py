@@ -123,6 +123,8 @@ class Cluster:
         ready = asyncio.get_running_loop().create_future()
         self._readers.spawn(self._read_stdout(peer, ready), name)
         if not expect_ready:
+            # Nobody awaits it: a peer meant to fail must not leave an unretrieved error.
+            ready.add_done_callback(lambda f: f.cancelled() or f.exception())
             return peer
         try:
             async with asyncio.timeout(self.startup_timeout):
@@ -151,7 +153,9 @@ class Cluster:
                         ready.set_result(None)
         peer.exit_code = await peer.proc.wait()
         if not ready.done():
-            ready.set_exception(AssertionError(f"{peer.name} exited {peer.exit_code}"))
+            # Its log says why, for whoever reads the failure.
+            why = self.log(peer)[-1500:]
+            ready.set_exception(AssertionError(f"{peer.name} exited {peer.exit_code}:\n{why}"))
 
     def log(self, peer: PeerProc) -> str:
         assert peer.log_path is not None
