@@ -101,7 +101,10 @@ class PeerHandler:
 
     async def handle_store_task(self, sender: PeerRef, batches: list[KeyBatch]) -> StoreResult:
         peer = self.peer
-        if peer.state not in ("active", "joining") or peer.engine is None:
+        open_ = peer.state in ("active", "joining") or (
+            peer.state == "leaving" and peer.membership.accepting_while_leaving
+        )
+        if not open_ or peer.engine is None:
             return StoreResult(new=0, duplicate=0, refused_keys=[b.key for b in batches])
         by_key = self.decode(batches)
         done = {b.key: b.done for b in batches if b.done}

@@ -67,6 +67,10 @@ class Membership:
     def __init__(self, peer: Peer) -> None:
         self.peer = peer
         self.kick = asyncio.Event()  # membership changed: take over and rebalance soon
+        # Leaving, and our borrowers' pages still settling: their links to our keys are
+        # stored here and handed off with the rest (refused, those pages would wait for our
+        # goodbye, the leases would time out, and the new owners fetch the pages again).
+        self.accepting_while_leaving = False
         self.gone_owners: set[bytes] = set()  # removed peers whose backups may need taking
         self._handoff_lock = asyncio.Lock()
         self._asked: set[bytes] = set()  # neighbours we asked for our keys (join, re-sync)
@@ -506,6 +510,7 @@ class Membership:
         if self.peer.state != "active":
             return self.peer.handoff
         self.peer.state = "leaving"
+        self.accepting_while_leaving = True
         self.peer.events.add("leaving")
         report = self.peer.handoff
         # Borrowed tasks not yet started go back to their owners at once; those under way
@@ -516,7 +521,11 @@ class Membership:
         await lending.borrower.give_back_queued()
         await engine.stop_fetching(timeout=10.0)
         await lending.borrower.flush(timeout=5.0)
-        await lending.lender.wait_leases(timeout=5.0)
+        try:
+            await lending.lender.wait_leases(timeout=5.0)
+        finally:
+            # From here on what arrives is refused: the hand-off below takes the keys.
+            self.accepting_while_leaving = False
         lending.lender.end_leases()
         await engine.aclose()
         await dispatcher.flush()

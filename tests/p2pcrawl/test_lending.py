@@ -213,6 +213,48 @@ async def test_a_lender_restarted_on_a_new_port_ends_the_loan(
             await restarted.aclose()
 
 
+async def test_a_lender_that_leaves_gracefully_costs_no_duplicate(
+    make_web: WebFactory, tmp_path: Path
+) -> None:
+    """The owner of every host leaves while its pages are out on loan; a third peer takes its
+    keys over. The borrower's pages under way route their links to the leaving owner, which
+    stores them until its leases are settled (a refusal would hold those pages until its
+    goodbye, its wait for the lease would time out, and the new owner would fetch them
+    again); then it hands everything off."""
+    web = await make_web(hosts=4, pages_per_host=60, features=False)
+    owner_id, successor_id, other_id = three_ranked_ids(host_keys(web))
+    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2)
+    boot = (owner.me.addr,)
+    successor = await start_peer(
+        tmp_path,
+        "successor",
+        successor_id,
+        web,
+        concurrency=2,
+        settings=replace(DETECT, lend=False),  # the loans go to "other"
+        bootstrap=boot,
+    )
+    other = await start_peer(tmp_path, "other", other_id, web, concurrency=4, bootstrap=boot)
+    try:
+        try:
+            await owner.seed([web.hub_url])
+            loans = other.lending.borrower.loans
+            await eventually(lambda: any(len(b.held) >= 4 for b in loans.values()), timeout=30)
+            report = await owner.membership.leave()
+            assert report.failed == 0 and not owner.lending.lender.leases
+        finally:
+            await owner.aclose()
+        await asyncio.wait_for(
+            asyncio.gather(successor.quiescence.finished.wait(), other.quiescence.finished.wait()),
+            60,
+        )
+        missing, again = fetched_once(web)
+        assert not missing and not again
+    finally:
+        await other.aclose()
+        await successor.aclose()
+
+
 async def test_handing_on_a_lent_keys_history_keeps_the_loan(
     make_web: WebFactory, tmp_path: Path
 ) -> None:
