@@ -226,7 +226,7 @@ class Engine:
     def exclude_keys(self, keys: Iterable[bytes]) -> list[Task]:
         """Stop crawling these keys (moved to another peer); returns their window tasks.
         Borrowed tasks of those keys stay: they are their lender's, not ours to hand over
-        (a replica hands on the history of keys it has lent work of)."""
+        (a replica hands on the done history of a key it may hold tasks of on loan)."""
         keys = self.refill.exclude(keys)
         if self.partition != "host":
             return []

@@ -70,7 +70,11 @@ async def stop_gracefully(cluster: Cluster) -> None:
 async def test_two_join_mid_crawl(slow_web: TestWeb, make_cluster: Any, min_age: str) -> None:
     # The default minimum age too: while the joiners wait it out, their hosts stay with
     # the old owners, and nobody else may crawl them twice meanwhile.
-    cluster = await make_cluster([*args(slow_web), "--min-peer-age", min_age])
+    # With the default age a joiner owns nothing for its first 5 s: a slower crawl leaves it
+    # hosts to take over (at --delay 0.15 the crawl once ended 13 s after the joins, and the
+    # joiners had fetched nothing).
+    delay = ["--delay", "0.3"] if float(min_age) > 1 else []
+    cluster = await make_cluster([*args(slow_web), *delay, "--min-peer-age", min_age])
     peers = await start_mesh(cluster, 3)
     await cluster.api(peers[0], "/api/seed", "POST", {"urls": [slow_web.hub_url]})
     truth = len(slow_web.ground_truth())
