@@ -132,29 +132,20 @@ class PeerHandler:
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
     ) -> int:
-        backups, ledger = self.peer.backups, self.peer.ledger
-        assert backups is not None and ledger is not None
+        replication = self.peer.replication
+        assert replication is not None
         done = {b.key: b.done for b in batches if b.done}
         if done:  # the owner's done range for a key this peer now replicates
-            await self._record_done(owner, done)
+            await replication.record_done(owner, done)
         decoded = [t for ts in self.decode(batches).values() for t in ts]
         tasks = await self._within_scope(decoded)
-        assert self.peer.replication is not None
-        return await self.peer.replication.hold(owner, tasks)
+        return await replication.hold(owner, tasks)
 
     async def handle_delete_backup(
         self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
     ) -> int:
-        return await self._record_done(owner, done)
-
-    async def _record_done(self, owner: bytes, done: dict[bytes, list[int]]) -> int:
-        """The owner finished these: drop the copies and remember every fingerprint under
-        its key, copy or not, so whoever takes the host over does not fetch it again."""
-        backups, ledger = self.peer.backups, self.peer.ledger
-        assert backups is not None and ledger is not None
-        pairs = [(k, fp) for k, fps in done.items() for fp in fps]
-        await ledger.done.add(pairs)
-        return await backups.remove(owner, [fp for _, fp in pairs])
+        assert self.peer.replication is not None
+        return await self.peer.replication.record_done(owner, done)
 
     async def handle_refresh_task(self, sender: PeerRef) -> RefreshAnswer:
         return await self.peer.membership.on_refresh(sender)

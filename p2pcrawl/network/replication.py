@@ -312,6 +312,14 @@ class Replication:
         if by_rep:
             await asyncio.gather(*(self._deletes.submit(r, f) for r, f in by_rep.items()))
 
+    async def record_done(self, owner: bytes, done: dict[bytes, list[int]]) -> int:
+        """``owner`` finished these (DELETE_BACKUP): drop our copies and remember every
+        fingerprint under its key, copy or not, so whoever takes the host over does not
+        fetch it again. Returns how many copies went."""
+        pairs = [(k, fp) for k, fps in done.items() for fp in fps]
+        await self.ledger.done.add(pairs)
+        return await self.backups.remove(owner, [fp for _, fp in pairs])
+
     async def finished_for(self, owner: bytes, key: bytes, fps: list[int]) -> None:
         """Pages of ``owner``'s that this peer crawled on loan and ``owner`` does not answer
         for: its replicas record them as done now, so that if it is dead, its successor (one
@@ -320,8 +328,7 @@ class Replication:
 
         async def one(rep: PeerRef) -> None:
             if rep.id == me:
-                await self.ledger.done.add([(key, fp) for fp in fps])
-                await self.backups.remove(owner, fps)
+                await self.record_done(owner, {key: fps})
                 return
             try:
                 await self.node.delete_backup(rep, owner, {key: fps})
