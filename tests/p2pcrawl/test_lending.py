@@ -61,7 +61,7 @@ def three_ranked_ids(keys: list[bytes]) -> tuple[bytes, bytes, bytes]:
     first = base | v_hi << hi | v_lo << lo
     second = first ^ (1 << lo)
     third = first ^ (1 << hi)
-    return tuple(x.to_bytes(n, "big") for x in (first, second, third))  # type: ignore[return-value]
+    return first.to_bytes(n, "big"), second.to_bytes(n, "big"), third.to_bytes(n, "big")
 
 
 def host_keys(web: TestWeb) -> list[bytes]:
