@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from p2pcrawl.crawl import Task, urls
-from p2pcrawl.network.lender import MIN_LEND, is_member, lending_enabled
+from p2pcrawl.network.lender import MIN_LEND, contact, is_member, lending_enabled
 from protocol import KeyBatch, PeerRef, PeerTimeout, RemoteError, TaskSet
 from protocol.lending import KEEPALIVE_S, LEASE_S, MAX_WANT
 
@@ -211,7 +211,7 @@ class Borrower:
         # The lender's address as our routing table knows it now: a lender restarted with
         # its data directory keeps its ID on a new port, is never declared dead, and would
         # never answer at the old one (it answers "unknown lease" at the new).
-        held.lender = next((p for p in node.peers() if p.id == held.lender.id), held.lender)
+        held.lender = contact(self.peer, held.lender) or held.lender
         done, back, final = list(held.done), list(held.back), held.final
         known, recall = await node.give_back(held.lender, held.lease, done, back, final)
         held.reported = time.monotonic()
@@ -226,8 +226,7 @@ class Borrower:
         elif final:
             self._drop(held)
         elif recall:
-            parked, held.parked = held.parked, []
-            self.settle(parked + self._unqueue(held), finished=False)
+            self._give_back(held)
         elif held.parked:  # the lender answers again
             parked, held.parked = held.parked, []
             for t in parked:
@@ -295,7 +294,7 @@ class Borrower:
             # We fetch no more (a page limit, a full disk, a dead WARC writer): what we
             # hold on loan and have not started goes back, or its owner would keep
             # waiting for a lease we keep alive.
-            self._give_back_unstarted()
+            self.give_back_unstarted()
 
     async def report_due(self, now: float) -> None:
         for held in list(self.loans.values()):
@@ -329,16 +328,16 @@ class Borrower:
             await asyncio.sleep(delay)
             delay = min(2 * delay, 2.0)
 
-    async def give_back_queued(self) -> None:
-        """Leaving: return every borrowed task not yet started (those under way finish)."""
-        self._give_back_unstarted()
-
-    def _give_back_unstarted(self) -> None:
+    def give_back_unstarted(self) -> None:
+        """Return every borrowed task not yet started (those under way finish)."""
         for held in list(self.loans.values()):
-            parked, held.parked = held.parked, []
-            back = parked + self._unqueue(held)
-            if back:
-                self.settle(back, finished=False)
+            self._give_back(held)
+
+    def _give_back(self, held: Borrowed) -> None:
+        parked, held.parked = held.parked, []
+        back = parked + self._unqueue(held)
+        if back:
+            self.settle(back, finished=False)
 
     async def flush(self, timeout: float) -> None:
         """Leaving: report everything, for up to ``timeout`` seconds."""

@@ -31,7 +31,7 @@ from protocol.lending import (
 if TYPE_CHECKING:
     from p2pcrawl.network.peer import Peer
 
-__all__ = ["MIN_LEND", "Lease", "Lender", "is_member", "lending_enabled"]
+__all__ = ["MIN_LEND", "Lease", "Lender", "contact", "is_member", "lending_enabled"]
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +46,18 @@ def lending_enabled(peer: Peer) -> bool:
     return ps.lend and ps.partition == "host"
 
 
+def contact(peer: Peer, other: PeerRef) -> PeerRef | None:
+    """``other`` as our routing table knows it now (its address may have changed since),
+    or None if it is not there."""
+    node = peer.node
+    if node is None:
+        return None
+    return next((p for p in node.peers() if p.id == other.id), None)
+
+
 def is_member(peer: Peer, other: PeerRef) -> bool:
     """In our routing table: admitted, and not declared dead."""
-    node = peer.node
-    return node is not None and any(p.id == other.id for p in node.peers())
+    return contact(peer, other) is not None
 
 
 @dataclass(slots=True)

@@ -21,9 +21,12 @@ the borrower reports them. What can go wrong costs duplicates, never a task:
   borrower drops what it has not fetched, since the new owner will crawl it, and tells the
   replicas (DELETE_BACKUP) what it fetched and the owner never recorded, at the first report
   that goes unanswered: long before the owner is declared dead and its successor crawls;
-* the owner hands the host to a joiner or leaves: it waits for the lease as for a fetch
-  under way, up to its hand-off timeout, then revokes it; the borrower hears "unknown lease"
-  at its next report and drops the rest.
+* the owner hands the host to a joiner: it revokes the lease without waiting (the borrower's
+  pages may be waiting to route links to the very keys that move); the borrower hears
+  "unknown lease" at its next report, drops the rest and sends what it finished to the new
+  owner as done history;
+* the owner leaves: it recalls its leases and waits up to 5 s for them, storing what is
+  routed to its keys meanwhile, then hands everything off.
 """
 
 from __future__ import annotations

@@ -518,7 +518,7 @@ class Membership:
         # recalled the same way, so none of their pages is fetched twice.
         lending = self.peer.lending
         lending.lender.recall()
-        await lending.borrower.give_back_queued()
+        lending.borrower.give_back_unstarted()
         await engine.stop_fetching(timeout=10.0)
         await lending.borrower.flush(timeout=5.0)
         try:
