@@ -110,6 +110,31 @@ async def owner_and_other(make_web: WebFactory, tmp_path: Path) -> tuple[TestWeb
     return web, owner, other
 
 
+async def owner_successor_other(
+    make_web: WebFactory, tmp_path: Path, settings: PeerSettings = DETECT
+) -> tuple[TestWeb, Peer, Peer, Peer]:
+    """Three peers ranked alike for every host of a four-host web: the owner, the one next
+    to it (it takes the keys over, and holds the replicas; it does not borrow, so the
+    loans go to the third), and one that owns nothing."""
+    web = await make_web(hosts=4, pages_per_host=60, features=False)
+    owner_id, successor_id, other_id = three_ranked_ids(host_keys(web))
+    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2, settings=settings)
+    boot = (owner.me.addr,)
+    successor = await start_peer(
+        tmp_path,
+        "successor",
+        successor_id,
+        web,
+        concurrency=2,
+        settings=replace(settings, lend=False),
+        bootstrap=boot,
+    )
+    other = await start_peer(
+        tmp_path, "other", other_id, web, concurrency=4, settings=settings, bootstrap=boot
+    )
+    return web, owner, successor, other
+
+
 def fetched_once(web: TestWeb) -> tuple[set[str], dict[str, int]]:
     truth = web.ground_truth()
     again = {u: n for u, n in web.request_counts.items() if n > 1}
@@ -221,20 +246,7 @@ async def test_a_lender_that_leaves_gracefully_costs_no_duplicate(
     stores them until its leases are settled (a refusal would hold those pages until its
     goodbye, its wait for the lease would time out, and the new owner would fetch them
     again); then it hands everything off."""
-    web = await make_web(hosts=4, pages_per_host=60, features=False)
-    owner_id, successor_id, other_id = three_ranked_ids(host_keys(web))
-    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2)
-    boot = (owner.me.addr,)
-    successor = await start_peer(
-        tmp_path,
-        "successor",
-        successor_id,
-        web,
-        concurrency=2,
-        settings=replace(DETECT, lend=False),  # the loans go to "other"
-        bootstrap=boot,
-    )
-    other = await start_peer(tmp_path, "other", other_id, web, concurrency=4, bootstrap=boot)
+    web, owner, successor, other = await owner_successor_other(make_web, tmp_path)
     try:
         try:
             await owner.seed([web.hub_url])
@@ -297,20 +309,10 @@ async def test_a_silent_lenders_replicas_learn_what_its_borrower_finished(
     """The lender stops answering with a borrowed page finished and not yet recorded: the
     borrower's unanswered report tells the lender's replicas, so that if it is dead, its
     successor (one of them) does not fetch the page again from its copies."""
-    web = await make_web(hosts=4, pages_per_host=60, features=False)
-    owner_id, successor_id, other_id = three_ranked_ids(host_keys(web))
     # Reports time out fast, but nobody declares the silent lender dead during the test:
     # what its replicas learn, they learn from the borrower's unanswered report alone.
     patient = replace(DETECT, suspicion_timeout=60.0)
-    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2, settings=patient)
-    boot = (owner.me.addr,)
-    quiet = replace(patient, lend=False)  # it does not borrow: the loan goes to "other"
-    successor = await start_peer(
-        tmp_path, "successor", successor_id, web, concurrency=2, settings=quiet, bootstrap=boot
-    )
-    other = await start_peer(
-        tmp_path, "other", other_id, web, concurrency=4, settings=patient, bootstrap=boot
-    )
+    web, owner, successor, other = await owner_successor_other(make_web, tmp_path, patient)
     # The selector loop's UDP transport is a ReadTransport too: it can stop reading.
     transport = owner.node.transport if owner.node is not None else None
     assert isinstance(transport, asyncio.ReadTransport)
