@@ -165,11 +165,14 @@ class Lender:
         for t in finished + back:
             engine.lent.pop(t.fp, None)
         self._requeue(lease, back)
-        if report.final or not lease.tasks:
-            self._end(lease, requeue=True)
         if finished:
+            # Recorded before the lease may end: a leave waiting for its leases then counts
+            # its queue with these gone, and hands off exactly the rest.
             await engine.finish(finished)
             engine.after_lent(lease.key)
+        # (It may have ended meanwhile: revoked by a hand-off, or ended by a leave.)
+        if (report.final or not lease.tasks) and lease.lease in self.leases:
+            self._end(lease, requeue=True)
         return {"known": True, "recall": lease.recalled}
 
     def _requeue(self, lease: Lease, tasks: list[Task]) -> None:
