@@ -19,10 +19,13 @@ import json
 import random
 import signal
 import sys
+import time
 from collections import Counter
 
 from _zipfweb import ZipfWeb
 from aiohttp import web
+
+TRACKED = 3
 
 _PAD = (
     "<p>peer crawl host page link queue frontier owner node key hash ring table bucket "
@@ -40,6 +43,11 @@ class ClusterWeb:
         self.robots = 0
         self.bytes_sent = 0
         self.control = ""
+        # The largest hosts' first and last request: fetched one request at a time wherever
+        # they are crawled, they bound how soon a crawl can end however many peers it has.
+        self.tracked = set(sorted(range(zweb.hosts), key=lambda i: -zweb.pages[i])[:TRACKED])
+        self.spans: dict[int, list[float]] = {}
+        self.t0 = time.monotonic()
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         host = (request.host or "").rsplit(":", 1)[0]
@@ -57,6 +65,9 @@ class ClusterWeb:
             self.robots += 1
             return web.Response(status=404)
         self.requests[f"{host}{path}"] += 1
+        if index in self.tracked:
+            now = time.monotonic() - self.t0
+            self.spans.setdefault(index, [now, now])[1] = now
         page = 0 if path == "/" else _page_number(path)
         if page is None or page >= self.web.pages[index]:
             return web.Response(status=404)
@@ -80,12 +91,19 @@ class ClusterWeb:
         if request.method == "POST" and request.path == "/reset":
             self.requests.clear()
             self.robots = self.bytes_sent = 0
+            self.spans.clear()
+            self.t0 = time.monotonic()
             return web.Response(text="{}", content_type="application/json")
         doc = {
             "requests": sum(self.requests.values()),
             "unique": len(self.requests),
             "robots": self.robots,
             "bytes": self.bytes_sent,
+            # pages, first and last request (s after the reset) of the largest hosts
+            "largest": [
+                [self.web.pages[i], round(a, 2), round(b, 2)]
+                for i, (a, b) in sorted(self.spans.items(), key=lambda kv: -self.web.pages[kv[0]])
+            ],
         }
         return web.Response(text=json.dumps(doc), content_type="application/json")
 

@@ -182,6 +182,10 @@ class RunResult:
     # part sent before the seed (joining, surveys), which no page caused.
     rpc_types: Counter[str] = field(default_factory=Counter)
     rpc_types_before: Counter[str] = field(default_factory=Counter)
+    # RPCs that got no reply in time (``--rpc-timeout``, then retried or re-routed), and the
+    # mean time to a reply by name, over the peers' whole life
+    rpc_failed: Counter[str] = field(default_factory=Counter)
+    rpc_latency_ms: dict[str, float] = field(default_factory=dict)
     duplicates: int = 0
     web_bytes: int = 0
     per_peer_pages: list[int] = field(default_factory=list)
@@ -189,6 +193,9 @@ class RunResult:
     lent: int = 0  # tasks the owners lent to idle peers (network/lending.py)
     key_space: float = 0.0  # the largest peer's share of the key space, over the mean
     settled: bool = True  # nothing left in transit once the crawl went idle
+    # [pages, first request s, last request s] of the web's largest hosts, largest first:
+    # each is fetched one request at a time, so the crawl lasts at least its span
+    largest: list[list[float]] = field(default_factory=list)
 
     @property
     def busiest(self) -> float:
@@ -287,6 +294,9 @@ class Runner:
             stats = await self.web_ctl("/stats")
             result.pages, result.web_bytes = stats["unique"], stats["bytes"]
             result.duplicates = stats["requests"] - stats["unique"]
+            result.largest = stats.get("largest", [])
+            weights: dict[str, int] = {}
+            lat_sum: dict[str, float] = {}
             for a in addrs:
                 st = await self.api(a, "/api/status")
                 result.per_peer_pages.append(int(st["pages_fetched"]))
@@ -294,7 +304,14 @@ class Runner:
                 rpc = (await self.api(a, "/api/peers"))["rpc"]
                 result.rpcs += sum(rpc["rpc_sent"].values())
                 result.rpc_types.update(rpc["rpc_sent"])
+                result.rpc_failed.update(rpc.get("rpc_failed", {}))
+                for name, ms in rpc.get("latency_ms", {}).items():
+                    weights[name] = weights.get(name, 0) + rpc["rpc_sent"].get(name, 0)
+                    lat_sum[name] = lat_sum.get(name, 0.0) + ms * rpc["rpc_sent"].get(name, 0)
                 result.rpc_bytes += int(rpc["bytes_out"])
+            result.rpc_latency_ms = {
+                k: round(v / weights[k], 1) for k, v in lat_sum.items() if weights.get(k)
+            }
         finally:
             for p in procs:
                 if p.returncode is None:
@@ -406,7 +423,9 @@ def report_run(r: int, res: RunResult) -> None:
         f"{sum(res.rpc_types_before.values())}), "
         f"{res.duplicates} duplicates, pages per peer {res.per_peer_pages} "
         f"(busiest/mean {res.busiest:.2f}; key space max/mean {res.key_space:.2f}); "
-        f"lent {res.lent}{'' if res.settled else '; UNSETTLED'}",
+        f"lent {res.lent}; RPCs unanswered {dict(res.rpc_failed) or 0}, mean reply ms "
+        f"{res.rpc_latency_ms}; largest hosts [pages, first, last request s] {res.largest}"
+        f"{'' if res.settled else '; UNSETTLED'}",
         flush=True,
     )
 
@@ -444,6 +463,12 @@ def summarise(
         out["busiest_over_mean"][str(n)] = med([r.busiest for r in rs])
         out["unsettled"][str(n)] = sum(not r.settled for r in rs)
         out["speedup_bound"][str(n)] = med([n / r.busiest for r in rs if r.busiest])
+        if all(r.largest for r in rs):
+            out.setdefault("largest_host_last_s", {})[str(n)] = med([r.largest[0][2] for r in rs])
+        out.setdefault("wall_s", {})[str(n)] = med([r.wall_s for r in rs])
+        out.setdefault("rpcs_unanswered_per_page", {})[str(n)] = med(
+            [sum(r.rpc_failed.values()) / max(r.pages, 1) for r in rs]
+        )
         out.setdefault("lent_per_page", {})[str(n)] = med([r.lent / max(r.pages, 1) for r in rs])
     for n, rs in unlent.items():
         if not rs:
