@@ -32,6 +32,12 @@ class RpcStats:
         self.bytes_in = 0
         self.bytes_out = 0
         self.replies_trimmed = 0
+        # Retransmission (``endpoint.RESEND_AT``): our requests sent again for want of a
+        # reply; copies of requests we received again (answered once, from the first);
+        # second replies to our resent requests.
+        self.requests_resent = 0
+        self.duplicate_requests = 0
+        self.duplicate_replies = 0
 
     def latency(self, rpc: str, seconds: float) -> None:
         self._latency_sum[rpc] = self._latency_sum.get(rpc, 0.0) + seconds
@@ -52,6 +58,9 @@ class RpcStats:
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "replies_trimmed": self.replies_trimmed,
+            "requests_resent": self.requests_resent,
+            "duplicate_requests": self.duplicate_requests,
+            "duplicate_replies": self.duplicate_replies,
         }
 
 

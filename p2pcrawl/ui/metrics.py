@@ -194,6 +194,16 @@ class _Collector:
             ("p2pcrawl_udp_datagrams_out", "UDP datagrams sent", "datagrams_out"),
             ("p2pcrawl_udp_bytes_in", "UDP bytes received", "bytes_in"),
             ("p2pcrawl_udp_bytes_out", "UDP bytes sent", "bytes_out"),
+            (
+                "p2pcrawl_rpc_requests_resent",
+                "RPC requests sent again for want of a reply",
+                "requests_resent",
+            ),
+            (
+                "p2pcrawl_rpc_duplicate_requests",
+                "RPC requests received again, served once",
+                "duplicate_requests",
+            ),
         ):
             c = CounterMetricFamily(name, help_)
             c.add_metric([], _number(rpc.get(key)))
