@@ -37,13 +37,17 @@ def batch(url: str) -> list[KeyBatch]:
     return [KeyBatch(key_for("a.example"), [TaskItem(url, 0)])]
 
 
-@pytest.mark.parametrize("secret", ["", "cluster-key"])
-async def test_a_lost_request_is_answered_after_its_resend(
-    make_node: NodeFactory, secret: str
-) -> None:
-    a = await make_node(secret=secret)
-    b = await make_node(secret=secret)
+@pytest.fixture(params=["", "cluster-key"], ids=["open", "keyed"])
+async def members(make_node: NodeFactory, request: pytest.FixtureRequest) -> list[CrawlNode]:
+    """Two nodes in each other's tables (a resend goes only to a member)."""
+    a = await make_node(secret=request.param)
+    b = await make_node(secret=request.param)
     await b.join([a.me.addr])
+    return [a, b]
+
+
+async def test_a_lost_request_is_answered_after_its_resend(members: list[CrawlNode]) -> None:
+    a, b = members
     lost = lose_next(b, REQUEST)
     assert await b.store_task(a.me, batch("https://a.example/x")) == StoreResult(1, 0, [])
     assert len(lost) == 1
@@ -52,13 +56,10 @@ async def test_a_lost_request_is_answered_after_its_resend(
     assert len(handler_of(a).tasks) == 1
 
 
-@pytest.mark.parametrize("secret", ["", "cluster-key"])
 async def test_a_lost_reply_is_sent_again_and_the_request_is_served_once(
-    make_node: NodeFactory, secret: str
+    members: list[CrawlNode],
 ) -> None:
-    a = await make_node(secret=secret)
-    b = await make_node(secret=secret)
-    await b.join([a.me.addr])
+    a, b = members
     before = a.stats()["rpc_received"].get("store_task", 0)  # type: ignore[attr-defined]
     lost = lose_next(a, REPLY)
     # Served a second time, the task would be a duplicate: (0 new, 1 duplicate). The first
