@@ -131,9 +131,6 @@ class _Answered:
         self._by_id: dict[bytes, _Served] = {}  # insertion order is age order
         self._bytes = 0
 
-    def __len__(self) -> int:
-        return len(self._by_id)
-
     def get(self, msg_id: bytes, addr: tuple[str, int], now: float) -> _Served | None:
         served = self._by_id.get(msg_id)
         if served is None or served.addr != addr or served.at < now - ANSWERED_S:
@@ -268,7 +265,7 @@ class Endpoint(asyncio.DatagramProtocol):
             # The sender did not hear from us in time: answer again, never serve twice. A
             # copy of a request still being served gets its reply when that is done.
             self.stats.duplicate_requests += 1
-            if copy.reply is not None and self.transport is not None:
+            if copy.reply is not None:
                 self._sendto(copy.reply, addr)
             return
         try:

@@ -54,7 +54,7 @@ async def test_a_replayed_store_backup_does_not_resurrect_a_deleted_backup(
     assert await b.delete_backup(a.me, b.me.id, {key_for("a.example"): [fp(task.url)]}) == 1
     assert handler_of(a).backups[b.me.id] == {}
     before = a.stats()
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # with answered_s 0, the request is forgotten once time moves
     b.transport.sendto(store, a.me.addr)  # type: ignore[union-attr]
     if answered_s:
         await eventually(lambda: a.stats()["duplicate_requests"] == 1)
