@@ -22,8 +22,8 @@ all of its wire handling:
   downloading at its cap loses some of the UDP it receives), and a call that waited out its
   whole timeout held up the page whose links it carried: in the cluster benchmark, 11-18 RPCs
   per 1,700 pages went unanswered at 8 peers. The receiver serves each request once: a copy
-  of one it is serving is ignored, a copy of one it answered in the last ``ANSWERED_S`` gets
-  that reply again (``_Answered``, bounded in count and bytes) and never reaches the replay
+  of one it is serving is ignored, a copy of one it answered lately gets that reply again
+  (``replay.Answered``, bounded in time, count and bytes) and never reaches the replay
   guard. At most once, as RPC over a lossy datagram service must be.
 """
 
@@ -45,7 +45,7 @@ from protocol.auth import ID_LEN, REPLY, REQUEST, Framer, Rejected
 from protocol.codec import RPC_REQUEST_LIMIT
 from protocol.errors import Busy, MessageError
 from protocol.ratelimit import Rate, SourceLimits
-from protocol.replay import ReplayGuard
+from protocol.replay import Answered, ReplayGuard
 from protocol.stats import RateLimit, RpcStats
 from protocol.tasks import TaskSet
 
@@ -67,11 +67,6 @@ AMPLIFICATION = 2  # a stranger's reply is at most this many times its request's
 # milliseconds, and about 0.2 s through a link queued full at its cap: the first copy waits
 # well beyond both, so a slow answer seldom costs a needless one.
 RESEND_AT = (0.25, 0.5)
-# Requests remembered by id with their reply, so a copy is answered without running it twice:
-# a sender resends within its timeout, so a few seconds cover every copy worth answering.
-ANSWERED_S = 10.0
-ANSWERED_MAX = 8192
-ANSWERED_BYTES = 4 << 20
 SETTLED_MAX = 1024  # ids of our resent calls already answered: a late copy of the reply
 
 
@@ -114,55 +109,6 @@ class _Pending:
             handle.cancel()
 
 
-@dataclass(slots=True)
-class _Served:
-    """A request served or being served: who asked, when, and the reply datagram once sent."""
-
-    addr: tuple[str, int]
-    at: float
-    reply: bytes | None = None
-
-
-class _Answered:
-    """Requests by id for ``ANSWERED_S``, at most ``ANSWERED_MAX`` of them holding at most
-    ``ANSWERED_BYTES`` of replies; the oldest go first."""
-
-    def __init__(self) -> None:
-        self._by_id: dict[bytes, _Served] = {}  # insertion order is age order
-        self._bytes = 0
-
-    def get(self, msg_id: bytes, addr: tuple[str, int], now: float) -> _Served | None:
-        served = self._by_id.get(msg_id)
-        if served is None or served.addr != addr or served.at < now - ANSWERED_S:
-            return None
-        return served
-
-    def add(self, msg_id: bytes, addr: tuple[str, int], now: float) -> None:
-        self._expire(now)
-        self._by_id[msg_id] = _Served(addr, now)
-
-    def replied(self, msg_id: bytes, datagram: bytes) -> None:
-        served = self._by_id.get(msg_id)
-        if served is None or served.reply is not None:
-            return
-        served.reply = datagram
-        self._bytes += len(datagram)
-        while self._bytes > ANSWERED_BYTES and self._by_id:
-            self._forget_oldest()
-
-    def _expire(self, now: float) -> None:
-        while self._by_id and (
-            len(self._by_id) >= ANSWERED_MAX
-            or next(iter(self._by_id.values())).at < now - ANSWERED_S
-        ):
-            self._forget_oldest()
-
-    def _forget_oldest(self) -> None:
-        served = self._by_id.pop(next(iter(self._by_id)))
-        if served.reply is not None:
-            self._bytes -= len(served.reply)
-
-
 class Endpoint(asyncio.DatagramProtocol):
     transport: Any  # asyncio.DatagramTransport once connected (rpcudp starts it as None)
 
@@ -179,7 +125,7 @@ class Endpoint(asyncio.DatagramProtocol):
         self._framer = Framer(secret)
         self._replays = ReplayGuard()
         self._pending: dict[bytes, _Pending] = {}
-        self._answered = _Answered()
+        self._answered = Answered()
         self._settled_resent: dict[bytes, None] = {}
         self._busy = 0
         self._secret_warning = RateLimit(30.0)

@@ -1,4 +1,4 @@
-"""Refusing authenticated requests seen before: a timestamp window plus a bounded id cache.
+"""Requests seen before: refusing replays of signed ones, answering copies of any.
 
 An HMAC proves a datagram came from a key holder, not that it is new: a captured STORE_BACKUP
 re-sent later resurrects a deleted backup. Every signed datagram carries the sender's clock
@@ -18,16 +18,36 @@ guard, so only key holders can fill it.
 
 Replies need no entry: the caller accepts one reply per outstanding request id, from the
 address it sent to, and forgets the id at once (``endpoint``).
+
+A sender resends a request it got no reply to (``endpoint.RESEND_AT``), byte for byte, so a
+copy from the request's own address within ``ANSWERED_S`` is a resend, not a replay:
+``Answered`` keeps each request served lately with its reply, and the copy gets that reply
+again without reaching the guard or the handler. Keyed or open, a request is served once.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 
-__all__ = ["DEFAULT_CAPACITY", "DEFAULT_WINDOW_MS", "ReplayGuard"]
+__all__ = [
+    "ANSWERED_BYTES",
+    "ANSWERED_MAX",
+    "ANSWERED_S",
+    "DEFAULT_CAPACITY",
+    "DEFAULT_WINDOW_MS",
+    "Answered",
+    "ReplayGuard",
+    "Served",
+]
 
 DEFAULT_WINDOW_MS = 60_000
 DEFAULT_CAPACITY = 1 << 16  # ~10 MB when full; covers ~1,000 requests/s for the whole window
+# Requests remembered by id with their reply, so a copy is answered without running it twice:
+# a sender resends within its timeout, so a few seconds cover every copy worth answering.
+ANSWERED_S = 10.0
+ANSWERED_MAX = 8192
+ANSWERED_BYTES = 4 << 20
 
 
 class ReplayGuard:
@@ -70,3 +90,52 @@ class ReplayGuard:
             if stamp >= cutoff:
                 break
             del seen[key]
+
+
+@dataclass(slots=True)
+class Served:
+    """A request served or being served: who asked, when, and the reply datagram once sent."""
+
+    addr: tuple[str, int]
+    at: float
+    reply: bytes | None = None
+
+
+class Answered:
+    """Requests by id for ``ANSWERED_S``, at most ``ANSWERED_MAX`` of them holding at most
+    ``ANSWERED_BYTES`` of replies; the oldest go first."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[bytes, Served] = {}  # insertion order is age order
+        self._bytes = 0
+
+    def get(self, msg_id: bytes, addr: tuple[str, int], now: float) -> Served | None:
+        served = self._by_id.get(msg_id)
+        if served is None or served.addr != addr or served.at < now - ANSWERED_S:
+            return None
+        return served
+
+    def add(self, msg_id: bytes, addr: tuple[str, int], now: float) -> None:
+        self._expire(now)
+        self._by_id[msg_id] = Served(addr, now)
+
+    def replied(self, msg_id: bytes, datagram: bytes) -> None:
+        served = self._by_id.get(msg_id)
+        if served is None or served.reply is not None:
+            return
+        served.reply = datagram
+        self._bytes += len(datagram)
+        while self._bytes > ANSWERED_BYTES and self._by_id:
+            self._forget_oldest()
+
+    def _expire(self, now: float) -> None:
+        while self._by_id and (
+            len(self._by_id) >= ANSWERED_MAX
+            or next(iter(self._by_id.values())).at < now - ANSWERED_S
+        ):
+            self._forget_oldest()
+
+    def _forget_oldest(self) -> None:
+        served = self._by_id.pop(next(iter(self._by_id)))
+        if served.reply is not None:
+            self._bytes -= len(served.reply)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from protocol import CrawlNode, KeyBatch, TaskItem, endpoint, key_for
+from protocol import CrawlNode, KeyBatch, TaskItem, key_for, replay
 from protocol.auth import REQUEST
 from tests.protocol.conftest import NodeFactory, eventually, fp, handler_of, recv
 
@@ -36,14 +36,14 @@ def requests(sent: list[bytes]) -> list[bytes]:
     return [d for d in sent if d[0] == REQUEST]
 
 
-@pytest.mark.parametrize("answered_s", [endpoint.ANSWERED_S, 0.0])
+@pytest.mark.parametrize("answered_s", [replay.ANSWERED_S, 0.0])
 async def test_a_replayed_store_backup_does_not_resurrect_a_deleted_backup(
     make_node: NodeFactory, monkeypatch: pytest.MonkeyPatch, answered_s: float
 ) -> None:
     # While a's reply cache holds the request, the copy is taken for a resend and answered
     # from it; once it has forgotten the request, the replay guard refuses the copy. Either
     # way the handler does not run again.
-    monkeypatch.setattr(endpoint, "ANSWERED_S", answered_s)
+    monkeypatch.setattr(replay, "ANSWERED_S", answered_s)
     a = await make_node(secret=KEY)
     b = await make_node(secret=KEY)
     await b.join([a.me.addr])
