@@ -132,9 +132,7 @@ class Replication:
     ) -> bool:
         if rep.id == self.node.me.id:
             if done:
-                pairs = [(k, fp) for k, fps in done.items() for fp in fps]
-                await self.ledger.done.add(pairs)
-                await self.backups.remove(owner, [fp for _, fp in pairs])
+                await self.record_done(owner, done)
             await self.hold(owner, ts)
             return True
         if owner == self.node.me.id:
