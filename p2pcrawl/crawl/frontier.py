@@ -48,6 +48,7 @@ class HostQueue:
         "polite",
         "queued",
         "removed",
+        "reserved",
         "tasks",
     )
 
@@ -58,6 +59,9 @@ class HostQueue:
         self.est = scheduling.ServerEstimate()
         self.queued = False  # sits in the ready or the waiting heap
         self.removed = False  # handed to another peer while a request was in flight
+        # Set by Frontier.reserve: the request under way is the host's last here for now
+        # (it is about to be lent); the future is set when that request ends.
+        self.reserved: asyncio.Future[None] | None = None
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -139,7 +143,7 @@ class Frontier:
             hq.tasks, (scheduling.url_key(self._policy, depth=task.depth, seq=seq), task)
         )
         self._size += 1
-        if not hq.queued and not hq.polite.busy:
+        if not hq.queued and not hq.polite.busy and hq.reserved is None:
             self._schedule(hq, self._clock())
             self._wake_one()
 
@@ -185,7 +189,7 @@ class Frontier:
         while self._ready:
             _, _, hq = heapq.heappop(self._ready)
             hq.queued = False
-            if hq.removed or not hq.tasks or hq.polite.busy:
+            if hq.removed or not hq.tasks or hq.polite.busy or hq.reserved is not None:
                 continue
             hq.polite.start(now)
             return hq
@@ -239,6 +243,10 @@ class Frontier:
         hq.polite.busy = False
         hq.polite.last_response_time = response_time
         hq.polite.next_allowed = now + gap
+        if hq.reserved is not None:
+            if not hq.reserved.done():
+                hq.reserved.set_result(None)
+            return  # out of the queues until lent or unreserved
         if hq.removed:
             return
         if hq.tasks:
@@ -297,7 +305,27 @@ class Frontier:
         self._size -= len(out)
         hq.tasks = []
         hq.polite.busy = True
+        hq.reserved = None
         return out
+
+    def reserve(self, hq: HostQueue) -> asyncio.Future[None]:
+        """Keep a host with a request under way from its next one: when that request ends,
+        the returned future is set and the host stays out of the queues until
+        :meth:`lend_host` or :meth:`unreserve`. At the end of a crawl an owner's remaining
+        hosts all have a request under way, one request at a time each; lending one of them
+        must wait for that request, or two peers would reach one server at once."""
+        if hq.reserved is None:
+            hq.reserved = asyncio.get_running_loop().create_future()
+        return hq.reserved
+
+    def unreserve(self, hq: HostQueue) -> None:
+        """Not lent after all: the host goes back to the queues (if its request ended)."""
+        fut, hq.reserved = hq.reserved, None
+        if fut is not None and not fut.done():
+            fut.cancel()
+        if not hq.polite.busy and not hq.queued and not hq.removed and hq.tasks:
+            self._schedule(hq, self._clock())
+            self._wake_one()
 
     def busy_hosts(self) -> list[str]:
         return [h for h, hq in self._hosts.items() if hq.polite.busy]

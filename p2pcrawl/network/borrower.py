@@ -64,6 +64,10 @@ class Borrowed:
     # page waits until its links are durable at their owners: a crash of either side then
     # costs what was under way, no more.
     acks: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+    # One report at a time per loan; the loans' reports run side by side, since an owner
+    # whose link is full answers each in a few hundred ms and a loan's pages wait for it.
+    reporting: asyncio.Lock = field(default_factory=asyncio.Lock)
+    report_task: asyncio.Task[None] | None = None
 
     def release(self, fps: list[int] | None = None) -> None:
         for fp in list(self.acks) if fps is None else fps:
@@ -85,6 +89,7 @@ class Borrower:
         self._misses: dict[bytes, int] = {}  # peer id -> answers in a row with no backlog
         self._wake = wake  # the lending loop's: a finished page is reported soon
         self._tasks = TaskSet("borrower")
+        self._borrowing: asyncio.Task[None] | None = None
         self.borrowed_total = 0
 
     @property
@@ -133,6 +138,12 @@ class Borrower:
             if best is None or score > best[0]:
                 best = (score, p)
         return best[1] if best is not None else None
+
+    def borrow_soon(self) -> None:
+        """Ask for a loan in the background, one request at a time: a lender may hold its
+        answer until the request under way to the host it lends has ended."""
+        if self._borrowing is None or self._borrowing.done():
+            self._borrowing = self._tasks.spawn(self.borrow(), "borrow")
 
     async def borrow(self) -> None:
         peer, engine, node = self.peer, self.peer.engine, self.peer.node
@@ -236,7 +247,8 @@ class Borrower:
         """One report. A silent lender may be dead: what of its loan is not started waits
         (parked) until it answers again or is declared dead; an odd one is asked again."""
         try:
-            await self._report(held)
+            async with held.reporting:
+                await self._report(held)
         except PeerTimeout as exc:
             log.debug("report to %s failed: %s", held.lender, exc)
             held.parked += self._unqueue(held)
@@ -296,13 +308,16 @@ class Borrower:
             # waiting for a lease we keep alive.
             self.give_back_unstarted()
 
-    async def report_due(self, now: float) -> None:
+    def report_due(self, now: float) -> None:
+        """Start the reports that are due, each loan's in a task of its own."""
         for held in list(self.loans.values()):
+            if held.report_task is not None and not held.report_task.done():
+                continue
             # Finished tasks gather for REPORT_S; a silent loan is kept alive well
             # before it lapses; a loan with nothing left is reported at once.
             wait = REPORT_S if held.done or held.back else KEEPALIVE_S
             if held.final or now - held.reported >= wait:
-                await self._report_safely(held)
+                held.report_task = self._tasks.spawn(self._report_safely(held), "report")
 
     def _forward(self, key: bytes, fps: list[int]) -> None:
         if fps:

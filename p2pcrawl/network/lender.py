@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 # A host with fewer queued tasks is not worth a lease (and a robots.txt fetch by the
 # borrower): the owner is about to finish it anyway.
 MIN_LEND = 4
+# How long a LEND may wait for the request under way to the host it lends to end. Well
+# inside the borrower's RPC timeout (its resends of the request are not served twice).
+LEND_WAIT_S = 0.8
 
 
 def lending_enabled(peer: Peer) -> bool:
@@ -102,9 +105,12 @@ class Lender:
             or not self._member(sender)  # only members borrow
         ):
             return loan_to_wire(0, None, backlog)
-        hq = self._host_to_lend(backlog)
+        hq = self._host_to_lend(backlog, busy=False)
         if hq is None:
-            return loan_to_wire(0, None, backlog)
+            busy = self._host_to_lend(backlog, busy=True)
+            if busy is None or not await self._wait_for_request(busy, sender):
+                return loan_to_wire(0, None, backlog)
+            hq = busy
         tasks = engine.frontier.lend_host(hq)
         key = tasks[0].key
         payload, held = one_chunk(
@@ -128,22 +134,25 @@ class Lender:
         self.lent_total += len(lease.tasks)
         return loan_to_wire(lease.lease, payload, backlog - len(lease.tasks))
 
-    def _host_to_lend(self, backlog: int) -> HostQueue | None:
-        """The ready host with most queued tasks, if lending it leaves this peer enough of
-        its own to keep its fetchers busy. A host with a request under way is not lent: the
-        borrower's first request could overlap ours."""
+    def _host_to_lend(self, backlog: int, *, busy: bool) -> HostQueue | None:
+        """The host with most queued tasks, if lending it leaves this peer enough of its own
+        to keep its fetchers busy: among the hosts with no request under way, or (``busy``)
+        among those with one, which :meth:`_wait_for_request` lets end first."""
         engine = self.peer.engine
         assert engine is not None
         excluded = engine.refill.excluded_keys
+        lent = {id(le.hq) for le in self.leases.values()}
         best: HostQueue | None = None
         for hq in engine.frontier.hosts.values():
             if (
                 len(hq.tasks) >= MIN_LEND
-                and not hq.polite.busy
+                and hq.polite.busy == busy
+                and hq.reserved is None
                 and not hq.removed
                 and (best is None or len(hq.tasks) > len(best.tasks))
                 and not hq.tasks[0][1].lease  # borrowed: lending it on would loop
                 and hq.tasks[0][1].key not in excluded
+                and id(hq) not in lent  # busy because it is lent: its rest waits for that
             ):
                 best = hq
         # Keep enough to fill our own fetchers, and at least as much as we lend: a borrower
@@ -152,6 +161,33 @@ class Lender:
         if best is None or backlog - len(best.tasks) < keep:
             return None
         return best
+
+    async def _wait_for_request(self, hq: HostQueue, borrower: PeerRef) -> bool:
+        """Hold ``hq`` back from its next request and wait for the one under way to end.
+        True: it ended, and the host is out of the queues, still ours and worth lending.
+        A crawl's last minutes are a few long hosts, each with a request always under way:
+        without this, the owner with the most left could lend none of them."""
+        engine = self.peer.engine
+        assert engine is not None
+        frontier = engine.frontier
+        ready = False
+        try:
+            async with asyncio.timeout(LEND_WAIT_S):
+                await asyncio.shield(frontier.reserve(hq))
+            ready = (
+                len(hq.tasks) >= MIN_LEND
+                and not hq.removed
+                and hq.tasks[0][1].key not in engine.refill.excluded_keys
+                and self.peer.state == "active"
+                and not engine.paused
+                and self._member(borrower)
+            )
+        except TimeoutError:
+            pass
+        finally:
+            if not ready:
+                frontier.unreserve(hq)
+        return ready
 
     async def serve_return(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
         report = check_return_request(args)

@@ -78,9 +78,9 @@ class Lending:
             now = time.monotonic()
             borrower.give_back_if_stopped()
             self.lender.lapse_expired(now)
-            await borrower.report_due(now)
+            borrower.report_due(now)
             if borrower.enabled and borrower.hungry():
-                await borrower.borrow()
+                borrower.borrow_soon()
 
     async def aclose(self) -> None:
         await self.borrower.aclose()

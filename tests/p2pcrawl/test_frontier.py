@@ -238,3 +238,38 @@ def test_take_tasks_leaves_the_rest_in_place_and_the_host_busy() -> None:
     assert f.take_tasks("a", lambda t: False) == [] and f.take_tasks("zz", lambda t: True) == []
     assert [t.url for t in f.take_tasks("a", lambda t: True)] == ["http://a/2"]
     assert "a" not in f.hosts and len(f) == 0
+
+
+async def test_a_reserved_host_goes_to_the_lender_when_its_request_ends() -> None:
+    """Lending a host with a request under way: the request ends, and the host's next one
+    is the borrower's, never a worker's here as well."""
+    f, _ = make()
+    for i in range(4):
+        f.push("a", task(f"http://a/{i}"))
+    hq, _ = take(f)
+    ended = f.reserve(hq)
+    assert not ended.done()
+    f.push("a", task("http://a/late"))  # new work for a reserved host does not free it
+    f.release(hq, response_time=0.01, gap=0.0)
+    assert ended.done()
+    assert f.acquire_nowait() is None  # out of the queues: the lender takes it now
+    lent = f.lend_host(hq)
+    assert len(lent) == 4 and hq.polite.busy and hq.reserved is None
+    f.release(hq, response_time=0.0, gap=0.0)  # the lease ended
+    assert f.acquire_nowait() is None  # nothing was left here
+
+
+async def test_an_unreserved_host_is_crawled_again() -> None:
+    f, _ = make()
+    for i in range(3):
+        f.push("a", task(f"http://a/{i}"))
+    hq, _ = take(f)
+    f.reserve(hq)
+    f.release(hq, response_time=0.01, gap=0.0)
+    f.unreserve(hq)  # not lent after all (the borrower went, or the wait ran out)
+    assert f.acquire_nowait() is hq
+    # Given up while the request is still under way: it comes back at the release.
+    f.reserve(hq)
+    f.unreserve(hq)
+    f.release(hq, response_time=0.01, gap=0.0)
+    assert f.acquire_nowait() is hq
