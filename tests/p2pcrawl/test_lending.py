@@ -233,7 +233,7 @@ async def test_a_lender_restarted_on_a_new_port_ends_the_loan(
         assert not loans and other.engine is not None and other.engine.borrowed == 0
         # What was under way when the owner died, and each loan's pages not yet recorded,
         # may be fetched twice; no more.
-        assert 1 <= loans_at_crash
+        assert loans_at_crash >= 1
         assert sum(n - 1 for n in again.values()) <= 2 + MAX_UNSETTLED * loans_at_crash
     finally:
         await other.aclose()
