@@ -235,10 +235,12 @@ class Runner:
             "--listen", f"{peer_addr(i)}:7000", "--status", f"{peer_addr(i)}:8000",
             "--status-token", self.token, "--secret", self.secret, "--data", str(data),
             "--allow-private", "--concurrency", str(a.concurrency), "--delay", "0",
-            "--politeness-factor", "0", "--partition", a.partition,
+            "--politeness-factor", "0", "--partition", a.partition, "--policy", a.policy,
         ]  # fmt: skip
         for host in self.web.names():
             cmd += ["--allow-domain", host]
+        if a.pace:
+            cmd += ["--max-rate", str(int(a.pace * a.rate_mbit * 1e6 / 8))]
         if not lend:
             cmd.append("--no-lend")
         if i > 0:
@@ -494,7 +496,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--page-bytes", type=int, default=16_000)
     p.add_argument("--rate-mbit", type=float, default=4.0, help="per-peer download cap")
     p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="each peer's --max-rate as a fraction of its cap (0: none)",
+    )
     p.add_argument("--partition", choices=["host", "url"], default="host")
+    p.add_argument(
+        "--policy",
+        choices=["breadth-first", "performance-first", "crawl-capability"],
+        default="breadth-first",
+        help="each peer's host scheduling policy (p2pcrawl join --policy)",
+    )
     p.add_argument(
         "--ids",
         choices=["split", "random"],

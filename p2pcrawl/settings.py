@@ -301,6 +301,17 @@ class CrawlSettings:
         "", "User-Agent", metavar="UA", default_text=f"{DEFAULT_USER_AGENT_NAME}/VERSION"
     )
     contact_url: str = option("", "contact URL added to the User-Agent", metavar="URL")
+    max_rate: int = option(
+        0,
+        "download at most this many bytes a second (500K, 4M), requests of the hosts with "
+        "the most queued pages first; set a little below the link's rate so no queue builds "
+        "in front of this peer",
+        min=0,
+        max=1 << 40,
+        metavar="BYTES",
+        default_text="0: no limit",
+        size=True,
+    )
     fetch: FetchLimits = field(default_factory=FetchLimits)
     politeness: PolitenessSettings = field(default_factory=PolitenessSettings)
     scope: ScopeSettings = field(default_factory=ScopeSettings)

@@ -70,7 +70,8 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     if engine.over_host_budget(task.url):
         stats.budget["host_pages"] += 1
         return Outcome.FINISH, None
-    res = await engine.fetch_page(task.url)
+    # The host with the most left goes first when --max-rate makes requests wait.
+    res = await engine.fetch_page(task.url, priority=-len(slot.hq.tasks))
     pset = engine.settings.politeness
     hq = slot.hq
     gap = politeness.next_gap(pset, hq.polite.robots_delay, res.elapsed)

@@ -29,6 +29,7 @@ from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
 from p2pcrawl.crawl.frontier import Frontier, Task
 from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import LinkFilter
+from p2pcrawl.crawl.pacing import Pacer
 from p2pcrawl.crawl.parseproc import ParseWorkers
 from p2pcrawl.crawl.refill import WindowRefill
 from p2pcrawl.crawl.robots import RobotsCache
@@ -114,6 +115,7 @@ class Engine:
         # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
         # the stores, so with only one per fetch slot the fetchers sat idle behind them.
         self._tail_slots = asyncio.Semaphore(TAILS_PER_FETCH * settings.concurrency)
+        self.pacer = Pacer(settings.max_rate)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -143,6 +145,7 @@ class Engine:
 
     async def aclose(self) -> None:
         await self._tasks.aclose()
+        self.pacer.close()
         await self.fetcher.aclose()
         await self.parsers.aclose()
 
@@ -267,11 +270,20 @@ class Engine:
 
     # -- the worker ----------------------------------------------------------------------
 
-    async def fetch_page(self, url: str) -> FetchResult:
-        """Fetch a page, reserved against max-pages while under way."""
+    async def fetch_page(self, url: str, priority: float = 0.0) -> FetchResult:
+        """Fetch a page, reserved against max-pages while under way, paced by --max-rate
+        (the smallest ``priority`` first)."""
         self._fetching += 1
         try:
-            return await self.fetcher.fetch(url)
+            taken = await self.pacer.start(priority)
+            size = 0
+            try:
+                res = await self.fetcher.fetch(url)
+                # What the link carried: the status line and headers too, not only the body.
+                size = len(res.body) + sum(len(k) + len(v) + 4 for k, v in res.headers) + 20
+                return res
+            finally:
+                self.pacer.settle(taken, size)
         finally:
             self._fetching -= 1
 

@@ -1,0 +1,115 @@
+"""``--max-rate``: this peer downloads at most so many bytes a second, longest hosts first.
+
+A crawler that fills its link fills the queue in front of it too: at the bottleneck, every
+response (and every RPC reply) waits behind a few hundred milliseconds of other pages. A
+host fetched one request at a time then moves at a few pages a second however idle the
+server, and a crawl's last minutes are exactly such hosts. Pacing request starts a little
+below the link's rate keeps that queue empty and moves the waiting into the crawler, where
+it can choose who goes first: the request whose host has the most queued pages, since a
+crawl ends no sooner than its longest serial chain (Graham's longest-processing-time rule
+for makespan).
+
+A token bucket of bytes: a request starts once the bucket is not in debt, and takes the
+mean page size out of it; when its body has arrived the difference to its real size is
+settled. Waiting requests are granted in priority order, smallest key first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from collections.abc import Callable
+
+__all__ = ["Pacer"]
+
+# The bucket holds this much time at the rate: requests may start together up to it, so a
+# short pause (a parse, a slow server) does not cost the link its share.
+BURST_S = 0.25
+MIN_BURST = 64 * 1024
+# A first guess of a page's size, until pages have been seen; and the smoothing of the mean.
+FIRST_GUESS = 32 * 1024
+SMOOTHING = 0.9
+
+
+class Pacer:
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if rate < 0:
+            raise ValueError("rate must be >= 0 bytes/s")
+        self.rate = float(rate)
+        self._clock = clock
+        self.burst = max(MIN_BURST, rate * BURST_S)
+        self._level = self.burst
+        self._at = clock()
+        self.mean = float(FIRST_GUESS)
+        self._waiting: list[tuple[float, int, asyncio.Future[float]]] = []
+        self._seq = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self.waits = 0  # requests that had to wait for the bucket (status)
+
+    @property
+    def enabled(self) -> bool:
+        return self.rate > 0
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._level = min(self.burst, self._level + (now - self._at) * self.rate)
+        self._at = now
+
+    async def start(self, priority: float = 0.0) -> float:
+        """Wait for this request's turn; returns the bytes taken out of the bucket, to be
+        passed to :meth:`settle` with the response's real size."""
+        if not self.enabled:
+            return 0.0
+        self._refill()
+        if not self._waiting and self._level >= 0:
+            self._level -= self.mean
+            return self.mean
+        self.waits += 1
+        fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (priority, next(self._seq), fut))
+        self._grant()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self._level += fut.result()  # granted, then cancelled: give it back
+                self._grant()
+            raise
+
+    def settle(self, taken: float, size: int) -> None:
+        """A request that took ``taken`` bytes from the bucket moved ``size`` bytes."""
+        if not self.enabled:
+            return
+        self._refill()
+        self._level += taken - size
+        if size > 0:
+            self.mean = SMOOTHING * self.mean + (1 - SMOOTHING) * size
+        self._grant()
+
+    def _grant(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._refill()
+        while self._waiting and self._level >= 0:
+            _, _, fut = heapq.heappop(self._waiting)
+            if fut.done():
+                continue  # cancelled while waiting
+            self._level -= self.mean
+            fut.set_result(self.mean)
+        while self._waiting and self._waiting[0][2].done():
+            heapq.heappop(self._waiting)
+        if self._waiting:
+            delay = -self._level / self.rate
+            self._timer = asyncio.get_running_loop().call_later(delay, self._grant)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for _, _, fut in self._waiting:
+            if not fut.done():
+                fut.cancel()
+        self._waiting.clear()
