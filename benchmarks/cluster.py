@@ -53,6 +53,7 @@ from typing import Any
 import aiohttp
 from _zipfweb import ZipfWeb
 
+from p2pcrawl.crawl.scheduling import POLICIES
 from protocol.balance import key_space_share
 
 BENCH = Path(__file__).resolve().parent
@@ -505,7 +506,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--partition", choices=["host", "url"], default="host")
     p.add_argument(
         "--policy",
-        choices=["breadth-first", "performance-first", "crawl-capability"],
+        choices=POLICIES,
         default="breadth-first",
         help="each peer's host scheduling policy (p2pcrawl join --policy)",
     )

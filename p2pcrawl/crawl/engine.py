@@ -279,8 +279,9 @@ class Engine:
             size = 0
             try:
                 res = await self.fetcher.fetch(url)
-                # What the link carried: the status line and headers too, not only the body.
-                size = len(res.body) + sum(len(k) + len(v) + 4 for k, v in res.headers) + 20
+                if self.pacer.enabled:
+                    # What the link carried: the status line and headers, not only the body.
+                    size = len(res.body) + sum(len(k) + len(v) + 4 for k, v in res.headers) + 20
                 return res
             finally:
                 self.pacer.settle(taken, size)

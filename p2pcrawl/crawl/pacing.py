@@ -46,7 +46,7 @@ class Pacer:
         self._waiting: list[tuple[float, int, asyncio.Future[float]]] = []
         self._seq = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
-        self.waits = 0  # requests that had to wait for the bucket (status)
+        self.waits = 0  # requests that had to wait for the bucket
 
     @property
     def enabled(self) -> bool:

@@ -93,17 +93,12 @@ class Lender:
 
     async def serve_lend(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
         want = check_lend_request(args)
-        peer, engine, node = self.peer, self.peer.engine, self.peer.node
+        engine, node = self.peer.engine, self.peer.node
         if engine is None or node is None:
             return loan_to_wire(0, None, 0)
         # Our own queue only: borrowed tasks are not ours to lend on.
         backlog = max(0, engine.ledger.queued - len(engine.lent) - len(engine.in_flight))
-        if (
-            not self.enabled
-            or peer.state != "active"
-            or engine.paused
-            or not self._member(sender)  # only members borrow
-        ):
+        if not self._may_lend_to(sender):
             return loan_to_wire(0, None, backlog)
         hq = self._host_to_lend(backlog, busy=False)
         if hq is None:
@@ -134,24 +129,41 @@ class Lender:
         self.lent_total += len(lease.tasks)
         return loan_to_wire(lease.lease, payload, backlog - len(lease.tasks))
 
+    def _may_lend_to(self, borrower: PeerRef) -> bool:
+        engine = self.peer.engine
+        return (
+            self.enabled
+            and engine is not None
+            and self.peer.state == "active"
+            and not engine.paused
+            and self._member(borrower)  # only members borrow
+        )
+
+    def _worth_lending(self, hq: HostQueue) -> bool:
+        """Enough of ``hq`` queued here, ours, and ours to keep."""
+        engine = self.peer.engine
+        assert engine is not None
+        return (
+            len(hq.tasks) >= MIN_LEND
+            and not hq.removed
+            and not hq.tasks[0][1].lease  # borrowed: lending it on would loop
+            and hq.tasks[0][1].key not in engine.refill.excluded_keys
+        )
+
     def _host_to_lend(self, backlog: int, *, busy: bool) -> HostQueue | None:
         """The host with most queued tasks, if lending it leaves this peer enough of its own
         to keep its fetchers busy: among the hosts with no request under way, or (``busy``)
         among those with one, which :meth:`_wait_for_request` lets end first."""
         engine = self.peer.engine
         assert engine is not None
-        excluded = engine.refill.excluded_keys
         lent = {id(le.hq) for le in self.leases.values()}
         best: HostQueue | None = None
         for hq in engine.frontier.hosts.values():
             if (
-                len(hq.tasks) >= MIN_LEND
-                and hq.polite.busy == busy
+                hq.polite.busy == busy
                 and hq.reserved is None
-                and not hq.removed
                 and (best is None or len(hq.tasks) > len(best.tasks))
-                and not hq.tasks[0][1].lease  # borrowed: lending it on would loop
-                and hq.tasks[0][1].key not in excluded
+                and self._worth_lending(hq)
                 and id(hq) not in lent  # busy because it is lent: its rest waits for that
             ):
                 best = hq
@@ -174,14 +186,8 @@ class Lender:
         try:
             async with asyncio.timeout(LEND_WAIT_S):
                 await asyncio.shield(frontier.reserve(hq))
-            ready = (
-                len(hq.tasks) >= MIN_LEND
-                and not hq.removed
-                and hq.tasks[0][1].key not in engine.refill.excluded_keys
-                and self.peer.state == "active"
-                and not engine.paused
-                and self._member(borrower)
-            )
+            # Anything may have changed while the request ran.
+            ready = self._worth_lending(hq) and self._may_lend_to(borrower)
         except TimeoutError:
             pass
         finally:
