@@ -38,7 +38,7 @@ __all__ = [
     "validate",
 ]
 
-Policy = Literal["breadth-first", "performance-first", "crawl-capability"]
+Policy = Literal["breadth-first", "performance-first", "crawl-capability", "longest-first"]
 Partition = Literal["host", "url"]
 
 DEFAULT_USER_AGENT_NAME = "p2pcrawl"
@@ -295,7 +295,7 @@ class CrawlSettings:
     policy: Policy = option(
         "breadth-first",
         "host scheduling policy, after High-performance crawl scheduling §4",
-        choices=("breadth-first", "performance-first", "crawl-capability"),
+        choices=("breadth-first", "performance-first", "crawl-capability", "longest-first"),
     )
     user_agent: str = option(
         "", "User-Agent", metavar="UA", default_text=f"{DEFAULT_USER_AGENT_NAME}/VERSION"

@@ -95,10 +95,12 @@ class CrawlCalls:
         report: LoadReport = _parse(peer, LOAD_RPC, report_from_wire, reply)
         return report
 
-    async def lend(self, peer: PeerRef, want: int) -> Loan:
+    async def lend(self, peer: PeerRef, want: int, have: int | None = None) -> Loan:
         """LEND: ask ``peer`` for up to ``want`` of its queued tasks, to crawl on its behalf
-        (``protocol.lending``); lease 0 when it has nothing to spare."""
-        reply = await self._proto().request(peer, LEND_RPC, [want])
+        (``protocol.lending``); lease 0 when it has nothing to spare. ``have``: our own
+        backlog, when we ask because we are behind rather than idle."""
+        args = [want] if have is None else [want, have]
+        reply = await self._proto().request(peer, LEND_RPC, args)
         loan: Loan = _parse(peer, LEND_RPC, loan_from_wire, reply)
         return loan
 

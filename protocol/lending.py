@@ -13,7 +13,11 @@ back (on the failure detector's word, or when the lease lapses) and crawls the r
 
 Wire format (crawl RPCs: the first argument is the sender's ID)::
 
-    request  ["lend", [sender_id, want]]            want: 1..MAX_WANT tasks at most
+    request  ["lend", [sender_id, want, have?]]     want: 1..MAX_WANT tasks at most;
+                                                    have (optional): the asker's own backlog.
+                                                    Without it the asker is idle; with it,
+                                                    the asker is behind, and a host is lent
+                                                    only if moving it narrows the gap
     reply    {"id": responder_id,
               "lease": int,                         0: nothing lent
               "tasks": bytes,                       with lease > 0: one codec chunk holding
@@ -131,13 +135,16 @@ def loan_from_wire(reply: Any) -> Loan:
     return Loan(lease, batches[0], backlog)
 
 
-def check_lend_request(args: Sequence[Any]) -> int:
-    if len(args) != 1:
-        raise MessageError("lend takes 1 argument after the sender id (want)")
-    (want,) = args
+def check_lend_request(args: Sequence[Any]) -> tuple[int, int]:
+    """(want, have): ``have`` is 0 for an idle asker (a request without it)."""
+    if len(args) not in (1, 2):
+        raise MessageError("lend takes 1 or 2 arguments after the sender id (want, have)")
+    want, have = args[0], args[1] if len(args) == 2 else 0
     if type(want) is not int or not 1 <= want <= MAX_WANT:
         raise MessageError(f"want must be an int in [1, {MAX_WANT}]")
-    return want
+    if type(have) is not int or not 0 <= have <= MAX_BACKLOG:
+        raise MessageError(f"have must be an int in [0, {MAX_BACKLOG}]")
+    return want, have
 
 
 def check_return_request(args: Sequence[Any]) -> GiveBack:

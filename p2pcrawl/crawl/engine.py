@@ -29,7 +29,7 @@ from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
 from p2pcrawl.crawl.frontier import Frontier, Task
 from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import LinkFilter
-from p2pcrawl.crawl.pacing import Pacer
+from p2pcrawl.crawl.pacing import Pacer, on_wire
 from p2pcrawl.crawl.parseproc import ParseWorkers
 from p2pcrawl.crawl.refill import WindowRefill
 from p2pcrawl.crawl.robots import RobotsCache
@@ -281,7 +281,8 @@ class Engine:
                 res = await self.fetcher.fetch(url)
                 if self.pacer.enabled:
                     # What the link carried: the status line and headers, not only the body.
-                    size = len(res.body) + sum(len(k) + len(v) + 4 for k, v in res.headers) + 20
+                    head = sum(len(k) + len(v) + 4 for k, v in res.headers) + 20
+                    size = on_wire(len(res.body) + head)
                 return res
             finally:
                 self.pacer.settle(taken, size)

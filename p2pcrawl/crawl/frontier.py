@@ -50,6 +50,7 @@ class HostQueue:
         "removed",
         "reserved",
         "tasks",
+        "ticket",
     )
 
     def __init__(self, host: str) -> None:
@@ -58,6 +59,7 @@ class HostQueue:
         self.polite = HostPoliteness()
         self.est = scheduling.ServerEstimate()
         self.queued = False  # sits in the ready or the waiting heap
+        self.ticket = -1  # the sequence number of its one entry there that counts
         self.removed = False  # handed to another peer while a request was in flight
         # Set by Frontier.reserve: the request under way is the host's last here for now
         # (it is about to be lent); the future is set when that request ends.
@@ -146,6 +148,11 @@ class Frontier:
         if not hq.queued and not hq.polite.busy and hq.reserved is None:
             self._schedule(hq, self._clock())
             self._wake_one()
+        elif hq.queued and self._policy == "longest-first" and _power_of_two(len(hq.tasks)):
+            # Ranked by its queue when it was scheduled, a host found one link at a time
+            # would keep the rank of a one-page host however long its queue grew. Re-ranked
+            # as its queue doubles, it has O(log n) entries, all but the last skipped.
+            self._schedule(hq, self._clock())
 
     def pop_task(self, hq: HostQueue) -> Task | None:
         if not hq.tasks:
@@ -175,19 +182,24 @@ class Frontier:
         if not hq.tasks or hq.removed:
             return
         hq.queued = True
+        hq.ticket = next(self._seq)
         if hq.polite.next_allowed <= now:
-            heapq.heappush(self._ready, (self._rank(hq), next(self._seq), hq))
+            heapq.heappush(self._ready, (self._rank(hq), hq.ticket, hq))
         else:
-            heapq.heappush(self._waiting, (hq.polite.next_allowed, next(self._seq), hq))
+            heapq.heappush(self._waiting, (hq.polite.next_allowed, hq.ticket, hq))
 
     def acquire_nowait(self) -> HostQueue | None:
         """The best ready host, marked busy; None when no host may be contacted now."""
         now = self._clock()
         while self._waiting and self._waiting[0][0] <= now:
-            _, _, hq = heapq.heappop(self._waiting)
-            heapq.heappush(self._ready, (self._rank(hq), next(self._seq), hq))
+            _, ticket, hq = heapq.heappop(self._waiting)
+            if ticket == hq.ticket:
+                hq.ticket = next(self._seq)
+                heapq.heappush(self._ready, (self._rank(hq), hq.ticket, hq))
         while self._ready:
-            _, _, hq = heapq.heappop(self._ready)
+            _, ticket, hq = heapq.heappop(self._ready)
+            if ticket != hq.ticket:
+                continue  # re-ranked since: its later entry counts
             hq.queued = False
             if hq.removed or not hq.tasks or hq.polite.busy or hq.reserved is not None:
                 continue
@@ -342,3 +354,7 @@ class Frontier:
             if not fut.done():
                 fut.set_result(None)
         self._waiters.clear()
+
+
+def _power_of_two(n: int) -> bool:
+    return n & (n - 1) == 0

@@ -9,7 +9,13 @@ This module holds only the ranking: pure functions returning sort keys (smaller 
 sooner), so the frontier decides *when* to re-rank and tests check the order without sockets.
 Three of the paper's policies are offered (§4.1, §4.2, §4.4); quality-first (§4.3) is left out
 because, without PageRank, our only quality signal is link depth, which crawl-capability
-already uses together with speed.
+already uses together with speed. A fourth, longest-first, is for a crawl that must finish
+soon: the server with the most queued URLs first (Graham's longest-processing-time rule for
+makespan), since a server is fetched one request at a time and the crawl ends no sooner
+than its longest queue. It pays off when the link, not the servers, sets the pace, so that
+a request waits for its turn anyway (``--max-rate``): under performance-first the largest
+server, ranked by its response time like any other, waited behind the small ones and ended
+the crawl (cluster benchmark, 4 peers: 138 ms a request to it against a 28 ms latency).
 """
 
 from __future__ import annotations
@@ -30,7 +36,12 @@ __all__ = [
     "url_quality",
 ]
 
-POLICIES: tuple[str, ...] = ("breadth-first", "performance-first", "crawl-capability")
+POLICIES: tuple[str, ...] = (
+    "breadth-first",
+    "performance-first",
+    "crawl-capability",
+    "longest-first",
+)
 
 # High-performance crawl scheduling §4.2: a server we know nothing about is assumed to serve
 # 50 requests per connection.
@@ -137,6 +148,8 @@ def host_key(
     if policy == "crawl-capability":
         # §4.4: the most quality per second first.
         return (-capability(est, next_qualities[:p]), arrival_seq)
+    if policy == "longest-first":
+        return (-float(queued), arrival_seq)
     raise ValueError(f"unknown scheduling policy {policy!r}; expected one of {POLICIES}")
 
 
@@ -145,7 +158,7 @@ def url_key(policy: str, *, depth: int, seq: int) -> tuple[float, int]:
 
     ``seq`` is a counter of URL arrivals (FIFO order and the tie-break).
     """
-    if policy in ("breadth-first", "performance-first"):
+    if policy in ("breadth-first", "performance-first", "longest-first"):
         # §4.1 and §4.2: URL queues are FIFO.
         return (float(seq), seq)
     if policy == "crawl-capability":

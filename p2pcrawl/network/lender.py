@@ -92,7 +92,7 @@ class Lender:
         return is_member(self.peer, peer)
 
     async def serve_lend(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        want = check_lend_request(args)
+        want, have = check_lend_request(args)
         engine, node = self.peer.engine, self.peer.node
         if engine is None or node is None:
             return loan_to_wire(0, None, 0)
@@ -100,9 +100,9 @@ class Lender:
         backlog = max(0, engine.ledger.queued - len(engine.lent) - len(engine.in_flight))
         if not self._may_lend_to(sender):
             return loan_to_wire(0, None, backlog)
-        hq = self._host_to_lend(backlog, busy=False)
+        hq = self._host_to_lend(backlog, have, busy=False)
         if hq is None:
-            busy = self._host_to_lend(backlog, busy=True)
+            busy = self._host_to_lend(backlog, have, busy=True)
             if busy is None or not await self._wait_for_request(busy, sender):
                 return loan_to_wire(0, None, backlog)
             hq = busy
@@ -150,28 +150,32 @@ class Lender:
             and hq.tasks[0][1].key not in engine.refill.excluded_keys
         )
 
-    def _host_to_lend(self, backlog: int, *, busy: bool) -> HostQueue | None:
-        """The host with most queued tasks, if lending it leaves this peer enough of its own
-        to keep its fetchers busy: among the hosts with no request under way, or (``busy``)
-        among those with one, which :meth:`_wait_for_request` lets end first."""
+    def _host_to_lend(self, backlog: int, have: int, *, busy: bool) -> HostQueue | None:
+        """The host with most queued tasks among those whose move narrows the gap between
+        our backlog and the borrower's (``have``; 0 for an idle one) and leaves this peer
+        enough of its own to keep its fetchers busy: among the hosts with no request under
+        way, or (``busy``) among those with one, which :meth:`_wait_for_request` lets end
+        first."""
         engine = self.peer.engine
         assert engine is not None
+        # Keep enough to fill our own fetchers, and at least as much as the borrower will
+        # then have: moving more than half the gap would only turn it round (and the
+        # largest host, fetched one request at a time wherever it goes, stays put).
+        most = min((backlog - have) // 2, backlog - engine.settings.concurrency)
+        if most < MIN_LEND:
+            return None
         lent = {id(le.hq) for le in self.leases.values()}
         best: HostQueue | None = None
         for hq in engine.frontier.hosts.values():
             if (
                 hq.polite.busy == busy
                 and hq.reserved is None
+                and len(hq.tasks) <= most
                 and (best is None or len(hq.tasks) > len(best.tasks))
                 and self._worth_lending(hq)
                 and id(hq) not in lent  # busy because it is lent: its rest waits for that
             ):
                 best = hq
-        # Keep enough to fill our own fetchers, and at least as much as we lend: a borrower
-        # that finishes first asks again.
-        keep = max(engine.settings.concurrency, len(best.tasks)) if best is not None else 0
-        if best is None or backlog - len(best.tasks) < keep:
-            return None
         return best
 
     async def _wait_for_request(self, hq: HostQueue, borrower: PeerRef) -> bool:

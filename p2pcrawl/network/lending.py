@@ -79,8 +79,12 @@ class Lending:
             borrower.give_back_if_stopped()
             self.lender.lapse_expired(now)
             borrower.report_due(now)
-            if borrower.enabled and borrower.hungry():
+            if not borrower.enabled:
+                continue
+            if borrower.hungry():
                 borrower.borrow_soon()
+            elif (behind := borrower.behind(now)) is not None:
+                borrower.borrow_soon(behind)
 
     async def aclose(self) -> None:
         await self.borrower.aclose()

@@ -41,6 +41,9 @@ from protocol.loadreport import LOAD_RPC, serve_load
 from protocol.survey import survey
 from storage import BackupStore
 
+# A UDP datagram's framing on Ethernet: 14 + IP 20 + UDP 8.
+UDP_FRAMING = 42
+
 __all__ = ["Peer", "PeerConfig", "State"]
 
 log = logging.getLogger(__name__)
@@ -142,6 +145,10 @@ class Peer:
                 on_failure=self._engine_failed,
             )
             self.engine.data_dir = cfg.data_dir  # measured against --max-disk
+            if self.engine.pacer.enabled:
+                # The RPCs share the link with the pages: --max-rate counts them too.
+                rpc = self.node.protocol.stats
+                self.engine.pacer.count_also(lambda: rpc.bytes_in + UDP_FRAMING * rpc.datagrams_in)
             self.engine.settle_borrowed = self.lending.borrower.settle_and_wait
             self.engine.may_fetch_borrowed = self.lending.borrower.may_fetch
             self.lending.serve()

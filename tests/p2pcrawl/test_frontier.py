@@ -122,6 +122,29 @@ def test_crawl_capability_takes_shallow_urls_first() -> None:
     assert got == [1, 2, 3]
 
 
+def test_longest_first_reranks_a_host_whose_queue_grows_while_it_waits() -> None:
+    """Found one link at a time, the long host was scheduled with one queued URL, ranked
+    with the short ones; by its turn it has the longest queue, and goes first."""
+    f, clock = make("longest-first")
+    f.push("long", task("http://long/0"))
+    for host in ("a", "b", "c"):
+        for i in range(3):
+            f.push(host, task(f"http://{host}/{i}"))
+    for i in range(1, 10):
+        f.push("long", task(f"http://long/{i}"))
+    order = []
+    while (hq := f.acquire_nowait()) is not None:
+        order.append(hq.host)
+        assert f.pop_task(hq) is not None
+    # Each host once (its stale entries skipped): "long" first, the rest as they came.
+    assert order == ["long", "a", "b", "c"]
+    for host in order:
+        f.release(f.host(host), response_time=0.0, gap=1.0)
+    clock.now += 1.0  # out of the waiting heap, ranked afresh: 9 queued against 2
+    assert f.acquire_nowait() is f.host("long")
+    assert len(f) == 9 + 3 * 2
+
+
 def test_performance_first_serves_the_faster_host_first() -> None:
     f, _ = make("performance-first")
     f.host("slow").est = ServerEstimate(connect_time=0.5, response_time=1.0)

@@ -47,6 +47,16 @@ def ids_where_one_owns_all(keys: list[bytes]) -> tuple[bytes, bytes]:
     raise AssertionError("no bit on which all keys agree: use fewer hosts")
 
 
+def ids_where_other_owns(keys: list[bytes], n: int) -> tuple[bytes, bytes]:
+    """(owner, other): two random IDs between which ``other`` owns exactly ``n`` of ``keys``."""
+    for _ in range(10_000):
+        a, b = os.urandom(len(keys[0])), os.urandom(len(keys[0]))
+        ia, ib = int.from_bytes(a, "big"), int.from_bytes(b, "big")
+        if sum(ib ^ int.from_bytes(k, "big") < ia ^ int.from_bytes(k, "big") for k in keys) == n:
+            return a, b
+    raise AssertionError(f"no pair of IDs splits the keys {len(keys) - n} : {n}")
+
+
 def three_ranked_ids(keys: list[bytes]) -> tuple[bytes, bytes, bytes]:
     """Three IDs, XOR-closest to every one of ``keys`` in this order: the first two agree
     with every key on a bit where the keys all agree and the third does not; the first also
@@ -171,6 +181,50 @@ async def test_an_idle_peer_crawls_a_busy_owners_hosts_on_loan(
         # The replica copies of the borrowed tasks were dropped too: nothing is left over.
         await other.refresh_counts()
         assert other.status()["backups_held"] == 0
+    finally:
+        await other.aclose()
+        await owner.aclose()
+
+
+async def test_a_peer_far_behind_borrows_before_its_fetchers_idle(
+    make_web: WebFactory, tmp_path: Path
+) -> None:
+    """Both peers own hosts, one three times as many: the other is never idle until its own
+    hosts are done, yet it asks for the owner's hosts while the gap is wide (LEND with its
+    own backlog), and the owner lends only hosts whose move narrows the gap."""
+    web = await make_web(hosts=8, pages_per_host=80, features=False)
+    keys = host_keys(web)
+    owner_id, other_id = ids_where_other_owns(keys, 2)
+    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2)
+    other = await start_peer(
+        tmp_path, "other", other_id, web, concurrency=2, bootstrap=(owner.me.addr,)
+    )
+    borrower = other.lending.borrower
+    try:
+        assert owner.engine is not None and other.engine is not None
+        assert owner.ledger is not None and other.ledger is not None
+        # Every host's root at once: the other peer has its own two hosts to crawl from the
+        # start, so its fetchers have work (it is not ``hungry``) until they are done.
+        roots = sorted({urls.host_of(u) + "/" for u in web.ground_truth()})
+        await other.seed([web.hub_url, *roots])
+        # Borrowed while its own hosts were still being crawled, not because it ran dry.
+        own_done = -1
+        async with asyncio.timeout(30):
+            while own_done < 0:
+                if borrower.balanced_total > 0:
+                    own_done = other.ledger.done_count
+                await asyncio.sleep(0.01)
+        assert own_done < 2 * 80
+        await asyncio.wait_for(
+            asyncio.gather(owner.quiescence.finished.wait(), other.quiescence.finished.wait()),
+            60,
+        )
+        missing, again = fetched_once(web)
+        assert not missing and not again
+        assert owner.ledger.done_count + other.ledger.done_count == len(web.ground_truth())
+        assert other.ledger.done_count == 2 * 80  # its own two hosts, all recorded by it
+        lending = other.status()["lending"]
+        assert isinstance(lending, dict) and lending["borrowed_behind"] == borrower.balanced_total
     finally:
         await other.aclose()
         await owner.aclose()

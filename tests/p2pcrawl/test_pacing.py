@@ -11,7 +11,7 @@ import pytest
 
 from p2pcrawl.archive import read_warc_urls
 from p2pcrawl.crawl import crawl
-from p2pcrawl.crawl.pacing import BURST_S, MIN_BURST, Pacer
+from p2pcrawl.crawl.pacing import BURST_S, MIN_BURST, Pacer, on_wire
 from p2pcrawl.testing import TestWeb, TestWebConfig
 from tests.p2pcrawl.loopback import fast_settings
 
@@ -150,3 +150,30 @@ async def test_a_crawl_moves_no_more_than_its_max_rate(tmp_path: Path) -> None:
     slack = max(MIN_BURST, rate * BURST_S) + config.large_page_bytes + concurrency * 20_000
     assert moved - slack > rate * 0.5  # the bound below means something
     assert elapsed >= (moved - slack) / rate
+
+
+async def test_bytes_that_arrive_outside_the_fetches_are_paid_for_too() -> None:
+    """The peers' RPCs share the link with the pages: what they brought in since the bucket
+    was last looked at is taken out of it, so a request waits for them as for a page."""
+    clock = Clock()
+    rate = 100_000
+    pacer = Pacer(rate, clock=clock)
+    pacer.mean = 10_000.0
+    arrived = 0
+    pacer.count_also(lambda: arrived)
+    assert await pacer.start() == 10_000.0  # 65,536 -> 55,536
+    arrived += 60_000  # a burst of STORE_TASK datagrams
+    task = asyncio.ensure_future(pacer.start())
+    await turns()
+    assert not task.done()  # -4,464: in debt, though no page arrived
+    clock.now += 4_465 / rate
+    pacer.settle(0.0, 0)
+    await turns()
+    assert task.done()
+
+
+def test_the_wire_counts_each_segments_framing() -> None:
+    assert on_wire(0) == 0
+    assert on_wire(1) == 1 + 66
+    assert on_wire(1448) == 1448 + 66
+    assert on_wire(16_000) == 16_000 + 12 * 66  # a cluster benchmark page: 12 segments

@@ -175,6 +175,16 @@ def test_crawl_capability_counts_only_the_next_p_urls() -> None:
     assert order("crawl-capability", servers, rpc=2) == ["a", "b"]
 
 
+def test_longest_first_takes_the_most_queued_server_whatever_its_speed() -> None:
+    # Past the per-connection cap too: a crawl ends no sooner than its longest queue.
+    servers = [
+        Server("fast-short", 0, fast(), [0] * 20),
+        Server("slow-long", 1, slow(), [0] * 500),
+        Server("fast-middle", 2, fast(), [0] * 100),
+    ]
+    assert order("longest-first", servers, rpc=10) == ["slow-long", "fast-middle", "fast-short"]
+
+
 def test_equal_servers_tie_break_by_arrival() -> None:
     for policy in POLICIES:
         servers = [Server("later", 5, fast()), Server("earlier", 2, fast())]

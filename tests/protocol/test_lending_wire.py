@@ -83,8 +83,9 @@ def test_a_loan_of_two_keys_or_with_done_fingerprints_is_refused() -> None:
 
 
 def test_lend_requests_are_checked() -> None:
-    assert check_lend_request([16]) == 16
-    for bad in ([], [0], [MAX_WANT + 1], ["16"], [True, 1]):
+    assert check_lend_request([16]) == (16, 0)  # an idle asker: no backlog of its own
+    assert check_lend_request([16, 300]) == (16, 300)
+    for bad in ([], [0], [MAX_WANT + 1], ["16"], [True, 1], [16, -1], [16, True], [16, 1, 2]):
         with pytest.raises(MessageError):
             check_lend_request(bad)
 
