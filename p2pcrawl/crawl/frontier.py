@@ -49,6 +49,7 @@ class HostQueue:
         "queued",
         "removed",
         "reserved",
+        "taken",
         "tasks",
         "ticket",
     )
@@ -60,6 +61,7 @@ class HostQueue:
         self.est = scheduling.ServerEstimate()
         self.queued = False  # sits in the ready or the waiting heap
         self.ticket = -1  # the sequence number of its one entry there that counts
+        self.taken = 0  # tasks popped for a request (longest-first ranks by found work)
         self.removed = False  # handed to another peer while a request was in flight
         # Set by Frontier.reserve: the request under way is the host's last here for now
         # (it is about to be lent); the future is set when that request ends.
@@ -158,6 +160,7 @@ class Frontier:
         if not hq.tasks:
             return None
         self._size -= 1
+        hq.taken += 1
         return heapq.heappop(hq.tasks)[1]
 
     def _rank(self, hq: HostQueue) -> tuple[float, int]:
@@ -176,6 +179,7 @@ class Frontier:
             queued=len(hq.tasks),
             next_qualities=nxt,
             requests_per_connection=REQUESTS_PER_CONNECTION,
+            taken=hq.taken,
         )
 
     def _schedule(self, hq: HostQueue, now: float) -> None:

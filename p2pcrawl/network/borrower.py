@@ -93,9 +93,9 @@ class Borrower:
         self._wake = wake  # the lending loop's: a finished page is reported soon
         self._tasks = TaskSet("borrower")
         self._borrowing: asyncio.Task[None] | None = None
-        self._balanced = -1e9  # when we last asked because we were behind
+        self._asked_behind = -1e9  # when we last asked because we were behind
         self.borrowed_total = 0
-        self.balanced_total = 0  # of which borrowed while our own fetchers had work
+        self.borrowed_behind = 0  # of which borrowed while our own fetchers had work
 
     @property
     def enabled(self) -> bool:
@@ -142,10 +142,10 @@ class Borrower:
         busiest owner's remaining hosts are few and long (cluster benchmark, 8 peers: the
         busiest peer fetched 1.27x the mean)."""
         node = self.peer.node
-        if node is None or now - self._balanced < BALANCE_S or not self._may_borrow():
+        if node is None or now - self._asked_behind < BALANCE_S or not self._may_borrow():
             return None
         have = self.backlog()
-        self._balanced = now
+        self._asked_behind = now
         largest: tuple[int, PeerRef] | None = None
         stalest: tuple[float, PeerRef] | None = None
         for p in node.peers():
@@ -223,7 +223,7 @@ class Borrower:
             engine.frontier.push(host, t)
         self.borrowed_total += len(tasks)
         if behind is not None:
-            self.balanced_total += len(tasks)
+            self.borrowed_behind += len(tasks)
         self._count_held()
 
     def may_fetch(self, task: Task) -> bool:
@@ -425,5 +425,5 @@ class Borrower:
             "tasks_borrowed": sum(len(b.held) for b in self.loans.values()),
             "loans_in": len(self.loans),
             "borrowed_total": self.borrowed_total,
-            "borrowed_behind": self.balanced_total,
+            "borrowed_behind": self.borrowed_behind,
         }

@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 # A host with fewer queued tasks is not worth a lease (and a robots.txt fetch by the
 # borrower): the owner is about to finish it anyway.
 MIN_LEND = 4
+# To a borrower whose fetchers idle, smaller hosts are worth it: at a crawl's end the
+# busiest owner's queue is mostly hosts of one to three pages (cluster benchmark, 8 peers:
+# three peers ran dry 5-7 s before the last while two owners fetched such hosts alone).
+MIN_LEND_IDLE = 2
 # How long a LEND may wait for the request under way to the host it lends to end. Well
 # inside the borrower's RPC timeout (its resends of the request are not served twice).
 LEND_WAIT_S = 0.8
@@ -103,7 +107,8 @@ class Lender:
         hq = self._host_to_lend(backlog, have, busy=False)
         if hq is None:
             busy = self._host_to_lend(backlog, have, busy=True)
-            if busy is None or not await self._wait_for_request(busy, sender):
+            least = MIN_LEND_IDLE if have == 0 else MIN_LEND
+            if busy is None or not await self._wait_for_request(busy, sender, least):
                 return loan_to_wire(0, None, backlog)
             hq = busy
         tasks = engine.frontier.lend_host(hq)
@@ -139,12 +144,12 @@ class Lender:
             and self._member(borrower)  # only members borrow
         )
 
-    def _worth_lending(self, hq: HostQueue) -> bool:
+    def _worth_lending(self, hq: HostQueue, least: int = MIN_LEND) -> bool:
         """Enough of ``hq`` queued here, ours, and ours to keep."""
         engine = self.peer.engine
         assert engine is not None
         return (
-            len(hq.tasks) >= MIN_LEND
+            len(hq.tasks) >= least
             and not hq.removed
             and not hq.tasks[0][1].lease  # borrowed: lending it on would loop
             and hq.tasks[0][1].key not in engine.refill.excluded_keys
@@ -162,7 +167,8 @@ class Lender:
         # then have: moving more than half the gap would only turn it round (and the
         # largest host, fetched one request at a time wherever it goes, stays put).
         most = min((backlog - have) // 2, backlog - engine.settings.concurrency)
-        if most < MIN_LEND:
+        least = MIN_LEND_IDLE if have == 0 else MIN_LEND
+        if most < least:
             return None
         lent = {id(le.hq) for le in self.leases.values()}
         best: HostQueue | None = None
@@ -172,13 +178,13 @@ class Lender:
                 and hq.reserved is None
                 and len(hq.tasks) <= most
                 and (best is None or len(hq.tasks) > len(best.tasks))
-                and self._worth_lending(hq)
+                and self._worth_lending(hq, least)
                 and id(hq) not in lent  # busy because it is lent: its rest waits for that
             ):
                 best = hq
         return best
 
-    async def _wait_for_request(self, hq: HostQueue, borrower: PeerRef) -> bool:
+    async def _wait_for_request(self, hq: HostQueue, borrower: PeerRef, least: int) -> bool:
         """Hold ``hq`` back from its next request and wait for the one under way to end.
         True: it ended, and the host is out of the queues, still ours and worth lending.
         A crawl's last minutes are a few long hosts, each with a request always under way:
@@ -191,7 +197,7 @@ class Lender:
             async with asyncio.timeout(LEND_WAIT_S):
                 await asyncio.shield(frontier.reserve(hq))
             # Anything may have changed while the request ran.
-            ready = self._worth_lending(hq) and self._may_lend_to(borrower)
+            ready = self._worth_lending(hq, least) and self._may_lend_to(borrower)
         except TimeoutError:
             pass
         finally:

@@ -126,11 +126,20 @@ def test_longest_first_reranks_a_host_whose_queue_grows_while_it_waits() -> None
     """Found one link at a time, the long host was scheduled with one queued URL, ranked
     with the short ones; by its turn it has the longest queue, and goes first."""
     f, clock = make("longest-first")
-    f.push("long", task("http://long/0"))
-    for host in ("a", "b", "c"):
-        for i in range(3):
+    for host in ("long", "a", "b", "c"):
+        for i in range(2 if host == "long" else 4):
             f.push(host, task(f"http://{host}/{i}"))
-    for i in range(1, 10):
+    # Never fetched from: each explored once, in the order they came.
+    explored = []
+    while (hq := f.acquire_nowait()) is not None:
+        explored.append(hq.host)
+        assert f.pop_task(hq) is not None
+        f.release(hq, response_time=0.0, gap=0.0)
+        if len(explored) == 4:
+            break
+    assert explored == ["long", "a", "b", "c"]
+    # Ranked with 1 queued + 1 taken, behind 3 + 1 each; then its links arrive.
+    for i in range(2, 12):
         f.push("long", task(f"http://long/{i}"))
     order = []
     while (hq := f.acquire_nowait()) is not None:
@@ -140,9 +149,9 @@ def test_longest_first_reranks_a_host_whose_queue_grows_while_it_waits() -> None
     assert order == ["long", "a", "b", "c"]
     for host in order:
         f.release(f.host(host), response_time=0.0, gap=1.0)
-    clock.now += 1.0  # out of the waiting heap, ranked afresh: 9 queued against 2
+    clock.now += 1.0  # out of the waiting heap, ranked afresh: 10 queued + 2 taken
     assert f.acquire_nowait() is f.host("long")
-    assert len(f) == 9 + 3 * 2
+    assert len(f) == 10 + 3 * 2
 
 
 def test_performance_first_serves_the_faster_host_first() -> None:

@@ -92,6 +92,7 @@ async def start_peer(
     settings: PeerSettings = DETECT,
     bootstrap: tuple[tuple[str, int], ...] = (),
     max_pages: int = 0,
+    delay: float = 0.03,
 ) -> Peer:
     data = tmp_path / name
     if not data.exists():  # else a restart on the same data directory
@@ -101,7 +102,7 @@ async def start_peer(
         PeerConfig(
             data_dir=data,
             bootstrap=bootstrap,
-            crawl=limited(crawl_settings_for(web, delay=0.03, concurrency=concurrency), max_pages),
+            crawl=limited(crawl_settings_for(web, delay=delay, concurrency=concurrency), max_pages),
             peer=settings,
         )
     )
@@ -145,6 +146,10 @@ async def owner_successor_other(
     return web, owner, successor, other
 
 
+async def all_finished(*peers: Peer) -> None:
+    await asyncio.wait_for(asyncio.gather(*(p.quiescence.finished.wait() for p in peers)), 60)
+
+
 def fetched_once(web: TestWeb) -> tuple[set[str], dict[str, int]]:
     truth = web.ground_truth()
     again = {u: n for u, n in web.request_counts.items() if n > 1}
@@ -159,10 +164,7 @@ async def test_an_idle_peer_crawls_a_busy_owners_hosts_on_loan(
         assert owner.engine is not None and other.engine is not None
         assert owner.ledger is not None and other.ledger is not None
         await owner.seed([web.hub_url])
-        await asyncio.wait_for(
-            asyncio.gather(owner.quiescence.finished.wait(), other.quiescence.finished.wait()),
-            60,
-        )
+        await all_finished(owner, other)
         missing, again = fetched_once(web)
         assert not missing and not again
         truth = web.ground_truth()
@@ -211,20 +213,43 @@ async def test_a_peer_far_behind_borrows_before_its_fetchers_idle(
         own_done = -1
         async with asyncio.timeout(30):
             while own_done < 0:
-                if borrower.balanced_total > 0:
+                if borrower.borrowed_behind > 0:
                     own_done = other.ledger.done_count
                 await asyncio.sleep(0.01)
         assert own_done < 2 * 80
-        await asyncio.wait_for(
-            asyncio.gather(owner.quiescence.finished.wait(), other.quiescence.finished.wait()),
-            60,
-        )
+        await all_finished(owner, other)
         missing, again = fetched_once(web)
         assert not missing and not again
         assert owner.ledger.done_count + other.ledger.done_count == len(web.ground_truth())
         assert other.ledger.done_count == 2 * 80  # its own two hosts, all recorded by it
         lending = other.status()["lending"]
-        assert isinstance(lending, dict) and lending["borrowed_behind"] == borrower.balanced_total
+        assert isinstance(lending, dict) and lending["borrowed_behind"] == borrower.borrowed_behind
+    finally:
+        await other.aclose()
+        await owner.aclose()
+
+
+async def test_an_idle_peer_borrows_hosts_of_a_few_pages(
+    make_web: WebFactory, tmp_path: Path
+) -> None:
+    """Hosts of three pages: too small to lend to a peer with work of its own, but the
+    end of a crawl is mostly such hosts, and an idle peer takes them."""
+    web = await make_web(hosts=4, pages_per_host=3, features=False)
+    owner_id, other_id = ids_where_one_owns_all(host_keys(web))
+    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=1, delay=0.5)
+    other = await start_peer(
+        tmp_path, "other", other_id, web, concurrency=4, bootstrap=(owner.me.addr,)
+    )
+    try:
+        assert owner.ledger is not None and other.ledger is not None
+        await owner.seed([web.hub_url])
+        await all_finished(owner, other)
+        missing, again = fetched_once(web)
+        assert not missing and not again
+        assert owner.ledger.done_count == len(web.ground_truth())
+        borrowed = other.lending.borrower.borrowed_total
+        assert 2 <= borrowed < len(web.ground_truth())
+        assert owner.lending.lender.lent_total == borrowed
     finally:
         await other.aclose()
         await owner.aclose()
@@ -282,10 +307,7 @@ async def test_a_lender_restarted_on_a_new_port_ends_the_loan(
             tmp_path, "owner", owner.node_id, web, concurrency=2, bootstrap=(other.me.addr,)
         )
         assert restarted.me.addr != owner.me.addr
-        await asyncio.wait_for(
-            asyncio.gather(restarted.quiescence.finished.wait(), other.quiescence.finished.wait()),
-            60,
-        )
+        await all_finished(restarted, other)
         missing, again = fetched_once(web)
         assert not missing
         assert not loans and other.engine is not None and other.engine.borrowed == 0
@@ -317,10 +339,7 @@ async def test_a_lender_that_leaves_gracefully_costs_no_duplicate(
             assert report.failed == 0 and not owner.lending.lender.leases
         finally:
             await owner.aclose()
-        await asyncio.wait_for(
-            asyncio.gather(successor.quiescence.finished.wait(), other.quiescence.finished.wait()),
-            60,
-        )
+        await all_finished(successor, other)
         missing, again = fetched_once(web)
         assert not missing and not again
     finally:
@@ -352,10 +371,7 @@ async def test_handing_on_a_lent_keys_history_keeps_the_loan(
         keys = {b.key for b in other.lending.borrower.loans.values()}
         assert engine.exclude_keys(keys) == []  # nothing of its own to hand over
         assert queued_on_loan() >= 2
-        await asyncio.wait_for(
-            asyncio.gather(owner.quiescence.finished.wait(), other.quiescence.finished.wait()),
-            60,
-        )
+        await all_finished(owner, other)
         missing, again = fetched_once(web)
         assert not missing and not again
         assert owner.ledger.done_count == len(web.ground_truth())

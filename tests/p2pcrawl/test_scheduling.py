@@ -31,6 +31,7 @@ class Server:
     arrival_seq: int
     est: ServerEstimate
     depths: Sequence[int] = field(default_factory=lambda: [1] * 10)
+    taken: int = 0
 
 
 def fast() -> ServerEstimate:
@@ -53,6 +54,7 @@ def order(policy: str, servers: Sequence[Server], rpc: int = RPC) -> list[str]:
             queued=len(s.depths),
             next_qualities=[url_quality(s.depths[i]) for i in urls],
             requests_per_connection=rpc,
+            taken=s.taken,
         )
 
     return [s.name for s in sorted(servers, key=key)]
@@ -178,11 +180,29 @@ def test_crawl_capability_counts_only_the_next_p_urls() -> None:
 def test_longest_first_takes_the_most_queued_server_whatever_its_speed() -> None:
     # Past the per-connection cap too: a crawl ends no sooner than its longest queue.
     servers = [
-        Server("fast-short", 0, fast(), [0] * 20),
-        Server("slow-long", 1, slow(), [0] * 500),
-        Server("fast-middle", 2, fast(), [0] * 100),
+        Server("fast-short", 0, fast(), [0] * 20, taken=1),
+        Server("slow-long", 1, slow(), [0] * 500, taken=1),
+        Server("fast-middle", 2, fast(), [0] * 100, taken=1),
     ]
     assert order("longest-first", servers, rpc=10) == ["slow-long", "fast-middle", "fast-short"]
+
+
+def test_longest_first_counts_what_was_found_of_a_server_not_only_its_queue() -> None:
+    # The long server's queue has just drained to two URLs (their links not yet arrived);
+    # fifty fetched already say it is the long one.
+    servers = [
+        Server("ten-new", 0, fast(), [0] * 10, taken=1),
+        Server("long-drained", 1, fast(), [0] * 2, taken=50),
+    ]
+    assert order("longest-first", servers) == ["long-drained", "ten-new"]
+    # The other policies do not read it.
+    assert order("breadth-first", servers) == ["ten-new", "long-drained"]
+
+
+def test_longest_first_explores_a_server_never_fetched_from_first() -> None:
+    # Its size is unknown and one request tells: the long server found late ends a crawl.
+    servers = [Server("long", 0, fast(), [0] * 50, taken=200), Server("root", 1, fast(), [0])]
+    assert order("longest-first", servers) == ["root", "long"]
 
 
 def test_equal_servers_tie_break_by_arrival() -> None:
