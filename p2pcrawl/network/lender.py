@@ -104,10 +104,10 @@ class Lender:
         backlog = max(0, engine.ledger.queued - len(engine.lent) - len(engine.in_flight))
         if not self._may_lend_to(sender):
             return loan_to_wire(0, None, backlog)
-        hq = self._host_to_lend(backlog, have, busy=False)
+        least = MIN_LEND_IDLE if have == 0 else MIN_LEND
+        hq = self._host_to_lend(backlog, have, least, busy=False)
         if hq is None:
-            busy = self._host_to_lend(backlog, have, busy=True)
-            least = MIN_LEND_IDLE if have == 0 else MIN_LEND
+            busy = self._host_to_lend(backlog, have, least, busy=True)
             if busy is None or not await self._wait_for_request(busy, sender, least):
                 return loan_to_wire(0, None, backlog)
             hq = busy
@@ -155,19 +155,18 @@ class Lender:
             and hq.tasks[0][1].key not in engine.refill.excluded_keys
         )
 
-    def _host_to_lend(self, backlog: int, have: int, *, busy: bool) -> HostQueue | None:
-        """The host with most queued tasks among those whose move narrows the gap between
-        our backlog and the borrower's (``have``; 0 for an idle one) and leaves this peer
-        enough of its own to keep its fetchers busy: among the hosts with no request under
-        way, or (``busy``) among those with one, which :meth:`_wait_for_request` lets end
-        first."""
+    def _host_to_lend(self, backlog: int, have: int, least: int, *, busy: bool) -> HostQueue | None:
+        """The host with most queued tasks (at least ``least``) among those whose move
+        narrows the gap between our backlog and the borrower's (``have``; 0 for an idle
+        one) and leaves this peer enough of its own to keep its fetchers busy: among the
+        hosts with no request under way, or (``busy``) among those with one, which
+        :meth:`_wait_for_request` lets end first."""
         engine = self.peer.engine
         assert engine is not None
         # Keep enough to fill our own fetchers, and at least as much as the borrower will
         # then have: moving more than half the gap would only turn it round (and the
         # largest host, fetched one request at a time wherever it goes, stays put).
         most = min((backlog - have) // 2, backlog - engine.settings.concurrency)
-        least = MIN_LEND_IDLE if have == 0 else MIN_LEND
         if most < least:
             return None
         lent = {id(le.hq) for le in self.leases.values()}
