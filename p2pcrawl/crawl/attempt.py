@@ -12,7 +12,7 @@ import enum
 import time
 from typing import TYPE_CHECKING
 
-from p2pcrawl.crawl import politeness
+from p2pcrawl.crawl import politeness, scheduling
 from p2pcrawl.crawl.fetcher import FetchResult
 from p2pcrawl.crawl.frontier import HostSlot, Task
 
@@ -70,10 +70,12 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     if engine.over_host_budget(task.url):
         stats.budget["host_pages"] += 1
         return Outcome.FINISH, None
-    # The host with the most left goes first when --max-rate makes requests wait.
-    res = await engine.fetch_page(task.url, priority=-len(slot.hq.tasks))
-    pset = engine.settings.politeness
+    # The host with the most found goes first when --max-rate makes requests wait.
     hq = slot.hq
+    res = await engine.fetch_page(
+        task.url, priority=scheduling.request_priority(len(hq.tasks), hq.taken)
+    )
+    pset = engine.settings.politeness
     gap = politeness.next_gap(pset, hq.polite.robots_delay, res.elapsed)
     hq.est.observe(None, res.elapsed)
     stats.fetch_hist.observe(res.elapsed)

@@ -29,7 +29,7 @@ from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
 from p2pcrawl.crawl.frontier import Frontier, Task
 from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import LinkFilter
-from p2pcrawl.crawl.pacing import Pacer, on_wire
+from p2pcrawl.crawl.pacing import Pacer, response_on_wire
 from p2pcrawl.crawl.parseproc import ParseWorkers
 from p2pcrawl.crawl.refill import WindowRefill
 from p2pcrawl.crawl.robots import RobotsCache
@@ -80,7 +80,8 @@ class Engine:
         self.stats = CrawlStats()
         self.frontier = Frontier(settings)
         self.fetcher = Fetcher(settings)
-        self.robots_gate = RobotsGate(settings, self.fetcher, self.stats)
+        self.pacer = Pacer(settings.max_rate)
+        self.robots_gate = RobotsGate(settings, self.fetcher, self.stats, self.pacer)
         self.links = LinkFilter(settings, partition, self.stats)
         self.in_flight: dict[int, Task] = {}
         # Our tasks another peer fetches for us (network/lender.py): still queued in the
@@ -115,7 +116,6 @@ class Engine:
         # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
         # the stores, so with only one per fetch slot the fetchers sat idle behind them.
         self._tail_slots = asyncio.Semaphore(TAILS_PER_FETCH * settings.concurrency)
-        self.pacer = Pacer(settings.max_rate)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -280,9 +280,7 @@ class Engine:
             try:
                 res = await self.fetcher.fetch(url)
                 if self.pacer.enabled:
-                    # What the link carried: the status line and headers, not only the body.
-                    head = sum(len(k) + len(v) + 4 for k, v in res.headers) + 20
-                    size = on_wire(len(res.body) + head)
+                    size = response_on_wire(len(res.body), res.headers)
                 return res
             finally:
                 self.pacer.settle(taken, size)

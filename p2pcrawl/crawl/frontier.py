@@ -61,7 +61,8 @@ class HostQueue:
         self.est = scheduling.ServerEstimate()
         self.queued = False  # sits in the ready or the waiting heap
         self.ticket = -1  # the sequence number of its one entry there that counts
-        self.taken = 0  # tasks popped for a request (longest-first ranks by found work)
+        # Tasks popped and not put back: fetched, or settled without a fetch (scheduling.found)
+        self.taken = 0
         self.removed = False  # handed to another peer while a request was in flight
         # Set by Frontier.reserve: the request under way is the host's last here for now
         # (it is about to be lent); the future is set when that request ends.
@@ -99,6 +100,9 @@ class HostSlot:
 
     def requeue(self, task: Task) -> None:
         """Put ``task`` back on this host's queue (tried again after the gap)."""
+        # Not taken after all: a root requeued behind its host's robots.txt leaves the host
+        # still never fetched from, which longest-first and the pacer serve first.
+        self.hq.taken = max(0, self.hq.taken - 1)
         self._frontier.push(self.hq.host, task)
 
     def after(self, response_time: float, gap: float) -> None:

@@ -26,9 +26,9 @@ import asyncio
 import heapq
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-__all__ = ["Pacer", "on_wire"]
+__all__ = ["Pacer", "on_wire", "response_on_wire"]
 
 # The bucket holds this much time at the rate: requests may start together up to it, so a
 # short pause (a parse, a slow server) does not cost the link its share.
@@ -46,6 +46,13 @@ FRAMING = 66
 def on_wire(payload: int) -> int:
     """The bytes a TCP payload of ``payload`` bytes takes on the link."""
     return payload + -(-payload // SEGMENT) * FRAMING
+
+
+def response_on_wire(body: int, headers: Iterable[tuple[str, str]]) -> int:
+    """The bytes an HTTP response of a ``body``-byte body and these headers took on the
+    link: the status line and headers too, not only the body."""
+    head = sum(len(k) + len(v) + 4 for k, v in headers) + 20
+    return on_wire(body + head)
 
 
 Counter = Callable[[], int]
@@ -116,6 +123,16 @@ class Pacer:
         self._level += taken - size
         if size > 0:
             self.mean = SMOOTHING * self.mean + (1 - SMOOTHING) * size
+        self._grant()
+
+    def count(self, size: int) -> None:
+        """Take out of the bucket ``size`` bytes that arrived without waiting for their turn
+        (robots.txt, fetched before a host's first page so as not to hold up a crawl's
+        exploration); they leave the mean page size alone."""
+        if not self.enabled:
+            return
+        self._refill()
+        self._level -= size
         self._grant()
 
     def _grant(self) -> None:

@@ -13,6 +13,7 @@ import time
 from p2pcrawl.crawl import politeness, urls
 from p2pcrawl.crawl.fetcher import Fetcher
 from p2pcrawl.crawl.frontier import HostSlot, Task
+from p2pcrawl.crawl.pacing import Pacer, response_on_wire
 from p2pcrawl.crawl.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsPolicy, policy_from_response
 from p2pcrawl.crawl.stats import CrawlStats
 from p2pcrawl.settings import CrawlSettings
@@ -25,10 +26,19 @@ FAILURE_MEMO_LIMIT = 100_000
 
 
 class RobotsGate:
-    def __init__(self, settings: CrawlSettings, fetcher: Fetcher, stats: CrawlStats) -> None:
+    def __init__(
+        self,
+        settings: CrawlSettings,
+        fetcher: Fetcher,
+        stats: CrawlStats,
+        pacer: Pacer | None = None,
+    ) -> None:
         self.settings = settings
         self.fetcher = fetcher
         self.stats = stats
+        # --max-rate: robots.txt does not wait its turn (one small request per host, and a
+        # host's exploration waits on it), but what it carried is counted.
+        self.pacer = pacer
         self.cache = RobotsCache()
         self._failures: dict[str, int] = {}  # origin -> consecutive robots.txt failures
 
@@ -52,6 +62,8 @@ class RobotsGate:
         for _ in range(ROBOTS_MAX_REDIRECTS + 1):
             res = await self.fetcher.fetch(url, max_body=MAX_ROBOTS_BYTES)
             elapsed += res.elapsed
+            if self.pacer is not None and self.pacer.enabled and res.status:
+                self.pacer.count(response_on_wire(len(res.body), res.headers))
             if res.is_redirect and res.location:
                 nxt = urls.resolve(url, res.location)
                 if nxt is None:

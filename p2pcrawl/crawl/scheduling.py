@@ -32,8 +32,10 @@ __all__ = [
     "capability",
     "connection_time",
     "expected_pages",
+    "found",
     "host_key",
     "pages_per_second",
+    "request_priority",
     "url_key",
     "url_quality",
 ]
@@ -125,6 +127,36 @@ def capability(est: ServerEstimate, next_qualities: Sequence[float]) -> float:
     return sum(next_qualities) / connection_time(est, p)
 
 
+def found(queued: int, taken: int) -> float:
+    """What has been found of a server so far: its queued URLs and those taken from it for
+    good (fetched, or settled without a fetch); infinite for a server not yet fetched
+    from, whose size one request will tell.
+
+    Counting the queue alone, a long server's queue drains with each request until that
+    page's links arrive, and ranked by it the server then waited behind every server with
+    two URLs (1 peer: the 300-page host fetched over 30-145 s of the crawl). Ranked as its
+    one URL, or as a typical server, a server not yet explored waited until the end, and a
+    long one found there ended the crawl (4 peers: an 83-page host first fetched at 41 s
+    of 47).
+    """
+    return queued + taken if taken else math.inf
+
+
+def request_priority(queued: int, taken: int) -> float:
+    """The ``--max-rate`` pacer's key for a page request (smallest first): the server with
+    the most found first, as longest-first ranks servers, whatever the policy.
+
+    ``queued`` and ``taken`` are read while the request is under way, so its own URL is in
+    ``taken``: a server is not yet fetched from when it is the only one. Ranked by its
+    queue alone, a server's first page (its queue then empty) waited behind every request
+    of a server with one URL queued. With the link the bound there always is one, so the
+    roots of a web's servers went out a few a second, in the order they were found, and
+    a long server among the last ended the crawl (cluster benchmark, 4 peers: the 83-page
+    host first fetched at 40 s of 47, under every policy).
+    """
+    return -found(queued + 1, taken - 1)
+
+
 def host_key(
     policy: str,
     *,
@@ -140,7 +172,8 @@ def host_key(
     ``arrival_seq`` is when the server (re-)entered the server queue; it orders breadth-first
     and breaks ties in the others. ``next_qualities`` are the qualities of the server's best
     queued URLs in ``url_key`` order (only crawl-capability reads them, and only the first P).
-    ``taken``: URLs of the server taken for a request so far (only longest-first reads it).
+    ``taken``: URLs of the server taken from its queue for good so far (see :func:`found`;
+    only longest-first reads it).
     """
     if policy == "breadth-first":
         # §4.1: the server queue is FIFO.
@@ -153,15 +186,7 @@ def host_key(
         # §4.4: the most quality per second first.
         return (-capability(est, next_qualities[:p]), arrival_seq)
     if policy == "longest-first":
-        # What has been found of a server so far, not only what is queued: a long server's
-        # queue drains with each request until that page's links arrive, and ranked by its
-        # queue alone it then waited behind every server with two URLs (1 peer: the
-        # 300-page host fetched over 30-145 s of the crawl). A server not yet fetched from
-        # goes first: its size is unknown, and one request tells. Ranked as its one URL,
-        # or as a typical server, the roots waited until the end, and a long server found
-        # there ended the crawl (4 peers: an 83-page host first fetched at 41 s of 47).
-        found = queued + taken if taken else math.inf
-        return (-found, arrival_seq)
+        return (-found(queued, taken), arrival_seq)
     raise ValueError(f"unknown scheduling policy {policy!r}; expected one of {POLICIES}")
 
 

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from p2pcrawl.crawl import Frontier, HostQueue, Task
+from p2pcrawl.crawl.frontier import HostSlot
 from p2pcrawl.crawl.scheduling import ServerEstimate
 from p2pcrawl.settings import CrawlSettings, Policy
 
@@ -152,6 +153,26 @@ def test_longest_first_reranks_a_host_whose_queue_grows_while_it_waits() -> None
     clock.now += 1.0  # out of the waiting heap, ranked afresh: 10 queued + 2 taken
     assert f.acquire_nowait() is f.host("long")
     assert len(f) == 10 + 3 * 2
+
+
+def test_a_root_put_back_behind_robots_txt_keeps_its_host_unexplored() -> None:
+    """The first request to a host is its robots.txt; its root goes back on the queue, and
+    the host, still never fetched from, keeps its place before the hosts already explored
+    under longest-first (ranked as one URL found, it waited behind all of them)."""
+    f, _ = make("longest-first")
+    for i in range(6):
+        f.push("long", task(f"http://long/{i}"))
+    hq, _ = take(f)
+    f.release(hq, response_time=0.0, gap=0.0)  # fetched: 5 queued + 1 taken
+    f.push("new", task("http://new/"))
+    slot = HostSlot(f, f.acquire_nowait() or pytest.fail("no host ready"))
+    assert slot.host == "new"
+    root = slot.pop()
+    assert root is not None
+    slot.requeue(root)  # robots.txt first
+    slot.release()
+    assert f.host("new").taken == 0
+    assert f.acquire_nowait() is f.host("new")
 
 
 def test_performance_first_serves_the_faster_host_first() -> None:

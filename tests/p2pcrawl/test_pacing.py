@@ -8,10 +8,15 @@ import time
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from p2pcrawl.archive import read_warc_urls
 from p2pcrawl.crawl import crawl
+from p2pcrawl.crawl.fetcher import Fetcher
+from p2pcrawl.crawl.frontier import Frontier, HostSlot, Task
 from p2pcrawl.crawl.pacing import BURST_S, MIN_BURST, Pacer, on_wire
+from p2pcrawl.crawl.robotsgate import RobotsGate
+from p2pcrawl.crawl.stats import CrawlStats
 from p2pcrawl.testing import TestWeb, TestWebConfig
 from tests.p2pcrawl.loopback import fast_settings
 
@@ -177,3 +182,50 @@ def test_the_wire_counts_each_segments_framing() -> None:
     assert on_wire(1) == 1 + 66
     assert on_wire(1448) == 1448 + 66
     assert on_wire(16_000) == 16_000 + 12 * 66  # a cluster benchmark page: 12 segments
+
+
+async def test_robots_txt_does_not_wait_its_turn_but_what_it_carried_is_paid_for() -> None:
+    """A host's exploration waits on its robots.txt, so it skips the queue; its bytes still
+    come out of the bucket (a robots.txt may be 500 KiB), without moving the page mean."""
+    robots = b"# " + b"x" * 70_000 + b"\nUser-agent: *\nDisallow: /private\n"
+
+    async def answer(request: web.BaseRequest) -> web.Response:
+        return web.Response(body=robots, content_type="text/plain")
+
+    runner = web.ServerRunner(web.Server(answer, access_log=None))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    clock = Clock()
+    pacer = Pacer(100_000, clock=clock)
+    assert pacer.burst < on_wire(len(robots))  # one robots.txt puts a full bucket in debt
+    mean = pacer.mean
+    settings = fast_settings(["127.0.0.1"])
+    fetcher = Fetcher(settings)
+    await fetcher.start()
+    try:
+        frontier = Frontier(settings)
+        frontier.push("127.0.0.1", Task(f"http://127.0.0.1:{port}/", fp=1, key=b"k" * 20, depth=0))
+        hq = frontier.acquire_nowait()
+        assert hq is not None
+        slot = HostSlot(frontier, hq)
+        root = slot.pop()
+        assert root is not None
+        gate = RobotsGate(settings, fetcher, CrawlStats(), pacer)
+        assert await gate.policy_for(slot, root) is None  # fetched: the root waits behind it
+        assert pacer.waits == 0  # it did not wait
+        assert pacer.mean == mean
+        page = asyncio.ensure_future(pacer.start())
+        await turns()
+        assert not page.done()  # the next page waits for what robots.txt carried
+        clock.now += on_wire(len(robots)) / 100_000
+        pacer.settle(0.0, 0)
+        await turns()
+        assert page.done()
+        slot.release()
+        policy = await gate.policy_for(slot, root)  # cached: no second request
+        assert policy is not None and not policy.allowed(f"http://127.0.0.1:{port}/private", "x")
+    finally:
+        await fetcher.aclose()
+        await runner.cleanup()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import get_args
@@ -13,8 +14,10 @@ from p2pcrawl.crawl.scheduling import (
     capability,
     connection_time,
     expected_pages,
+    found,
     host_key,
     pages_per_second,
+    request_priority,
     url_key,
     url_quality,
 )
@@ -203,6 +206,19 @@ def test_longest_first_explores_a_server_never_fetched_from_first() -> None:
     # Its size is unknown and one request tells: the long server found late ends a crawl.
     servers = [Server("long", 0, fast(), [0] * 50, taken=200), Server("root", 1, fast(), [0])]
     assert order("longest-first", servers) == ["root", "long"]
+
+
+def test_the_pacer_serves_a_servers_first_page_then_the_server_with_most_found() -> None:
+    """Read while the request is under way, its own URL taken: the root of a server never
+    fetched from goes before a long server's page, and among explored servers the one with
+    most found goes first, however far its queue has drained."""
+    root = request_priority(queued=0, taken=1)
+    long_drained = request_priority(queued=1, taken=80)
+    short = request_priority(queued=5, taken=2)
+    assert sorted([short, long_drained, root]) == [root, long_drained, short]
+    # The frontier's longest-first rank agrees, counted before the request took its URL.
+    assert long_drained == -found(2, 79) and short == -found(6, 1)
+    assert found(1, 0) == math.inf
 
 
 def test_equal_servers_tie_break_by_arrival() -> None:
