@@ -10,7 +10,10 @@ item of an idle lane opens a ``window``; everything submitted to that lane until
 closes (or until ``max_items`` are waiting) goes out in one ``flush(lane, items)``, which
 returns one result per item. Flushes of one lane run one at a time, in order; items that
 arrive during a flush go out in the next one, straight away (they have waited for the flush
-already) unless ``window_each_flush`` asks for a window before every flush. Each submitter
+already) unless ``window_each_flush`` asks for a window before every flush. With ``spacing``
+instead of a window, flushes of a lane start at least that far apart and an item reaching a
+lane that has been quiet that long goes out at once: no wait when traffic is light, and
+under load one flush per spacing however fast items come. Each submitter
 returns only once the flush carrying its items returned, with its own slice of the results
 or that flush's error, so "durable on return" holds per caller. A cancelled submitter leaves
 its lane-mates' flush alone.
@@ -41,6 +44,7 @@ class _Lane(Generic[T, R]):
     due: asyncio.Future[list[R]] | None = None
     full: asyncio.Event = field(default_factory=asyncio.Event)
     runner: asyncio.Task[Any] | None = None
+    last: float = float("-inf")  # loop time the last flush started (``spacing``)
 
 
 class Coalescer(Generic[K, T, R]):
@@ -51,16 +55,20 @@ class Coalescer(Generic[K, T, R]):
         window: float = 0.0,
         max_items: int | None = None,
         window_each_flush: bool = False,
+        spacing: float = 0.0,
         name: str = "coalescer",
     ) -> None:
-        if window < 0:
-            raise ValueError("window must be >= 0")
+        if window < 0 or spacing < 0:
+            raise ValueError("window and spacing must be >= 0")
+        if window and spacing:
+            raise ValueError("a coalescer has a window or a spacing, not both")
         if max_items is not None and max_items < 1:
             raise ValueError("max_items must be >= 1")
         self._flush = flush
         self._window = window
         self._max = max_items
-        self._rewindow = window_each_flush
+        self._rewindow = window_each_flush or spacing > 0
+        self._spacing = spacing
         self._lanes: dict[K, _Lane[T, R]] = {}
         self._runners = TaskSet(name)
         self._closed = False
@@ -99,7 +107,16 @@ class Coalescer(Generic[K, T, R]):
         return results[start : start + len(items)]
 
     async def _wait_window(self, state: _Lane[T, R]) -> None:
-        if not self._window or state.full.is_set():
+        if state.full.is_set():
+            return
+        if self._spacing:
+            delay = state.last + self._spacing - asyncio.get_running_loop().time()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await state.full.wait()
+            return
+        if not self._window:
             return
         if self._max is None:
             # Nothing but kick() can close it early, and a plain sleep is the cheapest wait
@@ -119,6 +136,7 @@ class Coalescer(Generic[K, T, R]):
                 state.items, state.due = [], None
                 state.full.clear()
                 assert current is not None
+                state.last = asyncio.get_running_loop().time()
                 self.flushes += 1
                 self.in_flush += len(items)
                 try:

@@ -73,7 +73,8 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     # The host with the most found goes first when --max-rate makes requests wait.
     hq = slot.hq
     res = await engine.fetch_page(
-        task.url, priority=scheduling.request_priority(len(hq.tasks), hq.taken)
+        task.url,
+        priority=scheduling.request_priority(len(hq.tasks), hq.taken, borrowed=task.lease != 0),
     )
     pset = engine.settings.politeness
     gap = politeness.next_gap(pset, hq.polite.robots_delay, res.elapsed)

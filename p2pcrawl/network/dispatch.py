@@ -76,7 +76,7 @@ class Dispatcher:
         intake: Callable[[list[Task]], Awaitable[object]],
         backup: Callable[[PeerRef, list[Task]], Awaitable[object]] | None = None,
         batch: int = 256,
-        flush_s: float = 0.05,
+        flush_s: float = 0.2,
     ) -> None:
         self.node = node
         self.replicas = replicas
@@ -86,14 +86,14 @@ class Dispatcher:
         self.batch = batch
         self.flush_s = flush_s
         self._owners: dict[bytes, PeerRef] = {}
-        # One outbox per owner: links for it gather for ``flush_s`` (or until ``batch`` wait)
-        # and leave as one STORE_TASK; each flush answers, per task, the retry that carries
-        # it on if the owner refused or did not answer.
+        # One outbox per owner: a link for an owner not written to for ``flush_s`` leaves at
+        # once; otherwise links gather until then (or until ``batch`` wait) and leave as one
+        # STORE_TASK. Each flush answers, per task, the retry that carries it on if the
+        # owner refused or did not answer.
         self._outboxes: Coalescer[PeerRef, _Item, asyncio.Task[None] | None] = Coalescer(
             self._send,
-            window=flush_s,
+            spacing=flush_s,
             max_items=batch,
-            window_each_flush=True,
             name="dispatch",
         )
         # Re-routes outlive the call that started them, as the outbox's flushes do.

@@ -40,12 +40,12 @@ log = logging.getLogger(__name__)
 
 FOLLOW_PAGE = 2000  # tasks read from the store per round trip when a key is re-replicated
 FOLLOW_KEYS = 64  # keys re-replicated at once: their copies share STORE_BACKUPs
-# Copies of this peer's own keys wait this long for company: a peer finishes a page every
-# 30-60 ms at its cap, and each page's new same-host links used to cost one STORE_BACKUP per
-# replica on their own (more than STORE_TASK and DELETE_BACKUP together, at 8 peers).
-COPY_WINDOW_S = 0.05
+# Copies of this peer's own keys go to a replica at most this often: a peer finishes a page
+# every 30-60 ms at its cap, and each page's new same-host links used to cost one STORE_BACKUP
+# per replica on their own (more than STORE_TASK and DELETE_BACKUP together, at 8 peers).
+COPY_SPACING_S = 0.2
 # The same for telling replicas that pages are finished (each page's worker waits for it).
-DELETE_WINDOW_S = 0.05
+DELETE_SPACING_S = 0.2
 MAX_HOLDERS = 8  # peers remembered per key as possibly holding copies
 RETRY_S = 1.0  # wait before re-replicating keys a replica missed
 
@@ -68,11 +68,11 @@ class Replication:
         self.ledger = ledger
         self.backups = backups
         self._deletes: Coalescer[PeerRef, tuple[bytes, int], None] = Coalescer(
-            self._send_deletes, window=DELETE_WINDOW_S, max_items=2000, name="delete-backup"
+            self._send_deletes, spacing=DELETE_SPACING_S, max_items=2000, name="delete-backup"
         )
         # Copies of our own keys, one lane per replica: (key, tasks, done fingerprints) each.
         self._copies: Coalescer[PeerRef, _KeyCopy, bool] = Coalescer(
-            self._send_copies, window=COPY_WINDOW_S, max_items=256, name="store-backup"
+            self._send_copies, spacing=COPY_SPACING_S, max_items=256, name="store-backup"
         )
         # Per owned key: the replica set it was last brought up to date with, and every peer
         # it was copied to since (they may hold copies until told the work is done).

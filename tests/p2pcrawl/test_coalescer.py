@@ -128,3 +128,20 @@ async def test_aclose_cancels_what_does_not_flush_in_time() -> None:
     with pytest.raises(asyncio.CancelledError):
         await stuck
     assert co.pending == 0
+
+
+async def test_spaced_flushes_go_at_once_when_quiet_and_batch_under_load() -> None:
+    """With a spacing, the first item of a quiet lane does not wait for company; what
+    arrives while the lane is spaced goes out in one flush, no sooner than the spacing."""
+    store = Store()
+    gc = Coalescer[str | None, int, int](store.flush, spacing=60.0, max_items=3)
+    assert await asyncio.wait_for(gc.submit("a", [1]), 5) == [2]  # not held for 60 s
+    assert await asyncio.wait_for(gc.submit("b", [1]), 5) == [2]  # lanes are spaced apart
+    spaced = [asyncio.ensure_future(gc.submit("a", [i])) for i in (2, 3)]
+    await asyncio.sleep(0.05)
+    assert store.flushes == [[1], [1]]  # held: lane "a" flushed less than 60 s ago
+    kicked = asyncio.ensure_future(gc.submit("a", [4]))  # the third item fills the batch
+    assert [await f for f in (*spaced, kicked)] == [[4], [6], [8]]
+    assert store.flushes == [[1], [1], [2, 3, 4]]
+    with pytest.raises(ValueError, match="not both"):
+        Coalescer[str | None, int, int](store.flush, window=0.1, spacing=0.1)

@@ -219,6 +219,9 @@ def test_the_pacer_serves_a_servers_first_page_then_the_server_with_most_found()
     # The frontier's longest-first rank agrees, counted before the request took its URL.
     assert long_drained == -found(2, 79) and short == -found(6, 1)
     assert found(1, 0) == math.inf
+    # A borrowed server goes first as a root does: its owner is behind, and its borrower
+    # saw only what it was lent.
+    assert request_priority(queued=0, taken=3, borrowed=True) < long_drained
 
 
 def test_equal_servers_tie_break_by_arrival() -> None:
