@@ -80,8 +80,9 @@ class Coalescer(Generic[K, T, R]):
         """Items waiting for their flush, and items in a flush under way."""
         return sum(len(lane.items) for lane in self._lanes.values()) + self.in_flush
 
-    async def submit(self, lane: K, items: Sequence[T]) -> list[R]:
-        """The results for ``items``, once the flush carrying them returned; its error if not."""
+    async def submit(self, lane: K, items: Sequence[T], *, urgent: bool = False) -> list[R]:
+        """The results for ``items``, once the flush carrying them returned; its error if not.
+        ``urgent`` items close the lane's window or spacing: they go in the next flush."""
         if self._closed:
             raise RuntimeError("Coalescer is closed")
         if not items:
@@ -96,7 +97,7 @@ class Coalescer(Generic[K, T, R]):
             # Every caller may have been cancelled by the time it fails: nobody else reads it.
             state.due.add_done_callback(_consume)
         due = state.due
-        if self._max is not None and len(state.items) >= self._max:
+        if urgent or (self._max is not None and len(state.items) >= self._max):
             state.full.set()
         if state.runner is None:
             state.runner = self._runners.spawn(self._run(lane, state), "flush")

@@ -52,8 +52,10 @@ MAX_REFUSED_HOSTS_NOTED = 1000
 
 
 class Router(Protocol):
-    async def route(self, tasks: list[Task]) -> None:
-        """Hand newly discovered tasks to their owners (durably accepted on return)."""
+    async def route(self, tasks: list[Task], *, urgent: bytes | None = None) -> None:
+        """Hand newly discovered tasks to their owners (durably accepted on return).
+        Tasks of the key ``urgent`` should not wait for company: a host fetched here on
+        loan waits for its own links to reach its owner."""
 
 
 class Engine:
@@ -447,6 +449,6 @@ class LocalRouter:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    async def route(self, tasks: list[Task]) -> None:
+    async def route(self, tasks: list[Task], *, urgent: bytes | None = None) -> None:
         if await self.engine.ledger.accept(tasks):
             self.engine.wake()

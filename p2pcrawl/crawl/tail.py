@@ -35,7 +35,9 @@ async def page_tail(engine: Engine, task: Task, res: FetchResult) -> None:
         engine.stats.non_html += 1
     if fresh:
         engine.stats.urls_discovered += len(fresh)
-        await engine.router.route(fresh)
+        # A page fetched on loan: its host's owner is another peer, and the host's next
+        # pages wait for these links to reach it.
+        await engine.router.route(fresh, urgent=task.key if task.lease else None)
     if archived is not None:
         await archived
     await engine.finish([task])

@@ -144,9 +144,15 @@ class Dispatcher:
         return self._outboxes.in_flush
 
     async def route(
-        self, tasks: list[Task], *, attempt: int = 0, first_try: float | None = None
+        self,
+        tasks: list[Task],
+        *,
+        attempt: int = 0,
+        first_try: float | None = None,
+        urgent: bytes | None = None,
     ) -> None:
-        """Returns once every task is durably accepted by its owner (or, in the end, here)."""
+        """Returns once every task is durably accepted by its owner (or, in the end, here).
+        A batch holding a task of the key ``urgent`` leaves without waiting for its spacing."""
         if not tasks:
             return
         groups: dict[PeerRef, list[Task]] = defaultdict(list)
@@ -160,11 +166,15 @@ class Dispatcher:
             waits.append(self.intake(local))
         started = time.monotonic() if first_try is None else first_try
         for owner, ts in groups.items():
-            waits.append(self._to_owner(owner, [_Item(t, attempt, started) for t in ts]))
+            items = [_Item(t, attempt, started) for t in ts]
+            hurry = urgent is not None and any(t.key == urgent for t in ts)
+            waits.append(self._to_owner(owner, items, hurry))
         await asyncio.gather(*waits)
 
-    async def _to_owner(self, owner: PeerRef, items: list[_Item]) -> None:
-        retries = {r for r in await self._outboxes.submit(owner, items) if r is not None}
+    async def _to_owner(self, owner: PeerRef, items: list[_Item], urgent: bool = False) -> None:
+        retries = {
+            r for r in await self._outboxes.submit(owner, items, urgent=urgent) if r is not None
+        }
         if retries:
             # shield: like the outbox's flush, a re-route goes on if this caller is cancelled.
             await asyncio.gather(*(asyncio.shield(r) for r in retries))

@@ -143,5 +143,12 @@ async def test_spaced_flushes_go_at_once_when_quiet_and_batch_under_load() -> No
     kicked = asyncio.ensure_future(gc.submit("a", [4]))  # the third item fills the batch
     assert [await f for f in (*spaced, kicked)] == [[4], [6], [8]]
     assert store.flushes == [[1], [1], [2, 3, 4]]
+    # An urgent item does not wait out the spacing, and takes what waits along.
+    held = asyncio.ensure_future(gc.submit("a", [5]))
+    await asyncio.sleep(0.05)
+    assert not held.done()
+    assert await asyncio.wait_for(gc.submit("a", [6], urgent=True), 5) == [12]
+    assert await held == [10]
+    assert store.flushes[-1] == [5, 6]
     with pytest.raises(ValueError, match="not both"):
         Coalescer[str | None, int, int](store.flush, window=0.1, spacing=0.1)
