@@ -421,7 +421,7 @@ class PeerSettings:
         group=_NET,
     )
     dispatch_batch: int = option(256, "tasks per routed batch", min=1, max=1_000_000, flag=False)
-    dispatch_flush_s: float = option(1.0, "seconds a batch may wait", gt=0, max=60, flag=False)
+    dispatch_flush_s: float = option(0.2, "seconds a batch may wait", gt=0, max=60, flag=False)
     handoff_timeout: float = option(30.0, "seconds for a hand-off", gt=0, max=DAY, flag=False)
     # A new ID takes over hosts only after it has been live this long (docs/security.md):
     # about one liveness round, so a node that shows up next to a busy key and vanishes
