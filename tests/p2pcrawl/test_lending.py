@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from p2pcrawl.crawl import Task, urls
+from p2pcrawl.crawl.engine import TAILS_PER_FETCH
 from p2pcrawl.network import Peer, PeerConfig
 from p2pcrawl.network.borrower import MAX_UNSETTLED
 from p2pcrawl.network.identity import save_identity
@@ -319,9 +320,13 @@ async def test_a_lender_restarted_on_a_new_port_ends_the_loan(
         assert not missing
         assert not loans and other.engine is not None and other.engine.borrowed == 0
         # What was under way when the owner died, and each loan's pages not yet recorded,
-        # may be fetched twice; no more.
+        # may be fetched twice; no more. Under way at the owner (concurrency 2): its
+        # fetches, and its pages in their tails, whose finish waits for their links and
+        # their replicas (up to TAILS_PER_FETCH per fetch slot). Counting the fetches
+        # alone, the bound failed about 1 run in 7 to 10 (7 duplicates against 6).
+        under_way = (1 + TAILS_PER_FETCH) * 2
         assert loans_at_crash >= 1
-        assert sum(n - 1 for n in again.values()) <= 2 + MAX_UNSETTLED * loans_at_crash
+        assert sum(n - 1 for n in again.values()) <= under_way + MAX_UNSETTLED * loans_at_crash
     finally:
         await other.aclose()
         if restarted is not None:
