@@ -82,7 +82,8 @@ class Coalescer(Generic[K, T, R]):
 
     async def submit(self, lane: K, items: Sequence[T], *, urgent: bool = False) -> list[R]:
         """The results for ``items``, once the flush carrying them returned; its error if not.
-        ``urgent`` items close the lane's window or spacing: they go in the next flush."""
+        ``urgent`` items close the lane's spacing, or the window of a coalescer with
+        ``max_items`` (a window without it is a plain sleep): they go in the next flush."""
         if self._closed:
             raise RuntimeError("Coalescer is closed")
         if not items:
@@ -112,20 +113,17 @@ class Coalescer(Generic[K, T, R]):
             return
         if self._spacing:
             delay = state.last + self._spacing - asyncio.get_running_loop().time()
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay):
-                        await state.full.wait()
+        else:
+            delay = self._window
+        if delay <= 0:
             return
-        if not self._window:
-            return
-        if self._max is None:
-            # Nothing but kick() can close it early, and a plain sleep is the cheapest wait
-            # on a path taken once per flush of every page (the ledger's).
-            await asyncio.sleep(self._window)
+        if self._max is None and not self._spacing:
+            # Only kick() or an urgent item could close it early, and a plain sleep is the
+            # cheapest wait on a path taken once per flush of every page (the ledger's).
+            await asyncio.sleep(delay)
             return
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self._window):
+            async with asyncio.timeout(delay):
                 await state.full.wait()
 
     async def _run(self, lane: K, state: _Lane[T, R]) -> None:

@@ -31,7 +31,7 @@ class RobotsGate:
         settings: CrawlSettings,
         fetcher: Fetcher,
         stats: CrawlStats,
-        pacer: Pacer | None = None,
+        pacer: Pacer,
     ) -> None:
         self.settings = settings
         self.fetcher = fetcher
@@ -62,7 +62,7 @@ class RobotsGate:
         for _ in range(ROBOTS_MAX_REDIRECTS + 1):
             res = await self.fetcher.fetch(url, max_body=MAX_ROBOTS_BYTES)
             elapsed += res.elapsed
-            if self.pacer is not None and self.pacer.enabled and res.status:
+            if self.pacer.enabled and res.status:
                 self.pacer.count(response_on_wire(len(res.body), res.headers))
             if res.is_redirect and res.location:
                 nxt = urls.resolve(url, res.location)
