@@ -163,3 +163,19 @@ async def wait_idle(
         if now > deadline:
             raise AssertionError(f"crawl not idle after {timeout} s: {st}")
         await asyncio.sleep(0.1)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n`` (pyproject.toml's addopts), every test is its own unit of work except
+    the multi-process integration tests, which form one unit: one worker runs them one at a
+    time. Each starts a cluster of peer processes with failure detection tuned short, and
+    two such clusters at once on two cores would test the machine rather than the crawler.
+    (xdist's own ``--dist loadgroup`` marks do not take effect with pytest 9.2.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneClusterAtATime(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "integration" if nodeid.startswith("tests/integration/") else nodeid
+
+    return OneClusterAtATime(config, log)
