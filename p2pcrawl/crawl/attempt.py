@@ -74,7 +74,12 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     hq = slot.hq
     res = await engine.fetch_page(
         task.url,
-        priority=scheduling.request_priority(len(hq.tasks), hq.taken, borrowed=task.lease != 0),
+        priority=scheduling.request_priority(
+            len(hq.tasks),
+            hq.taken,
+            borrowed=task.lease != 0,
+            leading=engine.frontier.leader is hq,
+        ),
     )
     pset = engine.settings.politeness
     gap = politeness.next_gap(pset, hq.polite.robots_delay, res.elapsed)

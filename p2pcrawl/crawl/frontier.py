@@ -130,6 +130,10 @@ class Frontier:
         self._size = 0
         self._waiters: list[asyncio.Future[None]] = []
         self._closed = False
+        # The explored host with the most found, kept until another explored host has more
+        # or it has nothing left here: its chain goes ahead of the roots being explored
+        # (scheduling.request_priority). One host only, so exploring still has the link.
+        self.leader: HostQueue | None = None
 
     def __len__(self) -> int:
         return self._size
@@ -184,7 +188,26 @@ class Frontier:
             next_qualities=nxt,
             requests_per_connection=REQUESTS_PER_CONNECTION,
             taken=hq.taken,
+            leading=self._leads(hq),
         )
+
+    def _leads(self, hq: HostQueue) -> bool:
+        """Whether ``hq`` is (now) the :attr:`leader`: explored, and with more found than
+        the leader, or the leader has nothing left here."""
+        if not hq.taken:
+            return False
+        lead = self.leader
+        if (
+            lead is not None
+            and lead is not hq
+            and not lead.removed
+            and (lead.tasks or lead.polite.busy)
+            and scheduling.found(len(lead.tasks), lead.taken)
+            >= scheduling.found(len(hq.tasks), hq.taken)
+        ):
+            return False
+        self.leader = hq
+        return True
 
     def _schedule(self, hq: HostQueue, now: float) -> None:
         if not hq.tasks or hq.removed:
@@ -326,6 +349,8 @@ class Frontier:
         hq.tasks = []
         hq.polite.busy = True
         hq.reserved = None
+        if self.leader is hq:
+            self.leader = None  # busy while lent, it would lead with nothing fetched here
         return out
 
     def reserve(self, hq: HostQueue) -> asyncio.Future[None]:

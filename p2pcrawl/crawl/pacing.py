@@ -5,10 +5,11 @@ response (and every RPC reply) waits behind a few hundred milliseconds of other 
 host fetched one request at a time then moves at a few pages a second however idle the
 server, and a crawl's last minutes are exactly such hosts. Pacing request starts a little
 below the link's rate keeps that queue empty and moves the waiting into the crawler, where
-it can choose who goes first: a host's first page (one request tells how long the host
-is), then the host with the most pages found, since a crawl ends no sooner than its longest
-serial chain (Graham's longest-processing-time rule for makespan; the key is
-``scheduling.request_priority``).
+it can choose who goes first: the leading host (the explored one with most pages found
+here, so one long chain keeps going while the roots are explored), then a host's first page
+(one request tells how long the host is), then the host with the most pages found, since a
+crawl ends no sooner than its longest serial chain (Graham's longest-processing-time rule
+for makespan; the key is ``scheduling.request_priority``).
 
 A token bucket of bytes: a request starts once the bucket is not in debt, and takes the
 mean page size out of it; when its body has arrived the difference to its real size is

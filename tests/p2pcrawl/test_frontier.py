@@ -127,6 +127,14 @@ def test_longest_first_reranks_a_host_whose_queue_grows_while_it_waits() -> None
     """Found one link at a time, the long host was scheduled with one queued URL, ranked
     with the short ones; by its turn it has the longest queue, and goes first."""
     f, clock = make("longest-first")
+    # An explored host with more found than any here leads (it goes before the roots);
+    # kept out of the way by a request under way to it.
+    for i in range(100):
+        f.push("lead", task(f"http://lead/{i}"))
+    first, _ = take(f)
+    f.release(first, response_time=0.0, gap=0.0)
+    lead, _ = take(f)
+    assert lead is first and f.leader is first
     for host in ("long", "a", "b", "c"):
         for i in range(2 if host == "long" else 4):
             f.push(host, task(f"http://{host}/{i}"))
@@ -152,7 +160,7 @@ def test_longest_first_reranks_a_host_whose_queue_grows_while_it_waits() -> None
         f.release(f.host(host), response_time=0.0, gap=1.0)
     clock.now += 1.0  # out of the waiting heap, ranked afresh: 10 queued + 2 taken
     assert f.acquire_nowait() is f.host("long")
-    assert len(f) == 10 + 3 * 2
+    assert len(f) == 10 + 3 * 2 + 98
 
 
 def test_a_root_put_back_behind_robots_txt_keeps_its_host_unexplored() -> None:
@@ -163,7 +171,13 @@ def test_a_root_put_back_behind_robots_txt_keeps_its_host_unexplored() -> None:
     for i in range(6):
         f.push("long", task(f"http://long/{i}"))
     hq, _ = take(f)
-    f.release(hq, response_time=0.0, gap=0.0)  # fetched: 5 queued + 1 taken
+    f.release(hq, response_time=0.0, gap=0.0)
+    take(f)  # the leader, a request under way to it
+    for i in range(3):
+        f.push("short", task(f"http://short/{i}"))
+    hq, _ = take(f)
+    f.release(hq, response_time=0.0, gap=0.0)  # fetched: 2 queued + 1 taken
+    assert f.leader is f.host("long")
     f.push("new", task("http://new/"))
     slot = HostSlot(f, f.acquire_nowait() or pytest.fail("no host ready"))
     assert slot.host == "new"
@@ -326,3 +340,30 @@ async def test_an_unreserved_host_is_crawled_again() -> None:
     f.unreserve(hq)
     f.release(hq, response_time=0.01, gap=0.0)
     assert f.acquire_nowait() is hq
+
+
+def test_the_explored_host_with_most_found_leads_ahead_of_the_roots() -> None:
+    """While a peer explores the roots it was sent, one long host's chain keeps going: the
+    explored host with most found goes before the hosts never fetched from, until another
+    explored host has found more or it has nothing left."""
+    f, _ = make("longest-first")
+    for i in range(6):
+        f.push("long", task(f"http://long/{i}"))
+    hq, _ = take(f)
+    f.release(hq, response_time=0.0, gap=0.0)
+    for root in ("r1", "r2"):
+        f.push(root, task(f"http://{root}/"))
+    hq, _ = take(f)
+    assert hq.host == "long" and f.leader is hq
+    hq, _ = take(f)
+    assert hq.host == "r1"  # while a request to the leader is under way, the roots go
+    for i in range(1, 30):
+        f.push("r1", task(f"http://r1/{i}"))
+    f.release(hq, response_time=0.0, gap=0.0)  # 29 queued + 1 taken: more than "long"
+    assert f.leader is f.host("r1")
+    hq, _ = take(f)
+    assert hq.host == "r1"
+    f.release(hq, response_time=0.0, gap=0.0)
+    # A leader that is lent out leads no more: busy while lent, it fetches nothing here.
+    f.lend_host(f.host("r1"))
+    assert f.leader is None

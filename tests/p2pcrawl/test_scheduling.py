@@ -17,6 +17,7 @@ from p2pcrawl.crawl.scheduling import (
     found,
     host_key,
     pages_per_second,
+    rank_of,
     request_priority,
     url_key,
     url_quality,
@@ -35,6 +36,7 @@ class Server:
     est: ServerEstimate
     depths: Sequence[int] = field(default_factory=lambda: [1] * 10)
     taken: int = 0
+    leading: bool = False
 
 
 def fast() -> ServerEstimate:
@@ -58,6 +60,7 @@ def order(policy: str, servers: Sequence[Server], rpc: int = RPC) -> list[str]:
             next_qualities=[url_quality(s.depths[i]) for i in urls],
             requests_per_connection=rpc,
             taken=s.taken,
+            leading=s.leading,
         )
 
     return [s.name for s in sorted(servers, key=key)]
@@ -222,6 +225,18 @@ def test_the_pacer_serves_a_servers_first_page_then_the_server_with_most_found()
     # A borrowed server goes first as a root does: its owner is behind, and its borrower
     # saw only what it was lent.
     assert request_priority(queued=0, taken=3, borrowed=True) < long_drained
+    # The leading server (Frontier.leader) goes even before a root: while the roots are
+    # explored, one long server's chain keeps going.
+    assert request_priority(queued=0, taken=3, leading=True) < root
+    assert rank_of(found(1, 0)) == root and root > -math.inf
+
+
+def test_longest_first_puts_the_leading_server_before_the_roots() -> None:
+    root = Server("root", 0, fast(), [0])
+    short = Server("short", 1, fast(), [0] * 3, taken=2)
+    assert order("longest-first", [root, short]) == ["root", "short"]
+    short.leading = True
+    assert order("longest-first", [root, short]) == ["short", "root"]
 
 
 def test_equal_servers_tie_break_by_arrival() -> None:
