@@ -47,6 +47,9 @@ class ClusterWeb:
         # they are crawled, they bound how soon a crawl can end however many peers it has.
         self.tracked = set(sorted(range(zweb.hosts), key=lambda i: -zweb.pages[i])[:TRACKED])
         self.spans: dict[int, list[float]] = {}
+        # Each client's (peer's) last page request: how far apart the peers ran dry, and
+        # how long after the last page the run was seen finished.
+        self.last_by_client: dict[str, float] = {}
         self.t0 = time.monotonic()
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -65,8 +68,9 @@ class ClusterWeb:
             self.robots += 1
             return web.Response(status=404)
         self.requests[f"{host}{path}"] += 1
+        now = time.monotonic() - self.t0
+        self.last_by_client[request.remote or ""] = now
         if index in self.tracked:
-            now = time.monotonic() - self.t0
             self.spans.setdefault(index, [now, now])[1] = now
         page = 0 if path == "/" else _page_number(path)
         if page is None or page >= self.web.pages[index]:
@@ -92,6 +96,7 @@ class ClusterWeb:
             self.requests.clear()
             self.robots = self.bytes_sent = 0
             self.spans.clear()
+            self.last_by_client.clear()
             self.t0 = time.monotonic()
             return web.Response(text="{}", content_type="application/json")
         doc = {
@@ -104,6 +109,8 @@ class ClusterWeb:
                 [self.web.pages[i], round(a, 2), round(b, 2)]
                 for i, (a, b) in sorted(self.spans.items(), key=lambda kv: -self.web.pages[kv[0]])
             ],
+            # each peer's last page request (s after the reset), earliest first
+            "last_requests": sorted(round(t, 2) for t in self.last_by_client.values()),
         }
         return web.Response(text=json.dumps(doc), content_type="application/json")
 

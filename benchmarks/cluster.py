@@ -197,6 +197,9 @@ class RunResult:
     # [pages, first request s, last request s] of the web's largest hosts, largest first:
     # each is fetched one request at a time, so the crawl lasts at least its span
     largest: list[list[float]] = field(default_factory=list)
+    # Each peer's last page request (s after the seed), earliest first: the crawl's
+    # fetching ended at the last; the spread is the time peers sat out of work at the end.
+    last_requests: list[float] = field(default_factory=list)
 
     @property
     def busiest(self) -> float:
@@ -298,6 +301,7 @@ class Runner:
             result.pages, result.web_bytes = stats["unique"], stats["bytes"]
             result.duplicates = stats["requests"] - stats["unique"]
             result.largest = stats.get("largest", [])
+            result.last_requests = stats.get("last_requests", [])
             weights: dict[str, int] = {}
             lat_sum: dict[str, float] = {}
             for a in addrs:
@@ -427,7 +431,8 @@ def report_run(r: int, res: RunResult) -> None:
         f"{res.duplicates} duplicates, pages per peer {res.per_peer_pages} "
         f"(busiest/mean {res.busiest:.2f}; key space max/mean {res.key_space:.2f}); "
         f"lent {res.lent}; RPCs unanswered {dict(res.rpc_failed) or 0}, mean reply ms "
-        f"{res.rpc_latency_ms}; largest hosts [pages, first, last request s] {res.largest}"
+        f"{res.rpc_latency_ms}; largest hosts [pages, first, last request s] {res.largest}; "
+        f"peers' last page requests at {res.last_requests} s"
         f"{'' if res.settled else '; UNSETTLED'}",
         flush=True,
     )
@@ -468,6 +473,10 @@ def summarise(
         out["speedup_bound"][str(n)] = med([n / r.busiest for r in rs if r.busiest])
         if all(r.largest for r in rs):
             out.setdefault("largest_host_last_s", {})[str(n)] = med([r.largest[0][2] for r in rs])
+        if all(r.last_requests for r in rs):
+            ends = [r.last_requests for r in rs]
+            out.setdefault("last_request_s", {})[str(n)] = med([e[-1] for e in ends])
+            out.setdefault("end_spread_s", {})[str(n)] = med([e[-1] - e[0] for e in ends])
         out.setdefault("wall_s", {})[str(n)] = med([r.wall_s for r in rs])
         out.setdefault("rpcs_unanswered_per_page", {})[str(n)] = med(
             [sum(r.rpc_failed.values()) / max(r.pages, 1) for r in rs]
