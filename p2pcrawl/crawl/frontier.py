@@ -189,6 +189,7 @@ class Frontier:
             requests_per_connection=REQUESTS_PER_CONNECTION,
             taken=hq.taken,
             leading=self._leads(hq),
+            borrowed=bool(hq.tasks) and hq.tasks[0][1].lease != 0,
         )
 
     def _leads(self, hq: HostQueue) -> bool:

@@ -367,3 +367,14 @@ def test_the_explored_host_with_most_found_leads_ahead_of_the_roots() -> None:
     # A leader that is lent out leads no more: busy while lent, it fetches nothing here.
     f.lend_host(f.host("r1"))
     assert f.leader is None
+
+
+def test_a_borrowed_hosts_queue_goes_before_the_borrowers_own_roots() -> None:
+    f, _ = make("longest-first")
+    for root in ("r1", "r2", "r3"):
+        f.push(root, task(f"http://{root}/"))
+    lent = task("http://lent/p1")
+    lent.lease = 7
+    f.push("lent", lent)
+    hq, t = take(f)
+    assert hq.host == "lent" and t is lent

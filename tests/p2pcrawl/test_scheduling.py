@@ -239,6 +239,43 @@ def test_longest_first_puts_the_leading_server_before_the_roots() -> None:
     assert order("longest-first", [root, short]) == ["short", "root"]
 
 
+def test_a_borrowed_server_goes_first_under_every_policy() -> None:
+    """Its owner is behind, and cannot fetch it while it is lent: ranked as a server never
+    fetched from, it waited behind every root its borrower was exploring."""
+    for policy in POLICIES:
+        key = {
+            borrowed: host_key(
+                policy,
+                arrival_seq=9,
+                est=slow(),
+                queued=1,
+                next_qualities=[url_quality(9)],
+                requests_per_connection=RPC,
+                borrowed=borrowed,
+            )
+            for borrowed in (False, True)
+        }
+        root = host_key(
+            policy,
+            arrival_seq=0,
+            est=fast(),
+            queued=1,
+            next_qualities=[url_quality(0)],
+            requests_per_connection=RPC,
+        )
+        assert key[True] < root < key[False], policy
+    with pytest.raises(ValueError):
+        host_key(
+            "random",
+            arrival_seq=0,
+            est=fast(),
+            queued=1,
+            next_qualities=[1.0],
+            requests_per_connection=RPC,
+            borrowed=True,
+        )
+
+
 def test_equal_servers_tie_break_by_arrival() -> None:
     for policy in POLICIES:
         servers = [Server("later", 5, fast()), Server("earlier", 2, fast())]
