@@ -71,6 +71,11 @@ class HostQueue:
     def __len__(self) -> int:
         return len(self.tasks)
 
+    @property
+    def borrowed(self) -> bool:
+        """Its queue was lent to this peer by the host's owner (a host is lent whole)."""
+        return bool(self.tasks) and self.tasks[0][1].lease != 0
+
 
 class HostSlot:
     """A ready host taken from the frontier by :meth:`Frontier.slot`.
@@ -189,7 +194,7 @@ class Frontier:
             requests_per_connection=REQUESTS_PER_CONNECTION,
             taken=hq.taken,
             leading=self._leads(hq),
-            borrowed=bool(hq.tasks) and hq.tasks[0][1].lease != 0,
+            borrowed=hq.borrowed,
         )
 
     def _leads(self, hq: HostQueue) -> bool:

@@ -151,7 +151,7 @@ class Lender:
         return (
             len(hq.tasks) >= least
             and not hq.removed
-            and not hq.tasks[0][1].lease  # borrowed: lending it on would loop
+            and not hq.borrowed  # lending it on would loop
             and hq.tasks[0][1].key not in engine.refill.excluded_keys
         )
 
