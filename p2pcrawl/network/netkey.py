@@ -72,7 +72,7 @@ def decide_key(
             f"(the founding peer printed it and keeps it in its DATA/{KEY_FILE}), or --open "
             "to run without one (anyone who can reach the port can then steer the crawl)"
         )
-    key = secrets.token_urlsafe(24)
+    key = new_key()
     data_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -80,6 +80,16 @@ def decide_key(
         f.write(key + "\n")
     os.replace(tmp, path)
     return KeyDecision(key, generated=True, stored=True)
+
+
+def new_key() -> str:
+    """A fresh network key, 192 random bits. Never one that starts with "-": the join
+    command passes it as ``--secret KEY``, where it would read as an option (one key in 64
+    did, and its join command failed with "--secret: expected one argument")."""
+    while True:
+        key = secrets.token_urlsafe(24)
+        if not key.startswith("-"):
+            return key
 
 
 def _read(path: Path) -> str:
@@ -99,7 +109,10 @@ def join_command(listen_host: str, port: int, secret: str) -> str:
         host = _outward_address() or socket.gethostname()
     if ":" in host:
         host = f"[{host}]"
-    return f"p2pcrawl join --bootstrap {host}:{port} --listen 0.0.0.0:{port} --secret {secret}"
+    # A key of one's own (or one generated before new_key) may start with "-": after "=" it
+    # cannot read as an option.
+    key = f"={secret}" if secret.startswith("-") else f" {secret}"
+    return f"p2pcrawl join --bootstrap {host}:{port} --listen 0.0.0.0:{port} --secret{key}"
 
 
 def _is_ip(host: str) -> bool:

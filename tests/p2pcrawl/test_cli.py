@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 from collections import Counter
@@ -25,6 +26,7 @@ import pytest
 
 from p2pcrawl import __version__
 from p2pcrawl.archive import read_warc_urls
+from p2pcrawl.network.netkey import join_command, new_key
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from p2pcrawl.testing import TestWeb, TestWebConfig
 from p2pcrawl.ui import main
@@ -251,6 +253,18 @@ def test_flags_become_settings() -> None:
     assert crawl.scope.max_pages == 10 and crawl.scope.max_depth == 0
     assert crawl.effective_user_agent() == "Bot/1.0"
     assert peer.partition == "url" and peer.replicas == 0 and peer.secret == "s3cret"
+
+
+@pytest.mark.parametrize("key", ["-Ab3_x", "Ab3-x_", None])
+def test_the_printed_join_command_parses_with_its_key(key: str | None) -> None:
+    """The founder prints a command to paste on the next machine: it must parse, with the
+    key intact, whatever the key looks like. A generated key (``None`` here) never starts
+    with "-"; one that does is passed as ``--secret=KEY``."""
+    assert not any(new_key().startswith("-") for _ in range(2000))
+    secret = key if key is not None else new_key()
+    argv = shlex.split(join_command("127.0.0.1", 9000, secret))[1:]
+    _, peer = settings_from(merged(argv))
+    assert peer.secret == secret
 
 
 def test_config_file_sets_options_and_flags_override(tmp_path: Path) -> None:
