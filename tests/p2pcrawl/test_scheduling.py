@@ -37,6 +37,7 @@ class Server:
     depths: Sequence[int] = field(default_factory=lambda: [1] * 10)
     taken: int = 0
     leading: bool = False
+    borrowed: bool = False
 
 
 def fast() -> ServerEstimate:
@@ -61,6 +62,7 @@ def order(policy: str, servers: Sequence[Server], rpc: int = RPC) -> list[str]:
             requests_per_connection=rpc,
             taken=s.taken,
             leading=s.leading,
+            borrowed=s.borrowed,
         )
 
     return [s.name for s in sorted(servers, key=key)]
@@ -243,27 +245,11 @@ def test_a_borrowed_server_goes_first_under_every_policy() -> None:
     """Its owner is behind, and cannot fetch it while it is lent: ranked as a server never
     fetched from, it waited behind every root its borrower was exploring."""
     for policy in POLICIES:
-        key = {
-            borrowed: host_key(
-                policy,
-                arrival_seq=9,
-                est=slow(),
-                queued=1,
-                next_qualities=[url_quality(9)],
-                requests_per_connection=RPC,
-                borrowed=borrowed,
-            )
-            for borrowed in (False, True)
-        }
-        root = host_key(
-            policy,
-            arrival_seq=0,
-            est=fast(),
-            queued=1,
-            next_qualities=[url_quality(0)],
-            requests_per_connection=RPC,
-        )
-        assert key[True] < root < key[False], policy
+        root = Server("root", 0, fast(), [0])
+        lent = Server("lent", 9, slow(), [9])
+        assert order(policy, [root, lent]) == ["root", "lent"], policy
+        lent.borrowed = True
+        assert order(policy, [root, lent]) == ["lent", "root"], policy
 
 
 def test_equal_servers_tie_break_by_arrival() -> None:
