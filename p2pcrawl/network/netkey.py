@@ -111,8 +111,8 @@ def join_command(listen_host: str, port: int, secret: str) -> str:
         host = f"[{host}]"
     # A key of one's own (or one generated before new_key) may start with "-": after "=" it
     # cannot read as an option.
-    key = f"={secret}" if secret.startswith("-") else f" {secret}"
-    return f"p2pcrawl join --bootstrap {host}:{port} --listen 0.0.0.0:{port} --secret{key}"
+    secret_arg = f"--secret={secret}" if secret.startswith("-") else f"--secret {secret}"
+    return f"p2pcrawl join --bootstrap {host}:{port} --listen 0.0.0.0:{port} {secret_arg}"
 
 
 def _is_ip(host: str) -> bool:
