@@ -38,10 +38,11 @@ log = logging.getLogger(__name__)
 # A host with fewer queued tasks is not worth a lease (and a robots.txt fetch by the
 # borrower): the owner is about to finish it anyway.
 MIN_LEND = 4
-# To a borrower whose fetchers idle, smaller hosts are worth it: at a crawl's end the
-# busiest owner's queue is mostly hosts of one to three pages (cluster benchmark, 8 peers:
-# three peers ran dry 5-7 s before the last while two owners fetched such hosts alone).
-MIN_LEND_IDLE = 2
+# To a borrower whose fetchers idle, smaller hosts are worth it, down to one page: at a
+# crawl's end the busiest owners' queues are mostly hosts of one page each, their last
+# (cluster benchmark, 8 peers: three peers ran dry 2-3 s before the last while two owners
+# fetched a page each of a dozen hosts every half second).
+MIN_LEND_IDLE = 1
 # How long a LEND may wait for the request under way to the host it lends to end. Well
 # inside the borrower's RPC timeout (its resends of the request are not served twice).
 LEND_WAIT_S = 0.8
@@ -160,7 +161,11 @@ class Lender:
         narrows the gap between our backlog and the borrower's (``have``; 0 for an idle
         one) and leaves this peer enough of its own to keep its fetchers busy: among the
         hosts with no request under way, or (``busy``) among those with one, which
-        :meth:`_wait_for_request` lets end first."""
+        :meth:`_wait_for_request` lets end first. Never the frontier's leader: it goes
+        first here and has most of our link; on loan it shares the borrower's and waits
+        for our word every ``borrower.MAX_UNSETTLED`` pages (cluster benchmark, 8 peers: the
+        300-page host, lent at 19 s, went at 12 pages a second there against 26 here, and
+        ended the crawl)."""
         engine = self.peer.engine
         assert engine is not None
         # Keep enough to fill our own fetchers, and at least as much as the borrower will
@@ -179,6 +184,7 @@ class Lender:
                 and (best is None or len(hq.tasks) > len(best.tasks))
                 and self._worth_lending(hq, least)
                 and id(hq) not in lent  # busy because it is lent: its rest waits for that
+                and hq is not engine.frontier.leader
             ):
                 best = hq
         return best

@@ -8,13 +8,14 @@ The web's own request counts say what was fetched, and how often.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from p2pcrawl.crawl import Task, urls
+from p2pcrawl.crawl import HostQueue, Task, urls
 from p2pcrawl.crawl.engine import TAILS_PER_FETCH
 from p2pcrawl.network import Peer, PeerConfig
 from p2pcrawl.network.borrower import MAX_UNSETTLED
@@ -258,6 +259,78 @@ async def test_an_idle_peer_borrows_hosts_of_a_few_pages(
         borrowed = other.lending.borrower.borrowed_total
         assert 2 <= borrowed < len(web.ground_truth())
         assert owner.lending.lender.lent_total == borrowed
+    finally:
+        await other.aclose()
+        await owner.aclose()
+
+
+async def test_an_idle_peer_holds_a_loan_for_each_of_its_fetchers(
+    make_web: WebFactory, tmp_path: Path
+) -> None:
+    """A loan is one host, and at a crawl's end a busy owner's queue is mostly hosts of a
+    page or two: an idle peer takes as many loans at once as it has fetchers (it was held to
+    a quarter of them, two here), one-page hosts included, and still loses and repeats
+    nothing."""
+    web = await make_web(hosts=5, pages_per_host=20, features=False)
+    owner_id, other_id = ids_where_one_owns_all(host_keys(web))
+    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=1, delay=0.5)
+    other = await start_peer(
+        tmp_path, "other", other_id, web, concurrency=8, delay=0.5, bootstrap=(owner.me.addr,)
+    )
+    loans = other.lending.borrower.loans
+    most = 0
+
+    async def watch() -> None:
+        nonlocal most
+        while True:
+            most = max(most, len(loans))
+            await asyncio.sleep(0.005)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        assert owner.ledger is not None
+        await owner.seed([web.hub_url])
+        await all_finished(owner, other)
+        missing, again = fetched_once(web)
+        assert not missing and not again
+        assert owner.ledger.done_count == len(web.ground_truth())
+        assert most >= 3
+        assert owner.lending.lender.lent_total == other.lending.borrower.borrowed_total > 0
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await other.aclose()
+        await owner.aclose()
+
+
+async def test_the_leading_host_stays_with_its_owner(make_web: WebFactory, tmp_path: Path) -> None:
+    """The leader (the explored host with most found) goes first at its owner, whose link
+    it then has nearly to itself; on loan it shares the borrower's and waits on its owner's
+    word every few pages, so it is slower there. The owner lends its other hosts instead."""
+    web = await make_web(hosts=4, pages_per_host=60, features=False)
+    owner_id, other_id = ids_where_one_owns_all(host_keys(web))
+    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2)
+    other = await start_peer(
+        tmp_path, "other", other_id, web, concurrency=4, bootstrap=(owner.me.addr,)
+    )
+    assert owner.engine is not None and owner.ledger is not None
+    frontier = owner.engine.frontier
+    lent: list[tuple[str, bool]] = []  # (host, was it leading) for each host lent
+    lend_host = frontier.lend_host
+
+    def spy(hq: HostQueue) -> list[Task]:
+        lent.append((hq.host, hq is frontier.leader))
+        return lend_host(hq)
+
+    frontier.lend_host = spy  # type: ignore[method-assign]
+    try:
+        await owner.seed([web.hub_url])
+        await all_finished(owner, other)
+        missing, again = fetched_once(web)
+        assert not missing and not again
+        assert owner.ledger.done_count == len(web.ground_truth())
+        assert lent and not any(leading for _, leading in lent)
     finally:
         await other.aclose()
         await owner.aclose()
