@@ -6,7 +6,8 @@ addresses, and the ``Host`` header says which host is meant. Pages and links com
 ``_zipfweb.ZipfWeb``; each host answers after its own latency (``netem`` is not available, so
 the server adds it), drawn once per host. ``/robots.txt`` answers 404 (RFC 9309 §2.3.1.3: all
 allowed). On ``--control`` (an address outside 198.19/16), ``GET /stats`` gives request
-counts and ``POST /reset`` clears them between runs.
+counts, ``GET /requests`` every request since the last reset (s after it, host index, client
+address, path; at most ``MAX_LOG``), and ``POST /reset`` clears them between runs.
 
 Prints one JSON line when ready; stops on SIGTERM.
 """
@@ -26,6 +27,7 @@ from _zipfweb import ZipfWeb
 from aiohttp import web
 
 TRACKED = 3
+MAX_LOG = 1_000_000  # requests kept for GET /requests per run (about 100 MB at most)
 
 _PAD = (
     "<p>peer crawl host page link queue frontier owner node key hash ring table bucket "
@@ -50,6 +52,8 @@ class ClusterWeb:
         # Each client's (peer's) last page request: how far apart the peers ran dry, and
         # how long after the last page the run was seen finished.
         self.last_by_client: dict[str, float] = {}
+        # Every request, timed: which peer fetched which host when (cluster.py --request-log).
+        self.log: list[tuple[float, int, str, str]] = []
         self.t0 = time.monotonic()
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -64,6 +68,9 @@ class ClusterWeb:
             return web.Response(status=404)
         await asyncio.sleep(self.latency[index])
         path = request.path
+        if len(self.log) < MAX_LOG:
+            t = round(time.monotonic() - self.t0, 4)
+            self.log.append((t, index, request.remote or "", path))
         if path == "/robots.txt":
             self.robots += 1
             return web.Response(status=404)
@@ -97,8 +104,11 @@ class ClusterWeb:
             self.robots = self.bytes_sent = 0
             self.spans.clear()
             self.last_by_client.clear()
+            self.log = []
             self.t0 = time.monotonic()
             return web.Response(text="{}", content_type="application/json")
+        if request.path == "/requests":
+            return web.Response(text=json.dumps(self.log), content_type="application/json")
         doc = {
             "requests": sum(self.requests.values()),
             "unique": len(self.requests),

@@ -302,6 +302,8 @@ class Runner:
             result.duplicates = stats["requests"] - stats["unique"]
             result.largest = stats.get("largest", [])
             result.last_requests = stats.get("last_requests", [])
+            if self.args.request_log is not None:
+                await self.log_requests(n, lend, addrs)
             weights: dict[str, int] = {}
             lat_sum: dict[str, float] = {}
             for a in addrs:
@@ -329,6 +331,18 @@ class Runner:
                     async with asyncio.timeout(10):
                         await p.wait()
         return result
+
+    async def log_requests(self, n: int, lend: bool, addrs: list[str]) -> None:
+        """``--request-log``: one JSON line per run, every request the web answered (s after
+        the seed, host index, client address, path) and which peer each address is."""
+        doc = {
+            "peers": n,
+            "lend": lend,
+            "clients": {a: i for i, a in enumerate(addrs)},
+            "requests": await self.web_ctl("/requests"),
+        }
+        with self.args.request_log.open("a") as fh:
+            fh.write(json.dumps(doc) + "\n")
 
     async def wait(self, pred: Any, addrs: list[str], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -535,6 +549,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--keep", type=Path, help="keep the peers' data and logs in this directory")
+    p.add_argument(
+        "--request-log",
+        type=Path,
+        help="append every run's requests, as the web saw them, to this file (one JSON line "
+        "per run; benchmarks/request_log.py reads it)",
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="per run")
     p.add_argument(
         "--settle-timeout",
