@@ -146,13 +146,18 @@ class Lender:
         )
 
     def _worth_lending(self, hq: HostQueue, least: int = MIN_LEND) -> bool:
-        """Enough of ``hq`` queued here, ours, and ours to keep."""
+        """Enough of ``hq`` queued here, ours, and ours to keep; not our leader: it goes
+        first here and has most of our link, while on loan it shares the borrower's and
+        waits for our word every ``borrower.MAX_UNSETTLED`` pages (cluster benchmark, 8
+        peers: the 300-page host, lent at 19 s, went at 12 pages a second there against 26
+        here, and ended the crawl)."""
         engine = self.peer.engine
         assert engine is not None
         return (
             len(hq.tasks) >= least
             and not hq.removed
             and not hq.borrowed  # lending it on would loop
+            and hq is not engine.frontier.leader
             and hq.tasks[0][1].key not in engine.refill.excluded_keys
         )
 
@@ -161,11 +166,7 @@ class Lender:
         narrows the gap between our backlog and the borrower's (``have``; 0 for an idle
         one) and leaves this peer enough of its own to keep its fetchers busy: among the
         hosts with no request under way, or (``busy``) among those with one, which
-        :meth:`_wait_for_request` lets end first. Never the frontier's leader: it goes
-        first here and has most of our link; on loan it shares the borrower's and waits
-        for our word every ``borrower.MAX_UNSETTLED`` pages (cluster benchmark, 8 peers: the
-        300-page host, lent at 19 s, went at 12 pages a second there against 26 here, and
-        ended the crawl)."""
+        :meth:`_wait_for_request` lets end first."""
         engine = self.peer.engine
         assert engine is not None
         # Keep enough to fill our own fetchers, and at least as much as the borrower will
@@ -184,7 +185,6 @@ class Lender:
                 and (best is None or len(hq.tasks) > len(best.tasks))
                 and self._worth_lending(hq, least)
                 and id(hq) not in lent  # busy because it is lent: its rest waits for that
-                and hq is not engine.frontier.leader
             ):
                 best = hq
         return best

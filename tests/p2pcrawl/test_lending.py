@@ -269,8 +269,7 @@ async def test_an_idle_peer_holds_a_loan_for_each_of_its_fetchers(
 ) -> None:
     """A loan is one host, and at a crawl's end a busy owner's queue is mostly hosts of a
     page or two: an idle peer takes as many loans at once as it has fetchers (it was held to
-    a quarter of them, two here), one-page hosts included, and still loses and repeats
-    nothing."""
+    a quarter of them, two here), and still loses and repeats nothing."""
     web = await make_web(hosts=5, pages_per_host=20, features=False)
     owner_id, other_id = ids_where_one_owns_all(host_keys(web))
     owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=1, delay=0.5)
