@@ -68,14 +68,13 @@ class ClusterWeb:
             return web.Response(status=404)
         await asyncio.sleep(self.latency[index])
         path = request.path
+        now = time.monotonic() - self.t0
         if len(self.log) < MAX_LOG:
-            t = round(time.monotonic() - self.t0, 4)
-            self.log.append((t, index, request.remote or "", path))
+            self.log.append((round(now, 4), index, request.remote or "", path))
         if path == "/robots.txt":
             self.robots += 1
             return web.Response(status=404)
         self.requests[f"{host}{path}"] += 1
-        now = time.monotonic() - self.t0
         self.last_by_client[request.remote or ""] = now
         if index in self.tracked:
             self.spans.setdefault(index, [now, now])[1] = now
