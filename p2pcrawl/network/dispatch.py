@@ -74,15 +74,12 @@ class Dispatcher:
         *,
         replicas: int,
         intake: Callable[[list[Task]], Awaitable[object]],
-        backup: Callable[[PeerRef, list[Task]], Awaitable[object]] | None = None,
         batch: int = 256,
         flush_s: float = 0.2,
     ) -> None:
         self.node = node
         self.replicas = replicas
         self.intake = intake
-        # Copies to the owner's replicas, sent by us alongside STORE_TASK (see _send).
-        self.backup = backup
         self.batch = batch
         self.flush_s = flush_s
         self._owners: dict[bytes, PeerRef] = {}
@@ -183,15 +180,9 @@ class Dispatcher:
         tasks = [it.task for it in items]
         result: StoreResult | None = None
         try:
-            # The discoverer writes the owner and its replicas at once, each with its own
-            # deadline: the owner's handler only stores (it never waits on a replica), so a
-            # dead replica cannot make a live owner look dead, and once this returns a copy
-            # is on the replicas too -- nothing is lost if the owner dies right after its ack.
-            store = self.node.store_task(owner, to_batches(tasks))
-            if self.backup is not None:
-                result, _ = await asyncio.gather(store, self.backup(owner, tasks))
-            else:
-                result = await store
+            # The owner copies what is new to it to its replicas before it answers
+            # (``Replication.copy_new``), so once this returns the copies are there too.
+            result = await self.node.store_task(owner, to_batches(tasks))
             self.sent_rpcs += 1
             self.sent_urls += len(tasks)
         except (PeerTimeout, RemoteError, OSError) as exc:

@@ -120,9 +120,10 @@ class PeerHandler:
         mine = await self._within_scope(offered)
         self.refused += len(refused)
         kept = {k: v for k, v in done.items() if k not in refused}
-        # Only stored here: no call to another peer inside a handler, so the sender's
-        # deadline measures this peer alone. Replicas are the sender's and the follower's job.
-        new = await peer.intake(mine, kept, replicate=False)
+        # Stored, and what is new copied to the replicas, before the answer: the sender's
+        # ack means the copies are held too. The wait for them is bounded well inside the
+        # sender's deadline (``Replication.copy_new``).
+        new = await peer.intake(mine, kept, routed=True)
         if peer.replication is not None:
             peer.replication.note_keys({t.key for t in mine} | set(kept))
         self._senders.charge(sender.id, new)

@@ -358,9 +358,9 @@ class Membership:
     async def _copy_to_replicas(
         self, owner: PeerRef, tasks: list[Task], done: dict[bytes, list[int]] | None
     ) -> None:
-        """A handoff writes the new owner's replicas too, done range included, as a
-        discoverer does: if the new owner crashes before its own replication pass, its
-        successor still knows what was finished before the key moved."""
+        """A handoff writes the new owner's replicas too, done range included: the new
+        owner's STORE_TASK handler copies only the tasks, and if it crashes before its own
+        replication pass, its successor still knows what was finished before the key moved."""
         replication = self.peer.replication
         if replication is not None:
             await replication.copy_for(owner, tasks, done)

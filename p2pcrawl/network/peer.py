@@ -133,7 +133,6 @@ class Peer:
                 flush_s=ps.dispatch_flush_s,
             )
             self.replication = Replication(self.node, self.dispatcher, self.ledger, self.backups)
-            self.dispatcher.backup = self.replication.copy_for
             self.node.on_stall = self.membership.on_stall
             self.engine = Engine(
                 cfg.crawl,
@@ -299,12 +298,12 @@ class Peer:
         tasks: list[Task],
         done: dict[bytes, list[int]] | None = None,
         *,
-        replicate: bool = True,
+        routed: bool = False,
     ) -> int:
-        """Accept tasks this peer owns: dedup, store, and (``replicate``) copy them to the
-        replicas before returning; returns how many were new. Tasks that came over the
-        network pass ``replicate=False``: their sender wrote the replicas, and the replica
-        set follower fills any gap in the background (``Replication``)."""
+        """Accept tasks this peer owns: dedup, store, and copy the new ones to the replicas
+        before returning; returns how many were new. Tasks ``routed`` here by STORE_TASK
+        wait for their copies at most ``Replication.copy_wait_s`` (the handler's caller has
+        a deadline); the replica set follower fills any gap in the background."""
         assert self.ledger is not None and self.engine is not None
         assert self.replication is not None
         if done:
@@ -316,7 +315,9 @@ class Peer:
         new = await self.ledger.accept(tasks)
         if new:
             self.engine.include_keys({t.key for t in new})
-            if replicate:
+            if routed:
+                await self.replication.copy_new(new)
+            else:
                 await self.replication.store_backups(new)
             self.engine.wake()
         return len(new)

@@ -4,16 +4,23 @@ The Kademlia crawler's improved protocol copies each task to the owner's r neare
 neighbours (STORE_BACKUP) and drops the copies once the page is done (DELETE_BACKUP). Beyond
 the paper, this module keeps the invariant of docs/membership.md:
 
-* a queued task is durable on its owner and on the owner's r nearest live peers: the
-  *discoverer* writes the replicas alongside STORE_TASK (``copy_for``), so no handler waits on
-  another peer; the owner *follows* its replica set (``follow``): whenever the r nearest peers
-  of a key change (join, leave, crash, takeover, a handoff arriving), the new ones receive
-  the key's queued tasks and its done fingerprints;
-* a finished task is known as done by every peer that could republish it: DELETE_BACKUP
-  carries (key, fingerprint) pairs, goes to the current replicas and to every peer this owner
-  copied the key to since it last changed, and a replica records the fingerprints as done
-  whether or not it held a copy (``handlers``). The peer that takes a host over after a crash
-  is one of those replicas, so it dedups every republished copy of finished work.
+* a queued task is durable on its owner and on the owner's r nearest live peers: the owner
+  copies each task new to it (``store_backups``, ``copy_new`` for tasks that came by
+  STORE_TASK, whose handler waits for the copies at most ``copy_wait_s``, well inside its
+  caller's deadline, so a dead replica cannot make a live owner look dead); it *follows* its
+  replica set (``follow``): whenever the r nearest peers of a key change (join, leave, crash,
+  takeover, a handoff arriving), or a replica missed a copy, the ones lacking the key receive
+  its queued tasks and its done fingerprints;
+* a finished task is known as done by every peer that could republish it: the current
+  replicas hear it in the same spaced STORE_BACKUP lane as the copies (its done fingerprints),
+  every other peer this owner copied the key to since it last changed by DELETE_BACKUP; a
+  replica records the fingerprints as done whether or not it held a copy (``handlers``). The
+  peer that takes a host over after a crash is one of those replicas, so it dedups every
+  republished copy of finished work.
+
+The owner copies, not the discoverer: one lane per replica carries the copies of every
+discoverer's tasks and the pages finished, spaced ``COPY_SPACING_S``, and only what is new to
+the owner travels (docs/membership.md, "Who writes the replicas").
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,12 +47,15 @@ log = logging.getLogger(__name__)
 
 FOLLOW_PAGE = 2000  # tasks read from the store per round trip when a key is re-replicated
 FOLLOW_KEYS = 64  # keys re-replicated at once: their copies share STORE_BACKUPs
-# Copies of this peer's own keys go to a replica at most this often: a peer finishes a page
-# every 30-60 ms at its cap, and each page's new same-host links used to cost one STORE_BACKUP
-# per replica on their own (more than STORE_TASK and DELETE_BACKUP together, at 8 peers).
+# Copies of this peer's own keys (and the news of pages finished) go to a replica at most
+# this often: a peer finishes a page every 30-60 ms at its cap, and each page's new links
+# used to cost one STORE_BACKUP per replica on their own.
 COPY_SPACING_S = 0.2
-# The same for telling replicas that pages are finished (each page's worker waits for it).
+# The same for telling earlier holders (no longer replicas) that pages are finished.
 DELETE_SPACING_S = 0.2
+# A STORE_TASK handler waits at most this share of the RPC timeout for its copies: the
+# caller's deadline must measure the owner, not a replica behind it.
+COPY_WAIT_SHARE = 0.25
 MAX_HOLDERS = 8  # peers remembered per key as possibly holding copies
 RETRY_S = 1.0  # wait before re-replicating keys a replica missed
 
@@ -80,7 +90,10 @@ class Replication:
         self._holders: dict[bytes, dict[PeerRef, None]] = defaultdict(dict)
         self._dirty: set[bytes] = set()
         self._wake = asyncio.Event()
+        self.copy_wait_s = COPY_WAIT_SHARE * node.config.rpc_timeout
         self.resynced_keys = 0
+        self.late_copies = 0  # STORE_TASK handlers that answered before their copies were held
+        self.missed_copies = 0  # STORE_BACKUPs a replica did not take: its keys are re-sent
 
     @property
     def pending(self) -> int:
@@ -124,8 +137,18 @@ class Replication:
             )
 
     async def store_backups(self, tasks: Sequence[Task]) -> None:
-        """Copies of tasks this peer owns and queued itself (its own discoveries)."""
+        """Copies of tasks this peer owns and just queued."""
         await self.copy_for(self.node.me, tasks)
+
+    async def copy_new(self, tasks: Sequence[Task]) -> None:
+        """Copies of tasks that came by STORE_TASK, inside its handler: waited for at most
+        ``copy_wait_s``. A later copy still goes (the lane's flush is not the handler's);
+        one that fails sends its keys to the follower."""
+        try:
+            async with asyncio.timeout(self.copy_wait_s):
+                await self.store_backups(tasks)
+        except TimeoutError:
+            self.late_copies += 1
 
     async def _store(
         self, rep: PeerRef, owner: bytes, ts: list[Task], done: dict[bytes, list[int]] | None
@@ -159,15 +182,28 @@ class Replication:
         except (PeerTimeout, RemoteError, OSError) as exc:
             log.info("STORE_BACKUP to %s failed: %s", rep, exc)
             ok = False
+            # Its submitters may have stopped waiting (``copy_new``): the follower makes
+            # good what this replica lacks, tasks and done fingerprints alike.
+            self.missed_copies += 1
+            self._missed(rep, {it.key for it in items})
         return [ok] * len(items)
+
+    def _missed(self, rep: PeerRef, keys: set[bytes]) -> None:
+        for key in keys:
+            synced = self._synced.get(key)
+            if synced is not None:
+                self._synced[key] = synced - {rep}
+        self._dirty.update(keys)
+        self._wake.set()
 
     async def hold(self, owner: bytes, tasks: Sequence[Task]) -> int:
         """Keep copies of ``owner``'s tasks here, except finished ones; returns how many.
 
-        A copy can arrive after its DELETE_BACKUP (the discoverer writes the replicas in
-        parallel with the owner). DELETE_BACKUP records the fingerprints as done *before* it
-        drops copies, so probing again after the insert closes the race: either the drop
-        comes after our insert, or our second probe sees the fingerprint.
+        A copy can arrive after the news that its page is done (a handoff's sender writes
+        the new owner's replicas in parallel with the new owner). Done fingerprints are
+        recorded *before* copies are dropped, so probing again after the insert closes the
+        race: either the drop comes after our insert, or our second probe sees the
+        fingerprint.
         """
         if not tasks:
             return 0
@@ -300,15 +336,25 @@ class Replication:
         record that it is finished: it would fetch it again.
         """
         me = self.node.me.id
+        # The current replicas hear it in their copy lane (done fingerprints of a
+        # STORE_BACKUP): that lane flushes to them anyway, and one RPC carries both.
+        to_reps: dict[PeerRef, dict[bytes, list[int]]] = defaultdict(lambda: defaultdict(list))
         by_rep: dict[PeerRef, list[tuple[bytes, int]]] = defaultdict(list)
         for t in tasks:
-            targets = dict.fromkeys(self.replicas_for(me, t.key))
-            targets.update(self._holders.get(t.key, {}))
-            for rep in targets:
+            reps = self.replicas_for(me, t.key)
+            for rep in reps:
                 if rep.id != me:
+                    to_reps[rep][t.key].append(t.fp)
+            for rep in self._holders.get(t.key, {}):
+                if rep.id != me and rep not in reps:
                     by_rep[rep].append((t.key, t.fp))
-        if by_rep:
-            await asyncio.gather(*(self._deletes.submit(r, f) for r, f in by_rep.items()))
+        waits: list[Awaitable[object]] = [
+            self._copies.submit(r, [_KeyCopy(k, [], fps) for k, fps in done.items()])
+            for r, done in to_reps.items()
+        ]
+        waits += [self._deletes.submit(r, f) for r, f in by_rep.items()]
+        if waits:
+            await asyncio.gather(*waits)
 
     async def record_done(self, owner: bytes, done: dict[bytes, list[int]]) -> int:
         """``owner`` finished these (DELETE_BACKUP): drop our copies and remember every

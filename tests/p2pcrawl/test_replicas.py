@@ -1,0 +1,124 @@
+"""Who writes the replicas: the owner, before it answers STORE_TASK, and only what is new.
+
+An in-process peer owns a key; two bare nodes, both further from the key, are its replicas
+(real CrawlNodes with in-memory handlers). One of them routes tasks to the owner as a
+discoverer would. What the replicas hold when the sender hears back, and how many
+STORE_BACKUPs reach them, show who copies what.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from p2pcrawl.network import Peer
+from p2pcrawl.settings import CrawlSettings, ScopeSettings
+from protocol import CrawlNode, KeyBatch, NodeConfig, PeerRef, TaskItem, key_for
+from tests.conftest import PeerFactory, id_outranked_by
+from tests.protocol.conftest import MemoryHandler, eventually
+
+pytestmark = pytest.mark.timeout(60)
+
+HOST = "kept.test"
+
+
+class Replica(MemoryHandler):
+    """Counts STORE_BACKUPs; with ``hang`` set, never answers one (a replica that died
+    after the owner last heard from it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backup_calls = 0
+        self.hang = False
+        self._never = asyncio.Event()
+
+    async def handle_store_backup(
+        self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
+    ) -> int:
+        self.backup_calls += 1
+        if self.hang:
+            await self._never.wait()
+        return await super().handle_store_backup(sender, owner, batches)
+
+
+async def _owner_and_replicas(
+    make_peer: PeerFactory,
+) -> tuple[Peer, tuple[CrawlNode, Replica], tuple[CrawlNode, Replica]]:
+    crawl = CrawlSettings(scope=ScopeSettings(allow_domains=(HOST,)))
+    a = await make_peer(crawl=crawl)
+    assert a.engine is not None and a.node is not None and a.replication is not None
+    a.engine.paused = True
+    key = key_for(HOST)
+    near = id_outranked_by(a.node_id, key)
+    # Flipping a low bit keeps the bit that makes ``a`` the closer one: ``a`` still owns.
+    far = near[:-1] + bytes([near[-1] ^ 1])
+    nodes: list[tuple[CrawlNode, Replica]] = []
+    for node_id in (near, far):
+        handler = Replica()
+        node = CrawlNode(node_id, handler, NodeConfig())
+        await node.listen_on("127.0.0.1", 0)
+        await node.join([a.me.addr])
+        nodes.append((node, handler))
+    want = sorted(n.me.id for n, _ in nodes)
+    node = a.node
+    await eventually(lambda: sorted(p.id for p in node.peers()) == want, timeout=5)
+    return a, nodes[0], nodes[1]
+
+
+def _batch(n: int, start: int = 0) -> KeyBatch:
+    urls = [f"http://{HOST}/p{i}" for i in range(start, start + n)]
+    return KeyBatch(key_for(HOST), [TaskItem(url=u, depth=1) for u in urls])
+
+
+async def test_the_owner_has_copied_new_tasks_to_its_replicas_when_the_sender_hears_back(
+    make_peer: PeerFactory,
+) -> None:
+    a, (sender, sent_side), (other, other_side) = await _owner_and_replicas(make_peer)
+    replication = a.replication
+    assert replication is not None
+    try:
+        result = await sender.store_task(a.me, [_batch(20)])
+        assert result.new == 20
+        # No waiting: the owner's answer came after both copies were held.
+        assert len(sent_side.backups.get(a.node_id, {})) == 20
+        assert len(other_side.backups.get(a.node_id, {})) == 20
+        await eventually(lambda: replication.pending == 0)
+        calls = sent_side.backup_calls + other_side.backup_calls
+        # The same links again, as a second discoverer would send them: nothing is new to
+        # the owner, so nothing more is copied.
+        again = await sender.store_task(a.me, [_batch(20)])
+        assert (again.new, again.duplicate) == (0, 20)
+        await eventually(lambda: replication.pending == 0)
+        assert sent_side.backup_calls + other_side.backup_calls == calls
+    finally:
+        await sender.aclose()
+        await other.aclose()
+
+
+async def test_a_replica_that_does_not_answer_cannot_make_a_live_owner_look_dead(
+    make_peer: PeerFactory,
+) -> None:
+    """The owner's handler waits for its copies only a share of the RPC timeout: one replica
+    gone silent costs the sender a late answer, not a timeout (which would re-route its
+    links and count the owner as failing). The copy the silent replica missed is sent
+    again by the replica set follower."""
+    a, (sender, sent_side), (silent, silent_side) = await _owner_and_replicas(make_peer)
+    replication = a.replication
+    assert replication is not None
+    try:
+        silent_side.hang = True
+        result = await sender.store_task(a.me, [_batch(20)])
+        assert result.new == 20
+        assert len(sent_side.backups.get(a.node_id, {})) == 20
+        assert replication.late_copies >= 1
+        # The copy to the silent replica times out at the owner, which sends it again.
+        await eventually(lambda: replication.missed_copies >= 1, timeout=15)
+        silent_side.hang = False
+        await eventually(
+            lambda: len(silent_side.backups.get(a.node_id, {})) == 20,
+            timeout=20,
+        )
+    finally:
+        await sender.aclose()
+        await silent.aclose()
