@@ -66,8 +66,8 @@ async def _owner_and_replicas(
     return a, nodes[0], nodes[1]
 
 
-def _batch(n: int, start: int = 0) -> KeyBatch:
-    urls = [f"http://{HOST}/p{i}" for i in range(start, start + n)]
+def _batch(n: int) -> KeyBatch:
+    urls = [f"http://{HOST}/p{i}" for i in range(n)]
     return KeyBatch(key_for(HOST), [TaskItem(url=u, depth=1) for u in urls])
 
 
