@@ -124,11 +124,6 @@ class Dispatcher:
         self._owners[key] = owner
         return owner
 
-    async def replicas_of(self, key: bytes) -> list[PeerRef]:
-        """The r nodes after the owner (the owner is this peer when it asks)."""
-        found = self.node.closest_local(key, self.replicas + 1)
-        return [p for p in found if p.id != self.node.me.id][: self.replicas]
-
     # -- routing ---------------------------------------------------------------------------
 
     @property
