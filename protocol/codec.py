@@ -5,8 +5,9 @@ drops whatever does not arrive whole, so the one-URL-per-RPC design of "Distribu
 on the Improved Kademlia Protocol" (§2.3) is slow and fragile.
 Tasks travel as batches per partition key, cut into chunks that fit one datagram. A chunk is
 zlib-compressed msgpack (URLs of one host share long prefixes and compress several-fold) laid
-out in columns, so the pure-Python msgpack costs a constant per chunk rather than per URL or
-per key, and validation is a handful of C-level passes::
+out in columns, so msgpack costs a constant per chunk rather than per URL or per key (it was
+pure Python when this layout was chosen; ``protocol.wire`` now uses the C one), and
+validation is a handful of C-level passes::
 
     [1, keys (20 B each), tasks per key (u32[]), fps per key (u32[]),
      "url\\nurl\\n...", depths (u16[]), hops (u16[]), fps (u64[])]
@@ -25,8 +26,7 @@ from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
 from operator import sub
 
-import umsgpack
-
+from protocol import wire
 from protocol.errors import MessageError
 from protocol.model import (
     FP_LIMIT,
@@ -76,6 +76,17 @@ FPS_PER_CHUNK = PAYLOAD_LIMIT // 8
 # zlib level 3: on crawled URLs about 3x faster than the default 6 for ~15% larger chunks.
 # Compression is the biggest CPU cost of sending (benchmarks/dispatch.py).
 ZLIB_LEVEL = 3
+# An 8 KiB window and memLevel 4, not zlib's 32 KiB and 8: ``zlib.compress`` sets up (and
+# zeroes) about 256 KiB of state per call, which cost ~45 us on the 1 KiB chunks most calls
+# carry, ten times the compressing itself. A chunk is at most 8 KiB compressed, so the small
+# window loses under 1% on the largest; the stream is plain zlib either way.
+_ZLIB_WBITS = 13
+_ZLIB_MEMLEVEL = 4
+
+
+def _deflate(raw: bytes) -> bytes:
+    c = zlib.compressobj(ZLIB_LEVEL, zlib.DEFLATED, _ZLIB_WBITS, _ZLIB_MEMLEVEL)
+    return c.compress(raw) + c.flush()
 
 
 def _ints(values: list[int], low: int, high: int, what: str) -> None:
@@ -191,7 +202,7 @@ def _pack(f: _Flat, u0: int, u1: int) -> tuple[bytes, frozenset[bytes]]:
         struct.pack(f">{n}H", *f.hops[t_first:t_end]),
         struct.pack(f">{m}Q", *f.done[d_first:d_end]),
     ]
-    return zlib.compress(umsgpack.packb(body), ZLIB_LEVEL), frozenset(keys)
+    return _deflate(wire.packb(body)), frozenset(keys)
 
 
 def encode_chunks(
@@ -255,8 +266,8 @@ def decode_batches(payload: bytes) -> list[KeyBatch]:
     """Inverse of the encoder for one chunk; raises only ``MessageError``."""
     raw = _inflate(payload)
     try:
-        obj = umsgpack.unpackb(raw)
-    except Exception as exc:  # umsgpack raises many types, RecursionError on deep nesting
+        obj = wire.unpackb(raw)
+    except Exception as exc:  # msgpack raises many types: ExtraData, StackError, ValueError...
         raise MessageError(f"undecodable payload: {type(exc).__name__}") from None
     if not isinstance(obj, list) or len(obj) != 8 or type(obj[0]) is not int:
         raise MessageError("payload must be an 8-column list")

@@ -39,8 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import umsgpack
-
+from protocol import wire
 from protocol.auth import ID_LEN, REPLY, REQUEST, Framer, Rejected
 from protocol.codec import RPC_REQUEST_LIMIT
 from protocol.errors import Busy, MessageError
@@ -215,8 +214,8 @@ class Endpoint(asyncio.DatagramProtocol):
                 self._sendto(copy.reply, addr)
             return
         try:
-            obj = umsgpack.unpackb(frame.body)
-        except Exception:  # umsgpack raises a dozen types, and RecursionError on deep nesting
+            obj = wire.unpackb(frame.body)
+        except Exception:  # msgpack raises many types: ExtraData, StackError, ValueError...
             self._drop("malformed")
             return
         if frame.kind == REPLY:
@@ -328,13 +327,13 @@ class Endpoint(asyncio.DatagramProtocol):
         self, msg_id: bytes, addr: tuple[str, int], obj: Any, budget: int | None = None
     ) -> None:
         try:
-            body = umsgpack.packb(obj)
+            body = wire.packb(obj)
         except Exception:
-            body = umsgpack.packb({"error": "reply not encodable"})
+            body = wire.packb({"error": "reply not encodable"})
         if budget is not None and len(body) + self._framer.overhead > budget:
             # A stranger gets no more than AMPLIFICATION times what it sent.
             self.stats.replies_trimmed += 1
-            body = umsgpack.packb({"error": "too large"})
+            body = wire.packb({"error": "too large"})
             if len(body) + self._framer.overhead > budget:
                 return
         self._send(REPLY, msg_id, body, addr)
@@ -376,7 +375,7 @@ class Endpoint(asyncio.DatagramProtocol):
             self.stats.failed[rpc] += 1
             future.set_result((False, None))
             return future
-        body = umsgpack.packb([rpc, args])
+        body = wire.packb([rpc, args])
         if len(body) > RPC_REQUEST_LIMIT:  # a bug in the caller: the codec chunks below this
             raise MessageError(f"{rpc} request of {len(body)} bytes exceeds {RPC_REQUEST_LIMIT}")
         msg_id = secrets.token_bytes(ID_LEN)

@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import umsgpack
 from kademlia.node import Node
 from kademlia.protocol import KademliaProtocol
 
+from protocol import wire
 from protocol.admission import AdmissionLimits
 from protocol.auth import ID_LEN
 from protocol.endpoint import Endpoint, InboundLimits, sendable
@@ -162,14 +162,14 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
         found = [[n.id, n.ip, n.port] for n in neighbors]
         budget = self.reply_budget
         if budget is not None:  # a stranger: no more than its request's worth of contacts
-            while found and len(umsgpack.packb(found)) > budget:
+            while found and len(wire.packb(found)) > budget:
                 found.pop()
         return found
 
     def rpc_find_value(self, sender: tuple[str, int], nodeid: object, key: object) -> Any:
         value = self.storage.get(check_id(key, "key"), None)
         budget = self.reply_budget
-        if value is None or (budget is not None and len(umsgpack.packb(value)) > budget):
+        if value is None or (budget is not None and len(wire.packb(value)) > budget):
             return self.rpc_find_node(sender, nodeid, key)
         self.welcome_sender(Node(check_id(nodeid, "node id"), *sender))
         return {"value": value}
