@@ -11,7 +11,7 @@ the engine's cursor.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from storage.db import CountedStore
 from storage.records import StoredTask, from_sql_fp, to_sql_fp
@@ -136,6 +136,19 @@ class TaskStore(CountedStore):
         def job(conn: sqlite3.Connection) -> dict[bytes, int]:
             rows = conn.execute("SELECT key, count(*) FROM tasks GROUP BY key").fetchall()
             return {bytes(key): n for key, n in rows}
+
+        return await self._worker.run(job, write=False)
+
+    async def queued_keys(self, keys: Iterable[bytes]) -> set[bytes]:
+        """The host keys among ``keys`` with a task queued: one index probe per key, where
+        :meth:`key_counts` reads the whole table."""
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return set()
+
+        def job(conn: sqlite3.Connection) -> set[bytes]:
+            probe = "SELECT 1 FROM tasks WHERE key = ? LIMIT 1"
+            return {k for k in wanted if conn.execute(probe, (k,)).fetchone()}
 
         return await self._worker.run(job, write=False)
 

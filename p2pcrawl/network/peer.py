@@ -315,10 +315,11 @@ class Peer:
         new = await self.ledger.accept(tasks)
         if new:
             self.engine.include_keys({t.key for t in new})
+            # A key that came with a done range: the copies do not carry it, the follower does.
             if routed:
-                await self.replication.copy_new(new)
+                await self.replication.copy_new(new, exclude=done or ())
             else:
-                await self.replication.store_backups(new)
+                await self.replication.store_backups(new, exclude=done or ())
             self.engine.wake()
         return len(new)
 

@@ -89,10 +89,19 @@ class Replication:
         self._synced: dict[bytes, frozenset[PeerRef]] = {}
         self._holders: dict[bytes, dict[PeerRef, None]] = defaultdict(dict)
         self._dirty: set[bytes] = set()
+        # Bumped by every membership change: a copy that began under an older replica set
+        # must not mark its key in step with it.
+        self._epoch = 0
+        # Keys this peer held no state for before this run (``_fresh``) can be counted in
+        # step once their first copies are held; with a ledger left from an earlier run, any
+        # key may already hold tasks or done pages that only the follower knows to send.
+        self._enroll_new = ledger.queued == 0 and ledger.done_count == 0
+        self._known: set[bytes] = set()  # keys with tasks or done pages here, this run
         self._wake = asyncio.Event()
         self.copy_wait_s = COPY_WAIT_SHARE * node.config.rpc_timeout
         self.resynced_keys = 0
         self.late_copies = 0  # STORE_TASK handlers that answered before their copies were held
+        self.enrolled_keys = 0  # keys in step from their first copies, no follower pass
         self.missed_copies = 0  # STORE_BACKUPs a replica did not take: its keys are re-sent
 
     @property
@@ -117,36 +126,67 @@ class Replication:
         owner: PeerRef,
         tasks: Sequence[Task],
         done: dict[bytes, list[int]] | None = None,
+        *,
+        enroll: Iterable[bytes] = (),
     ) -> None:
         """Copy ``tasks`` (and the ``done`` range of their keys) to ``owner``'s replicas,
         this peer included if it is one. Best effort: a replica that misses its copy is
-        filled by the owner's ``follow``."""
+        filled by the owner's ``follow``. Keys in ``enroll`` (our own, with nothing of theirs
+        held before these tasks) count as in step with their replicas once all copies are
+        held."""
         by_rep: dict[PeerRef, list[Task]] = defaultdict(list)
         keys = {t.key for t in tasks} | set(done or {})
         dones: dict[PeerRef, dict[bytes, list[int]]] = defaultdict(dict)
+        reps_of: dict[bytes, frozenset[PeerRef]] = {}
         for key in keys:
-            for rep in self.replicas_for(owner.id, key):
+            reps = self.replicas_for(owner.id, key)
+            reps_of[key] = frozenset(reps)
+            for rep in reps:
                 by_rep[rep].extend(t for t in tasks if t.key == key)
                 if done and done.get(key):
                     dones[rep][key] = done[key]
                 if owner.id == self.node.me.id:
                     self._holder(key, rep)
-        if by_rep:
-            await asyncio.gather(
-                *(self._store(r, owner.id, ts, dones.get(r)) for r, ts in by_rep.items())
-            )
+        epoch = self._epoch
+        sent = list(by_rep)
+        results = await asyncio.gather(
+            *(self._store(r, owner.id, ts, dones.get(r)) for r, ts in by_rep.items())
+        )
+        if epoch != self._epoch:
+            # The replica sets changed meanwhile: these went to the old ones.
+            self._dirty.update(enroll)
+            self._wake.set()
+            return
+        failed = {r for r, ok in zip(sent, results, strict=True) if not ok}
+        for key in enroll:
+            held = reps_of.get(key)
+            if held is not None and key not in self._synced and not held & failed:
+                self._synced[key] = held
+                self.enrolled_keys += 1
 
-    async def store_backups(self, tasks: Sequence[Task]) -> None:
-        """Copies of tasks this peer owns and just queued."""
-        await self.copy_for(self.node.me, tasks)
+    def _fresh(self, tasks: Sequence[Task], exclude: Iterable[bytes]) -> set[bytes]:
+        """Keys of ``tasks`` this peer holds nothing else of. Every task queued here is
+        copied as it is queued (so it passes here first), a page is queued before it is
+        done, and done pages of other owners' keys pass ``record_done``: a key not yet
+        ``_known`` has no other task and no done page here."""
+        keys = {t.key for t in tasks}
+        exclude = set(exclude)
+        fresh = keys - self._known - exclude if self._enroll_new else set()
+        self._known |= keys | exclude
+        return {k for k in fresh if k not in self._synced}
 
-    async def copy_new(self, tasks: Sequence[Task]) -> None:
+    async def store_backups(self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = ()) -> None:
+        """Copies of tasks this peer owns and just queued. Keys in ``exclude`` came with a
+        done range the copies do not carry: the follower sends it."""
+        await self.copy_for(self.node.me, tasks, enroll=self._fresh(tasks, exclude))
+
+    async def copy_new(self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = ()) -> None:
         """Copies of tasks that came by STORE_TASK, inside its handler: waited for at most
         ``copy_wait_s``. A later copy still goes (the lane's flush is not the handler's);
         one that fails sends its keys to the follower."""
         try:
             async with asyncio.timeout(self.copy_wait_s):
-                await self.store_backups(tasks)
+                await self.store_backups(tasks, exclude=exclude)
         except TimeoutError:
             self.late_copies += 1
 
@@ -246,6 +286,7 @@ class Replication:
                 del self._holders[key]
 
     def membership_changed(self) -> None:
+        self._epoch += 1
         self._dirty.update(self._synced)
         self._wake.set()
 
@@ -271,7 +312,7 @@ class Replication:
         """Bring the replicas of every dirty owned key up to date; returns keys re-copied."""
         me = self.node.me
         keys, self._dirty = self._dirty, set()
-        owned = set(await self.ledger.tasks.key_counts())
+        owned = await self.ledger.tasks.queued_keys(keys)
         todo: list[tuple[bytes, frozenset[PeerRef], frozenset[PeerRef]]] = []
         for key in keys:
             found = self.node.closest_local(key, 1)
@@ -361,6 +402,7 @@ class Replication:
         fingerprint under its key, copy or not, so whoever takes the host over does not
         fetch it again. Returns how many copies went."""
         pairs = [(k, fp) for k, fps in done.items() for fp in fps]
+        self._known.update(done)
         await self.ledger.done.add(pairs)
         return await self.backups.remove(owner, [fp for _, fp in pairs])
 

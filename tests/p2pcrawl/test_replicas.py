@@ -96,6 +96,31 @@ async def test_the_owner_has_copied_new_tasks_to_its_replicas_when_the_sender_he
         await other.aclose()
 
 
+async def test_a_key_new_to_the_owner_is_copied_once_not_again_by_the_follower(
+    make_peer: PeerFactory,
+) -> None:
+    """The copies made as the first tasks of a key were queued are all of that key: the
+    replica set follower has nothing to send for it until the replica set changes."""
+    a, (sender, sent_side), (other, other_side) = await _owner_and_replicas(make_peer)
+    replication = a.replication
+    assert replication is not None
+    try:
+        assert (await sender.store_task(a.me, [_batch(20)])).new == 20
+        await asyncio.sleep(0.2 + 0.5)  # the follower's pass starts 0.2 s after a wake
+        await eventually(lambda: replication.pending == 0)
+        assert (sent_side.backup_calls, other_side.backup_calls) == (1, 1)
+        assert replication.resynced_keys == 0
+        # The key is followed all the same: a replica set change brings it back to the
+        # follower, which finds the same replicas and sends nothing.
+        replication.membership_changed()
+        assert replication.pending == 1
+        await eventually(lambda: replication.pending == 0)
+        assert (sent_side.backup_calls, other_side.backup_calls) == (1, 1)
+    finally:
+        await sender.aclose()
+        await other.aclose()
+
+
 async def test_a_replica_that_does_not_answer_cannot_make_a_live_owner_look_dead(
     make_peer: PeerFactory,
 ) -> None:
