@@ -121,6 +121,38 @@ async def test_a_key_new_to_the_owner_is_copied_once_not_again_by_the_follower(
         await other.aclose()
 
 
+async def test_a_key_the_owner_found_itself_is_copied_to_a_replica_that_joins_later(
+    make_peer: PeerFactory,
+) -> None:
+    """Links to the owner's own keys never come by STORE_TASK. Their key is followed all
+    the same: a peer that joins nearer the key than anyone but the owner gets its copies."""
+    crawl = CrawlSettings(scope=ScopeSettings(allow_domains=(HOST,)))
+    a = await make_peer(crawl=crawl)
+    assert a.engine is not None and a.node is not None and a.replication is not None
+    a.engine.paused = True
+    node = a.node
+    key = key_for(HOST)
+    near = id_outranked_by(a.node_id, key)
+    nodes: list[tuple[CrawlNode, Replica]] = []
+    try:
+        first = Replica()
+        nodes.append((CrawlNode(near[:-1] + bytes([near[-1] ^ 1]), first, NodeConfig()), first))
+        await nodes[0][0].listen_on("127.0.0.1", 0)
+        await nodes[0][0].join([a.me.addr])
+        await eventually(lambda: len(node.peers()) == 1, timeout=5)
+        tasks = [t for t in a.engine.seed_tasks([f"http://{HOST}/p{i}" for i in range(20)])]
+        assert await a.intake(tasks) == 20  # as the dispatcher queues a peer's own finds
+        assert len(first.backups.get(a.node_id, {})) == 20
+        later = Replica()
+        nodes.append((CrawlNode(near, later, NodeConfig()), later))
+        await nodes[1][0].listen_on("127.0.0.1", 0)
+        await nodes[1][0].join([a.me.addr])
+        await eventually(lambda: len(later.backups.get(a.node_id, {})) == 20, timeout=10)
+    finally:
+        for n, _ in nodes:
+            await n.aclose()
+
+
 async def test_a_replica_that_does_not_answer_cannot_make_a_live_owner_look_dead(
     make_peer: PeerFactory,
 ) -> None:
