@@ -140,7 +140,7 @@ async def test_a_key_the_owner_found_itself_is_copied_to_a_replica_that_joins_la
         await nodes[0][0].listen_on("127.0.0.1", 0)
         await nodes[0][0].join([a.me.addr])
         await eventually(lambda: len(node.peers()) == 1, timeout=5)
-        tasks = [t for t in a.engine.seed_tasks([f"http://{HOST}/p{i}" for i in range(20)])]
+        tasks = a.engine.seed_tasks([f"http://{HOST}/p{i}" for i in range(20)])
         assert await a.intake(tasks) == 20  # as the dispatcher queues a peer's own finds
         assert len(first.backups.get(a.node_id, {})) == 20
         later = Replica()
