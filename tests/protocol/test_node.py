@@ -271,6 +271,28 @@ async def test_closest_includes_self(make_node: NodeFactory) -> None:
     assert a.stats()["rpc_sent"].get("find_node", 0) == sent_before  # type: ignore[attr-defined]
 
 
+async def test_closest_answers_follow_the_table(make_node: NodeFactory) -> None:
+    """closest_local remembers its answers; a contact leaving or joining, and this node's
+    own ownership, change them at once."""
+    a = await make_node()
+    b, c = await make_node(), await make_node()
+    for o in (b, c):
+        await o.join([a.me.addr])
+    key = key_for("cached.example")
+
+    def by_distance(*peers: PeerRef) -> list[PeerRef]:
+        k = int.from_bytes(key, "big")
+        return sorted(peers, key=lambda p: int.from_bytes(p.id, "big") ^ k)
+
+    assert a.closest_local(key, 3) == by_distance(a.me, b.me, c.me)
+    assert a.closest_local(key, 3) == by_distance(a.me, b.me, c.me)  # answered again
+    await c.goodbye(a.me)
+    assert a.closest_local(key, 3) == by_distance(a.me, b.me)
+    assert a.closest_local(key, 3, with_self=False) == [b.me]
+    await c.join([a.me.addr])
+    assert a.closest_local(key, 3) == by_distance(a.me, b.me, c.me)
+
+
 async def test_closest_looks_up_when_the_table_is_big(make_node: NodeFactory) -> None:
     key = key_for("example.org")
     k = int.from_bytes(key, "big")
