@@ -200,6 +200,11 @@ class RunResult:
     # Each peer's last page request (s after the seed), earliest first: the crawl's
     # fetching ended at the last; the spread is the time peers sat out of work at the end.
     last_requests: list[float] = field(default_factory=list)
+    # --loop-cpu: the peers' event-loop CPU seconds by callback over the run, summed over
+    # peers, and their main threads' CPU seconds (the rest is the loop's own select/timers)
+    loop_cpu: Counter[str] = field(default_factory=Counter)
+    loop_calls: Counter[str] = field(default_factory=Counter)
+    main_thread_s: float = 0.0
 
     @property
     def busiest(self) -> float:
@@ -251,10 +256,32 @@ class Runner:
             cmd += ["--bootstrap", f"{peer_addr(0)}:7000"]
         return cmd
 
+    def loop_cpu(self, root: Path, pids: list[int]) -> tuple[Counter[str], Counter[str], float]:
+        """The peers' latest ``benchmarks/loopcpu`` totals (at most a quarter second old)."""
+        cpu: Counter[str] = Counter()
+        calls: Counter[str] = Counter()
+        main = 0.0
+        for pid in pids:
+            try:
+                snap = json.loads((root / "loopcpu" / f"{pid}.json").read_text())
+            except (OSError, ValueError):
+                continue
+            cpu.update(snap["cpu"])
+            calls.update(snap["calls"])
+            main += float(snap.get("main_thread", 0.0))
+        return cpu, calls, main
+
     async def one(self, n: int, root: Path, rng: random.Random, lend: bool) -> RunResult:
         procs: list[asyncio.subprocess.Process] = []
         result = RunResult(n, lend=lend)
         ids: list[bytes] = []
+        env: dict[str, str] | None = None
+        if self.args.loop_cpu:
+            (root / "loopcpu").mkdir(parents=True, exist_ok=True)
+            path = os.pathsep.join(
+                filter(None, [str(BENCH / "loopcpu"), os.environ.get("PYTHONPATH")])
+            )
+            env = dict(os.environ, PYTHONPATH=path, P2PCRAWL_LOOP_CPU=str(root / "loopcpu"))
         try:
             for i in range(n):
                 data = root / f"n{n}{'' if lend else 'x'}-p{i}"
@@ -270,6 +297,7 @@ class Runner:
                     stdout=asyncio.subprocess.PIPE,
                     stderr=log,
                     stdin=asyncio.subprocess.DEVNULL,
+                    env=env,
                 )
                 log.close()
                 procs.append(proc)
@@ -290,6 +318,9 @@ class Runner:
             await self.web_ctl("/reset", "POST")
             for a in addrs:
                 result.rpc_types_before.update((await self.api(a, "/api/peers"))["rpc"]["rpc_sent"])
+            if env is not None:
+                await asyncio.sleep(0.5)  # a fresh dump of every peer's totals
+                loop0 = self.loop_cpu(root, [p.pid for p in procs])
             cpu0 = sum(proc_cpu_s(p.pid) for p in procs)
             t0 = time.perf_counter()
             seed = self.web.url(0, 0)
@@ -297,6 +328,13 @@ class Runner:
             t_end, result.settled = await self.wait_finished(addrs, t0)
             result.wall_s = t_end - t0
             result.cpu_s = sum(proc_cpu_s(p.pid) for p in procs) - cpu0
+            if env is not None:
+                await asyncio.sleep(0.5)
+                cpu, calls, main = self.loop_cpu(root, [p.pid for p in procs])
+                cpu.subtract(loop0[0])
+                calls.subtract(loop0[1])
+                result.loop_cpu, result.loop_calls = +cpu, +calls
+                result.main_thread_s = main - loop0[2]
             stats = await self.web_ctl("/stats")
             result.pages, result.web_bytes = stats["unique"], stats["bytes"]
             result.duplicates = stats["requests"] - stats["unique"]
@@ -400,6 +438,9 @@ def per_page_text(counts: Counter[str], pages: int) -> str:
     return ", ".join(f"{k} {v / max(pages, 1):.2f}" for k, v in counts.most_common()) or "none"
 
 
+LOOP_CPU_SHOWN = 15  # callbacks printed per run, and kept per N in the JSON line
+
+
 def med(values: list[float]) -> dict[str, float]:
     return {
         "median": round(statistics.median(values), 3),
@@ -450,6 +491,20 @@ def report_run(r: int, res: RunResult) -> None:
         f"{'' if res.settled else '; UNSETTLED'}",
         flush=True,
     )
+    if res.main_thread_s:
+        pages = max(res.pages, 1)
+        print(
+            f"  event loop CPU (--loop-cpu): main threads {1000 * res.main_thread_s / pages:.3f} "
+            f"ms/page, callbacks {1000 * sum(res.loop_cpu.values()) / pages:.3f}; the largest:",
+            flush=True,
+        )
+        for name, s in res.loop_cpu.most_common(LOOP_CPU_SHOWN):
+            calls = res.loop_calls[name]
+            print(
+                f"    {1000 * s / pages:7.3f} ms/page  {calls:8d} calls "
+                f"{1e6 * s / max(calls, 1):8.1f} us/call  {name}",
+                flush=True,
+            )
 
 
 def summarise(
@@ -496,6 +551,15 @@ def summarise(
             [sum(r.rpc_failed.values()) / max(r.pages, 1) for r in rs]
         )
         out.setdefault("lent_per_page", {})[str(n)] = med([r.lent / max(r.pages, 1) for r in rs])
+        if all(r.main_thread_s for r in rs):
+            top = Counter[str]()
+            for r in rs:
+                top.update(r.loop_cpu)
+            loop = out.setdefault("loop_cpu_ms_per_page", {})[str(n)] = {
+                "main_thread": med([1000 * r.main_thread_s / max(r.pages, 1) for r in rs])
+            }
+            for name, _ in top.most_common(LOOP_CPU_SHOWN):
+                loop[name] = med([1000 * r.loop_cpu[name] / max(r.pages, 1) for r in rs])
     for n, rs in unlent.items():
         if not rs:
             continue
@@ -554,6 +618,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         help="append every run's requests, as the web saw them, to this file (one JSON line "
         "per run; benchmarks/request_log.py reads it)",
+    )
+    p.add_argument(
+        "--loop-cpu",
+        action="store_true",
+        help="time every event-loop callback of the peers in thread CPU time and print the "
+        "largest per run (benchmarks/loopcpu)",
     )
     p.add_argument("--timeout", type=float, default=900.0, help="per run")
     p.add_argument(

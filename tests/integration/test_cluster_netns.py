@@ -1,8 +1,8 @@
 """The cluster benchmark's 2-peer smoke run: real peers in their own network namespaces.
 
 Needs root and working ``ip netns``; skipped with the reason otherwise. Runs the benchmark as
-a user would (``benchmarks/cluster.py --smoke``) and checks what it reports, and that it left
-no namespace behind.
+a user would (``benchmarks/cluster.py --smoke --loop-cpu``) and checks what it reports, and
+that it left no namespace behind.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_two_peers_in_namespaces_crawl_the_whole_web_once() -> None:
     before = _namespaces()
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--smoke"],
+        [sys.executable, str(SCRIPT), "--smoke", "--loop-cpu"],
         capture_output=True,
         text=True,
         timeout=280,
@@ -67,4 +67,13 @@ def test_two_peers_in_namespaces_crawl_the_whole_web_once() -> None:
     # Two peers exchange tasks over the bridge; one peer has nobody to send to.
     assert result["rpcs_per_page"]["2"]["median"] > 0
     assert result["rpcs_per_page"]["1"]["median"] == 0
+    # --loop-cpu timed the peers' event loops: fetching was among the largest callbacks at
+    # both sizes, RPC serving only where there was someone to serve, and no callback's time
+    # exceeds the main threads' own.
+    for n in ("1", "2"):
+        loop = result["loop_cpu_ms_per_page"][n]
+        assert loop["task Engine._worker"]["median"] > 0, loop
+        main = loop["main_thread"]["median"]
+        assert all(v["median"] <= main for v in loop.values()), loop
+    assert "task Endpoint._run_deferred" not in result["loop_cpu_ms_per_page"]["1"]
     assert _namespaces() == before
