@@ -58,6 +58,9 @@ DELETE_SPACING_S = 0.2
 COPY_WAIT_SHARE = 0.25
 MAX_HOLDERS = 8  # peers remembered per key as possibly holding copies
 RETRY_S = 1.0  # wait before re-replicating keys a replica missed
+# Keys remembered as seen this run (``Replication._fresh``). Past it, first copies no longer
+# put keys in step (the follower sends them, as it did for every key): about 80 bytes each.
+KNOWN_MAX = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,9 @@ class Replication:
         exclude = set(exclude)
         fresh = keys - self._known - exclude if self._enroll_new else set()
         self._known |= keys | exclude
+        if len(self._known) > KNOWN_MAX:
+            self._enroll_new, self._known = False, set()
+            return set()
         return {k for k in fresh if k not in self._synced}
 
     async def store_backups(self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = ()) -> None:
@@ -402,7 +408,8 @@ class Replication:
         fingerprint under its key, copy or not, so whoever takes the host over does not
         fetch it again. Returns how many copies went."""
         pairs = [(k, fp) for k, fps in done.items() for fp in fps]
-        self._known.update(done)
+        if self._enroll_new:
+            self._known.update(done)
         await self.ledger.done.add(pairs)
         return await self.backups.remove(owner, [fp for _, fp in pairs])
 

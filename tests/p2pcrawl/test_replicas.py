@@ -13,6 +13,7 @@ import asyncio
 import pytest
 
 from p2pcrawl.network import Peer
+from p2pcrawl.network import replication as replication_module
 from p2pcrawl.settings import CrawlSettings, ScopeSettings
 from protocol import CrawlNode, KeyBatch, NodeConfig, PeerRef, TaskItem, key_for
 from tests.conftest import PeerFactory, id_outranked_by
@@ -116,6 +117,27 @@ async def test_a_key_new_to_the_owner_is_copied_once_not_again_by_the_follower(
         assert replication.pending == 1
         await eventually(lambda: replication.pending == 0)
         assert (sent_side.backup_calls, other_side.backup_calls) == (1, 1)
+    finally:
+        await sender.aclose()
+        await other.aclose()
+
+
+async def test_past_its_bound_of_keys_the_follower_sends_new_keys_again(
+    make_peer: PeerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keys seen this run are remembered up to ``KNOWN_MAX``; past it a key's first
+    copies no longer count, and the follower brings its replicas up to date as it did."""
+    monkeypatch.setattr(replication_module, "KNOWN_MAX", 0)
+    a, (sender, sent_side), (other, other_side) = await _owner_and_replicas(make_peer)
+    replication = a.replication
+    assert replication is not None
+    try:
+        assert (await sender.store_task(a.me, [_batch(20)])).new == 20
+        await asyncio.sleep(0.2 + 0.5)
+        await eventually(lambda: replication.pending == 0)
+        assert (sent_side.backup_calls, other_side.backup_calls) == (2, 2)
+        assert replication.resynced_keys == 1
+        assert len(other_side.backups.get(a.node_id, {})) == 20
     finally:
         await sender.aclose()
         await other.aclose()
