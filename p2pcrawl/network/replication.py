@@ -172,9 +172,11 @@ class Replication:
         copied as it is queued (so it passes here first), a page is queued before it is
         done, and done pages of other owners' keys pass ``record_done``: a key not yet
         ``_known`` has no other task and no done page here."""
+        if not self._enroll_new:
+            return set()
         keys = {t.key for t in tasks}
         exclude = set(exclude)
-        fresh = keys - self._known - exclude if self._enroll_new else set()
+        fresh = keys - self._known - exclude
         self._known |= keys | exclude
         if len(self._known) > KNOWN_MAX:
             self._enroll_new, self._known = False, set()

@@ -110,7 +110,7 @@ async def test_a_key_new_to_the_owner_is_copied_once_not_again_by_the_follower(
         await asyncio.sleep(0.2 + 0.5)  # the follower's pass starts 0.2 s after a wake
         await eventually(lambda: replication.pending == 0)
         assert (sent_side.backup_calls, other_side.backup_calls) == (1, 1)
-        assert replication.resynced_keys == 0
+        assert (replication.enrolled_keys, replication.resynced_keys) == (1, 0)
         # The key is followed all the same: a replica set change brings it back to the
         # follower, which finds the same replicas and sends nothing.
         replication.membership_changed()
@@ -136,7 +136,7 @@ async def test_past_its_bound_of_keys_the_follower_sends_new_keys_again(
         await asyncio.sleep(0.2 + 0.5)
         await eventually(lambda: replication.pending == 0)
         assert (sent_side.backup_calls, other_side.backup_calls) == (2, 2)
-        assert replication.resynced_keys == 1
+        assert (replication.enrolled_keys, replication.resynced_keys) == (0, 1)
         assert len(other_side.backups.get(a.node_id, {})) == 20
     finally:
         await sender.aclose()
