@@ -24,7 +24,9 @@ The bottleneck is meant to be the cap (each peer's link), not the machine: the p
 times N must stay below what the machine's cores can crawl, or the speed-up measures the CPU.
 
 Usage (as root): python benchmarks/cluster.py [--quick] [--peers 1,2,4,8] [--rounds 3]
-The last line is one JSON object: {"speedup": {"2": x, ...}, ...}.
+The last line is one JSON object: {"speedup": {"2": x, ...}, ...}. ``--loop-cpu`` splits the
+peers' event-loop CPU by callback (``benchmarks/loopcpu``; it costs about 0.5 ms per page
+itself, so quote CPU per page from a run without it).
 """
 
 from __future__ import annotations
