@@ -43,26 +43,36 @@ class Replica(MemoryHandler):
         return await super().handle_store_backup(sender, owner, batches)
 
 
-async def _owner_and_replicas(
-    make_peer: PeerFactory,
-) -> tuple[Peer, tuple[CrawlNode, Replica], tuple[CrawlNode, Replica]]:
+async def _owner(make_peer: PeerFactory) -> tuple[Peer, bytes, bytes]:
+    """A paused peer that owns HOST, and two node IDs further from HOST's key than it is:
+    ``near`` nearer than ``far``."""
     crawl = CrawlSettings(scope=ScopeSettings(allow_domains=(HOST,)))
     a = await make_peer(crawl=crawl)
     assert a.engine is not None and a.node is not None and a.replication is not None
     a.engine.paused = True
-    key = key_for(HOST)
-    near = id_outranked_by(a.node_id, key)
+    near = id_outranked_by(a.node_id, key_for(HOST))
     # Flipping a low bit keeps the bit that makes ``a`` the closer one: ``a`` still owns.
     far = near[:-1] + bytes([near[-1] ^ 1])
-    nodes: list[tuple[CrawlNode, Replica]] = []
-    for node_id in (near, far):
-        handler = Replica()
-        node = CrawlNode(node_id, handler, NodeConfig())
-        await node.listen_on("127.0.0.1", 0)
-        await node.join([a.me.addr])
-        nodes.append((node, handler))
+    return a, near, far
+
+
+async def _replica(node_id: bytes, a: Peer) -> tuple[CrawlNode, Replica]:
+    """A bare node joined to ``a``, holding what it is sent in memory."""
+    handler = Replica()
+    node = CrawlNode(node_id, handler, NodeConfig())
+    await node.listen_on("127.0.0.1", 0)
+    await node.join([a.me.addr])
+    return node, handler
+
+
+async def _owner_and_replicas(
+    make_peer: PeerFactory,
+) -> tuple[Peer, tuple[CrawlNode, Replica], tuple[CrawlNode, Replica]]:
+    a, near, far = await _owner(make_peer)
+    nodes = [await _replica(near, a), await _replica(far, a)]
     want = sorted(n.me.id for n, _ in nodes)
     node = a.node
+    assert node is not None
     await eventually(lambda: sorted(p.id for p in node.peers()) == want, timeout=5)
     return a, nodes[0], nodes[1]
 
@@ -70,6 +80,15 @@ async def _owner_and_replicas(
 def _batch(n: int) -> KeyBatch:
     urls = [f"http://{HOST}/p{i}" for i in range(n)]
     return KeyBatch(key_for(HOST), [TaskItem(url=u, depth=1) for u in urls])
+
+
+async def _store_and_settle(sender: CrawlNode, a: Peer) -> None:
+    """Route a new key's 20 tasks to ``a``, then wait out its follower's pass."""
+    replication = a.replication
+    assert replication is not None
+    assert (await sender.store_task(a.me, [_batch(20)])).new == 20
+    await asyncio.sleep(0.2 + 0.5)  # the follower's pass starts 0.2 s after a wake
+    await eventually(lambda: replication.pending == 0)
 
 
 async def test_the_owner_has_copied_new_tasks_to_its_replicas_when_the_sender_hears_back(
@@ -106,9 +125,7 @@ async def test_a_key_new_to_the_owner_is_copied_once_not_again_by_the_follower(
     replication = a.replication
     assert replication is not None
     try:
-        assert (await sender.store_task(a.me, [_batch(20)])).new == 20
-        await asyncio.sleep(0.2 + 0.5)  # the follower's pass starts 0.2 s after a wake
-        await eventually(lambda: replication.pending == 0)
+        await _store_and_settle(sender, a)
         assert (sent_side.backup_calls, other_side.backup_calls) == (1, 1)
         assert (replication.enrolled_keys, replication.resynced_keys) == (1, 0)
         # The key is followed all the same: a replica set change brings it back to the
@@ -132,9 +149,7 @@ async def test_past_its_bound_of_keys_the_follower_sends_new_keys_again(
     replication = a.replication
     assert replication is not None
     try:
-        assert (await sender.store_task(a.me, [_batch(20)])).new == 20
-        await asyncio.sleep(0.2 + 0.5)
-        await eventually(lambda: replication.pending == 0)
+        await _store_and_settle(sender, a)
         assert (sent_side.backup_calls, other_side.backup_calls) == (2, 2)
         assert (replication.enrolled_keys, replication.resynced_keys) == (0, 1)
         assert len(other_side.backups.get(a.node_id, {})) == 20
@@ -148,27 +163,19 @@ async def test_a_key_the_owner_found_itself_is_copied_to_a_replica_that_joins_la
 ) -> None:
     """Links to the owner's own keys never come by STORE_TASK. Their key is followed all
     the same: a peer that joins nearer the key than anyone but the owner gets its copies."""
-    crawl = CrawlSettings(scope=ScopeSettings(allow_domains=(HOST,)))
-    a = await make_peer(crawl=crawl)
-    assert a.engine is not None and a.node is not None and a.replication is not None
-    a.engine.paused = True
+    a, near, far = await _owner(make_peer)
+    assert a.engine is not None and a.node is not None
     node = a.node
-    key = key_for(HOST)
-    near = id_outranked_by(a.node_id, key)
     nodes: list[tuple[CrawlNode, Replica]] = []
     try:
-        first = Replica()
-        nodes.append((CrawlNode(near[:-1] + bytes([near[-1] ^ 1]), first, NodeConfig()), first))
-        await nodes[0][0].listen_on("127.0.0.1", 0)
-        await nodes[0][0].join([a.me.addr])
+        nodes.append(await _replica(far, a))
+        first = nodes[0][1]
         await eventually(lambda: len(node.peers()) == 1, timeout=5)
         tasks = a.engine.seed_tasks([f"http://{HOST}/p{i}" for i in range(20)])
         assert await a.intake(tasks) == 20  # as the dispatcher queues a peer's own finds
         assert len(first.backups.get(a.node_id, {})) == 20
-        later = Replica()
-        nodes.append((CrawlNode(near, later, NodeConfig()), later))
-        await nodes[1][0].listen_on("127.0.0.1", 0)
-        await nodes[1][0].join([a.me.addr])
+        nodes.append(await _replica(near, a))
+        later = nodes[1][1]
         await eventually(lambda: len(later.backups.get(a.node_id, {})) == 20, timeout=10)
     finally:
         for n, _ in nodes:
