@@ -207,6 +207,9 @@ class RunResult:
     loop_cpu: Counter[str] = field(default_factory=Counter)
     loop_calls: Counter[str] = field(default_factory=Counter)
     main_thread_s: float = 0.0
+    # The machine's speed during the run: thread CPU microseconds of one fixed pure-Python
+    # job (``_cpuprobe.py``), median over the run; 0 if the probe failed.
+    probe_us: float = 0.0
 
     @property
     def busiest(self) -> float:
@@ -217,6 +220,28 @@ class RunResult:
     @property
     def pages_per_s(self) -> float:
         return self.pages / self.wall_s if self.wall_s else 0.0
+
+
+async def start_probe() -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(BENCH / "_cpuprobe.py"),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+
+
+async def stop_probe(proc: asyncio.subprocess.Process) -> float:
+    """The probe's median job time (us); it stops when its stdin closes."""
+    try:
+        async with asyncio.timeout(10):
+            out, _ = await proc.communicate(b"")
+        return float(json.loads(out.decode().strip().splitlines()[-1])["probe_us"])
+    except (TimeoutError, ValueError, IndexError, KeyError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        return 0.0
 
 
 class Runner:
@@ -323,6 +348,7 @@ class Runner:
             if env is not None:
                 await asyncio.sleep(0.5)  # a fresh dump of every peer's totals
                 loop0 = self.loop_cpu(root, [p.pid for p in procs])
+            probe = await start_probe()
             cpu0 = sum(proc_cpu_s(p.pid) for p in procs)
             t0 = time.perf_counter()
             seed = self.web.url(0, 0)
@@ -330,6 +356,7 @@ class Runner:
             t_end, result.settled = await self.wait_finished(addrs, t0)
             result.wall_s = t_end - t0
             result.cpu_s = sum(proc_cpu_s(p.pid) for p in procs) - cpu0
+            result.probe_us = await stop_probe(probe)
             if env is not None:
                 await asyncio.sleep(0.5)
                 cpu, calls, main = self.loop_cpu(root, [p.pid for p in procs])
@@ -482,7 +509,8 @@ def report_run(r: int, res: RunResult) -> None:
     print(
         f"round {r + 1} N={res.peers}{'' if res.lend else ' (no lending)'}: "
         f"{res.pages} pages in {res.wall_s:.1f} s = {res.pages_per_s:.0f} pages/s, "
-        f"CPU {cpu_ms:.2f} ms/page, {res.rpcs / max(res.pages, 1):.2f} RPCs/page "
+        f"CPU {cpu_ms:.2f} ms/page ({res.probe_us:.0f} us a probe job), "
+        f"{res.rpcs / max(res.pages, 1):.2f} RPCs/page "
         f"({per_page_text(res.rpc_types, res.pages)}; before the seed "
         f"{sum(res.rpc_types_before.values())}), "
         f"{res.duplicates} duplicates, pages per peer {res.per_peer_pages} "
@@ -549,6 +577,12 @@ def summarise(
             out.setdefault("last_request_s", {})[str(n)] = med([e[-1] for e in ends])
             out.setdefault("end_spread_s", {})[str(n)] = med([e[-1] - e[0] for e in ends])
         out.setdefault("wall_s", {})[str(n)] = med([r.wall_s for r in rs])
+        if all(r.probe_us for r in rs):
+            # CPU per page in probe jobs (``_cpuprobe.py``): the machine's speed divided out.
+            out.setdefault("probe_us", {})[str(n)] = med([r.probe_us for r in rs])
+            out.setdefault("cpu_probe_jobs_per_page", {})[str(n)] = med(
+                [1000 * r.cpu_s / max(r.pages, 1) / r.probe_us for r in rs]
+            )
         out.setdefault("rpcs_unanswered_per_page", {})[str(n)] = med(
             [sum(r.rpc_failed.values()) / max(r.pages, 1) for r in rs]
         )
