@@ -13,7 +13,9 @@ arrive during a flush go out in the next one, straight away (they have waited fo
 already) unless ``window_each_flush`` asks for a window before every flush. With ``spacing``
 instead of a window, flushes of a lane start at least that far apart and an item reaching a
 lane that has been quiet that long goes out at once: no wait when traffic is light, and
-under load one flush per spacing however fast items come. Each submitter
+under load one flush per spacing however fast items come; ``spacing_of(lane)``, when given,
+is asked before each wait and may stretch one lane's spacing (a lane whose flushes carry
+nothing its receiver needs can wait longer). Each submitter
 returns only once the flush carrying its items returned, with its own slice of the results
 or that flush's error, so "durable on return" holds per caller. A cancelled submitter leaves
 its lane-mates' flush alone.
@@ -56,12 +58,15 @@ class Coalescer(Generic[K, T, R]):
         max_items: int | None = None,
         window_each_flush: bool = False,
         spacing: float = 0.0,
+        spacing_of: Callable[[K], float] | None = None,
         name: str = "coalescer",
     ) -> None:
         if window < 0 or spacing < 0:
             raise ValueError("window and spacing must be >= 0")
         if window and spacing:
             raise ValueError("a coalescer has a window or a spacing, not both")
+        if spacing_of is not None and not spacing:
+            raise ValueError("spacing_of needs a spacing")
         if max_items is not None and max_items < 1:
             raise ValueError("max_items must be >= 1")
         self._flush = flush
@@ -69,6 +74,7 @@ class Coalescer(Generic[K, T, R]):
         self._max = max_items
         self._rewindow = window_each_flush or spacing > 0
         self._spacing = spacing
+        self._spacing_of = spacing_of
         self._lanes: dict[K, _Lane[T, R]] = {}
         self._runners = TaskSet(name)
         self._closed = False
@@ -108,11 +114,12 @@ class Coalescer(Generic[K, T, R]):
         results = await asyncio.shield(due)
         return results[start : start + len(items)]
 
-    async def _wait_window(self, state: _Lane[T, R]) -> None:
+    async def _wait_window(self, lane: K, state: _Lane[T, R]) -> None:
         if state.full.is_set():
             return
         if self._spacing:
-            delay = state.last + self._spacing - asyncio.get_running_loop().time()
+            spacing = self._spacing if self._spacing_of is None else self._spacing_of(lane)
+            delay = state.last + spacing - asyncio.get_running_loop().time()
         else:
             delay = self._window
         if delay <= 0:
@@ -129,7 +136,7 @@ class Coalescer(Generic[K, T, R]):
     async def _run(self, lane: K, state: _Lane[T, R]) -> None:
         current: asyncio.Future[list[R]] | None = None
         try:
-            await self._wait_window(state)
+            await self._wait_window(lane, state)
             while state.items:
                 items, current = state.items, state.due
                 state.items, state.due = [], None
@@ -151,7 +158,7 @@ class Coalescer(Generic[K, T, R]):
                     self.in_flush -= len(items)
                 current = None
                 if self._rewindow and state.items:
-                    await self._wait_window(state)
+                    await self._wait_window(lane, state)
         except asyncio.CancelledError:
             # Cancelled mid-flush (shutting down): no caller may hang on it.
             for fut in (current, state.due):

@@ -58,6 +58,12 @@ class Router(Protocol):
         loan waits for its own links to reach its owner."""
 
 
+class FinishedHook(Protocol):
+    def __call__(self, tasks: list[Task], *, urgent: bool = False) -> Awaitable[None]:
+        """Tell whoever keeps copies that ``tasks`` are finished; ``urgent`` when a remote
+        caller waits for it (its news should not wait for company)."""
+
+
 class Engine:
     def __init__(
         self,
@@ -67,7 +73,7 @@ class Engine:
         warc: WarcWriter | None,
         partition: Partition = "host",
         router: Router | None = None,
-        on_finished: Callable[[list[Task]], Awaitable[None]] | None = None,
+        on_finished: FinishedHook | None = None,
         on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.settings = settings
@@ -117,7 +123,9 @@ class Engine:
         self.may_fetch_borrowed: Callable[[Task], bool] | None = None
         # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
         # the stores, so with only one per fetch slot the fetchers sat idle behind them.
-        self._tail_slots = asyncio.Semaphore(TAILS_PER_FETCH * settings.concurrency)
+        self.tail_slots = TAILS_PER_FETCH * settings.concurrency
+        self._tail_slots = asyncio.Semaphore(self.tail_slots)
+        self.tails = 0  # tails under way, each holding one of those slots
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -322,7 +330,9 @@ class Engine:
                     assert res is not None
                     await self._tail_slots.acquire()
                     handed_over = self._tasks.spawn(self._tail(task, res), "tail") is not None
-                    if not handed_over:
+                    if handed_over:
+                        self.tails += 1
+                    else:
                         self._tail_slots.release()  # shutting down: the URL stays queued
                 elif outcome is Outcome.FINISH:
                     await self.finish([task])
@@ -354,6 +364,7 @@ class Engine:
         except Exception as exc:
             await self._failed(task, exc)
         finally:
+            self.tails -= 1
             self._tail_slots.release()
             self._done_with(task)
 
@@ -409,7 +420,9 @@ class Engine:
         if self.on_finished is not None:
             await self.on_finished([task])  # the replicas drop their copies
 
-    async def finish(self, tasks: list[Task]) -> None:
+    async def finish(self, tasks: list[Task], *, urgent: bool = False) -> None:
+        """Record ``tasks`` finished here and tell the replicas; ``urgent``: a remote caller
+        waits for it (a borrower's report)."""
         if self.borrowed and any(t.lease for t in tasks):
             await self._settle_borrowed([t for t in tasks if t.lease], finished=True)
             tasks = [t for t in tasks if not t.lease]
@@ -417,7 +430,7 @@ class Engine:
                 return
         await self.ledger.finish(tasks)
         if self.on_finished is not None:
-            await self.on_finished(tasks)
+            await self.on_finished(tasks, urgent=urgent)
 
     def after_lent(self, key: bytes) -> None:
         """Lent tasks came back (finished or not): as after a fetch of ours."""

@@ -131,8 +131,11 @@ class Peer:
                 intake=self.intake,
                 batch=ps.dispatch_batch,
                 flush_s=ps.dispatch_flush_s,
+                patient=self._backlogged,
             )
-            self.replication = Replication(self.node, self.dispatcher, self.ledger, self.backups)
+            self.replication = Replication(
+                self.node, self.dispatcher, self.ledger, self.backups, patient=self._backlogged
+            )
             self.node.on_stall = self.membership.on_stall
             self.engine = Engine(
                 cfg.crawl,
@@ -311,7 +314,8 @@ class Peer:
             await self.ledger.done.add(pairs)
             # Tasks queued here before the history arrived (a restart) are finished already.
             if await self.ledger.drop_done([fp for _, fp in pairs]):
-                await self.replication.finished([Task("", fp, k, 0) for k, fp in pairs])
+                finished = [Task("", fp, k, 0) for k, fp in pairs]
+                await self.replication.finished(finished, urgent=routed)  # a sender waits
         new = await self.ledger.accept(tasks)
         if new:
             self.engine.include_keys({t.key for t in new})
@@ -322,6 +326,20 @@ class Peer:
                 await self.replication.store_backups(new, exclude=done or ())
             self.engine.wake()
         return len(new)
+
+    def _backlogged(self) -> bool:
+        """Whether links to owners that had them all, and the news of finished pages, may
+        wait longer (``dispatch.STALE_AFTER``, ``replication.PATIENT_COPY_SPACING_S``):
+        more is queued than two rounds of our fetchers, so the crawl's end waits on nothing
+        here, and a quarter of the page tails' slots is free. A tail holds its slot while
+        it waits, and the fetchers stop when none is free; as they fill, batches leave at
+        their usual spacing again, so a fast link is never held to slots-per-wait pages a
+        second."""
+        engine = self.engine
+        if engine is None:
+            return False
+        conc = engine.settings.concurrency
+        return engine.tasks_queued > 2 * conc and 4 * engine.tails < 3 * engine.tail_slots
 
     # -- what the status server and the metrics read ---------------------------------------
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,6 +51,12 @@ FOLLOW_KEYS = 64  # keys re-replicated at once: their copies share STORE_BACKUPs
 # this often: a peer finishes a page every 30-60 ms at its cap, and each page's new links
 # used to cost one STORE_BACKUP per replica on their own.
 COPY_SPACING_S = 0.2
+# While this peer has a backlog, its lanes to the replicas flush at most this often: what
+# they carry then is mostly the news of pages finished (a page's tail waits for it, well
+# inside its share of the fetch slots), and at 0.2 s that news cost 0.35 STORE_BACKUPs per
+# page at 8 peers (cluster benchmark). Copies a STORE_TASK handler waits for leave at once
+# (``copy_new``): its caller has a deadline.
+PATIENT_COPY_SPACING_S = 0.5
 # The same for telling earlier holders (no longer replicas) that pages are finished.
 DELETE_SPACING_S = 0.2
 # A STORE_TASK handler waits at most this share of the RPC timeout for its copies: the
@@ -74,7 +80,13 @@ class _KeyCopy:
 
 class Replication:
     def __init__(
-        self, node: CrawlNode, dispatcher: Dispatcher, ledger: Ledger, backups: BackupStore
+        self,
+        node: CrawlNode,
+        dispatcher: Dispatcher,
+        ledger: Ledger,
+        backups: BackupStore,
+        *,
+        patient: Callable[[], bool] = lambda: False,
     ) -> None:
         self.node = node
         self.dispatcher = dispatcher
@@ -84,8 +96,13 @@ class Replication:
             self._send_deletes, spacing=DELETE_SPACING_S, max_items=2000, name="delete-backup"
         )
         # Copies of our own keys, one lane per replica: (key, tasks, done fingerprints) each.
+        self._patient = patient
         self._copies: Coalescer[PeerRef, _KeyCopy, bool] = Coalescer(
-            self._send_copies, spacing=COPY_SPACING_S, max_items=256, name="store-backup"
+            self._send_copies,
+            spacing=COPY_SPACING_S,
+            spacing_of=self._copy_spacing,
+            max_items=256,
+            name="store-backup",
         )
         # Per owned key: the replica set it was last brought up to date with, and every peer
         # it was copied to since (they may hold copies until told the work is done).
@@ -117,6 +134,9 @@ class Replication:
         await self._deletes.aclose(timeout=0.0)
         await self._copies.aclose(timeout=0.0)
 
+    def _copy_spacing(self, rep: PeerRef) -> float:
+        return PATIENT_COPY_SPACING_S if self._patient() else COPY_SPACING_S
+
     # -- copies ------------------------------------------------------------------------------
 
     def replicas_for(self, owner: bytes, key: bytes) -> list[PeerRef]:
@@ -131,6 +151,7 @@ class Replication:
         done: dict[bytes, list[int]] | None = None,
         *,
         enroll: Iterable[bytes] = (),
+        urgent: bool = False,
     ) -> None:
         """Copy ``tasks`` (and the ``done`` range of their keys) to ``owner``'s replicas,
         this peer included if it is one. Best effort: a replica that misses its copy is
@@ -153,7 +174,7 @@ class Replication:
         epoch = self._epoch
         sent = list(by_rep)
         results = await asyncio.gather(
-            *(self._store(r, owner.id, ts, dones.get(r)) for r, ts in by_rep.items())
+            *(self._store(r, owner.id, ts, dones.get(r), urgent) for r, ts in by_rep.items())
         )
         if epoch != self._epoch:
             # The replica sets changed meanwhile: these went to the old ones.
@@ -183,10 +204,13 @@ class Replication:
             return set()
         return {k for k in fresh if k not in self._synced}
 
-    async def store_backups(self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = ()) -> None:
+    async def store_backups(
+        self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = (), urgent: bool = False
+    ) -> None:
         """Copies of tasks this peer owns and just queued. Keys in ``exclude`` came with a
-        done range the copies do not carry: the follower sends it."""
-        await self.copy_for(self.node.me, tasks, enroll=self._fresh(tasks, exclude))
+        done range the copies do not carry: the follower sends it. ``urgent`` copies do
+        not wait out their lane's spacing."""
+        await self.copy_for(self.node.me, tasks, enroll=self._fresh(tasks, exclude), urgent=urgent)
 
     async def copy_new(self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = ()) -> None:
         """Copies of tasks that came by STORE_TASK, inside its handler: waited for at most
@@ -194,12 +218,17 @@ class Replication:
         one that fails sends its keys to the follower."""
         try:
             async with asyncio.timeout(self.copy_wait_s):
-                await self.store_backups(tasks, exclude=exclude)
+                await self.store_backups(tasks, exclude=exclude, urgent=True)
         except TimeoutError:
             self.late_copies += 1
 
     async def _store(
-        self, rep: PeerRef, owner: bytes, ts: list[Task], done: dict[bytes, list[int]] | None
+        self,
+        rep: PeerRef,
+        owner: bytes,
+        ts: list[Task],
+        done: dict[bytes, list[int]] | None,
+        urgent: bool = False,
     ) -> bool:
         if rep.id == self.node.me.id:
             if done:
@@ -211,7 +240,7 @@ class Replication:
             for t in ts:
                 by_key.setdefault(t.key, []).append(t)
             items = [_KeyCopy(k, kts, (done or {}).get(k, [])) for k, kts in by_key.items()]
-            return all(await self._copies.submit(rep, items))
+            return all(await self._copies.submit(rep, items, urgent=urgent))
         try:
             await self.node.store_backup(rep, owner, to_batches(ts, done))
             return True
@@ -378,11 +407,12 @@ class Replication:
 
     # -- finished work ----------------------------------------------------------------------
 
-    async def finished(self, tasks: list[Task]) -> None:
+    async def finished(self, tasks: list[Task], *, urgent: bool = False) -> None:
         """Tell every peer that may hold a copy that ``tasks`` are finished, and wait.
 
         Waiting keeps a crash from leaving a replica with a copy of a finished page and no
-        record that it is finished: it would fetch it again.
+        record that it is finished: it would fetch it again. ``urgent`` news does not wait
+        out its lane's spacing (a borrower waits for our answer to its report).
         """
         me = self.node.me.id
         # The current replicas hear it in their copy lane (done fingerprints of a
@@ -398,7 +428,7 @@ class Replication:
                 if rep.id != me and rep not in reps:
                     by_rep[rep].append((t.key, t.fp))
         waits: list[Awaitable[object]] = [
-            self._copies.submit(r, [_KeyCopy(k, [], fps) for k, fps in done.items()])
+            self._copies.submit(r, [_KeyCopy(k, [], fps) for k, fps in done.items()], urgent=urgent)
             for r, done in to_reps.items()
         ]
         waits += [self._deletes.submit(r, f) for r, f in by_rep.items()]

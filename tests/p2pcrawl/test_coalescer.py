@@ -152,3 +152,21 @@ async def test_spaced_flushes_go_at_once_when_quiet_and_batch_under_load() -> No
     assert store.flushes[-1] == [5, 6]
     with pytest.raises(ValueError, match="not both"):
         Coalescer[str | None, int, int](store.flush, window=0.1, spacing=0.1)
+
+
+async def test_a_lane_spacing_can_be_stretched_per_lane() -> None:
+    """``spacing_of`` holds one lane back for longer; the others keep the base spacing."""
+    store = Store()
+    gc = Coalescer[str | None, int, int](
+        store.flush, spacing=0.01, spacing_of=lambda lane: 60.0 if lane == "slow" else 0.01
+    )
+    assert await gc.submit("slow", [1]) == [2]  # a quiet lane still goes at once
+    held = asyncio.ensure_future(gc.submit("slow", [2]))
+    assert await asyncio.wait_for(gc.submit("fast", [1]), 5) == [2]
+    assert await asyncio.wait_for(gc.submit("fast", [3]), 5) == [6]  # spaced 10 ms, not 60 s
+    await asyncio.sleep(0.05)
+    assert not held.done()
+    gc.kick()
+    assert await held == [4]
+    with pytest.raises(ValueError, match="needs a spacing"):
+        Coalescer[str | None, int, int](store.flush, spacing_of=lambda lane: 1.0)

@@ -208,3 +208,27 @@ async def test_a_replica_that_does_not_answer_cannot_make_a_live_owner_look_dead
     finally:
         await sender.aclose()
         await silent.aclose()
+
+
+async def test_a_backlogged_owner_still_copies_routed_tasks_before_it_answers(
+    make_peer: PeerFactory,
+) -> None:
+    """With a backlog the owner's lanes to its replicas flush less often (the news of
+    finished pages can wait), but copies a STORE_TASK handler waits for leave at once: the
+    sender's ack still means the replicas hold them."""
+    a, (sender, sent_side), (other, other_side) = await _owner_and_replicas(make_peer)
+    replication, engine = a.replication, a.engine
+    assert replication is not None and engine is not None
+    try:
+        backlog = 2 * engine.settings.concurrency + 1
+        urls = [f"http://{HOST}/q{i}" for i in range(backlog)]
+        assert await a.intake(engine.seed_tasks(urls)) == backlog  # copied: the lanes flushed
+        assert a._backlogged()
+        result = await sender.store_task(a.me, [_batch(20)])
+        assert result.new == 20
+        assert len(sent_side.backups.get(a.node_id, {})) == backlog + 20
+        assert len(other_side.backups.get(a.node_id, {})) == backlog + 20
+        assert replication.late_copies == 0
+    finally:
+        await sender.aclose()
+        await other.aclose()

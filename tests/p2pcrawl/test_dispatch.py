@@ -1,0 +1,81 @@
+"""The dispatcher's outboxes: an owner that already has every link we send hears less often."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2pcrawl.crawl import Task, urls
+from p2pcrawl.network import Peer
+from p2pcrawl.network.dispatch import PATIENT_FLUSH_S, STALE_AFTER, Dispatcher
+from p2pcrawl.settings import CrawlSettings, PeerSettings, ScopeSettings
+from protocol import key_for
+from tests.conftest import PeerFactory
+
+pytestmark = pytest.mark.timeout(60)
+
+CRAWL = CrawlSettings(scope=ScopeSettings(allow_domains=("busy.test",)))
+
+
+def tasks_for(host: str, pages: range) -> list[Task]:
+    out = []
+    for i in pages:
+        url = f"http://{host}/p{i}"
+        out.append(Task(url, urls.fingerprint(url), key_for(host), 1))
+    return out
+
+
+async def queued_urls(peer: Peer) -> set[str]:
+    assert peer.ledger is not None
+    return {t.url for _, t in await peer.ledger.tasks.page(0, 100_000)}
+
+
+async def test_an_owner_that_has_every_link_is_sent_to_less_often_while_we_are_busy(
+    make_peer: PeerFactory,
+) -> None:
+    a = await make_peer(crawl=CRAWL, peer=PeerSettings())
+    assert a.engine is not None
+    a.engine.paused = True  # every accepted task stays queued
+    b = await make_peer(crawl=CRAWL, bootstrap=(a.me.addr,))
+    assert b.node is not None and b.engine is not None
+    hosts = [f"h{i}.busy.test" for i in range(200)]
+    host = next(h for h in hosts if b.node.closest_local(key_for(h), 1)[0].id == a.node_id)
+    busy = [True]
+    sent: list[int] = []
+
+    async def local(ts: list[Task]) -> None:
+        raise AssertionError("every task here has a live owner")
+
+    d = Dispatcher(b.node, replicas=2, intake=local, flush_s=0.05, patient=lambda: busy[0])
+    try:
+        first = tasks_for(host, range(10))
+        await d.route(first)
+        assert d.spacing(a.me) == d.flush_s  # they were new to the owner
+        for n in range(1, STALE_AFTER + 3):
+            await d.route(first)  # the owner has all of them already
+            sent.append(d.sent_rpcs)
+            if n < STALE_AFTER:
+                assert d.spacing(a.me) == d.flush_s
+        stretched = d.spacing(a.me)
+        assert d.flush_s < stretched <= PATIENT_FLUSH_S
+        busy[0] = False  # no backlog here: a page's links may decide when the crawl ends
+        assert d.spacing(a.me) == d.flush_s
+        busy[0] = True
+        assert d.spacing(a.me) == stretched
+        # One link the owner lacks brings the spacing straight back, and nothing is lost.
+        more = tasks_for(host, range(10, 11))
+        await d.route(first + more)
+        assert d.spacing(a.me) == d.flush_s
+        assert await queued_urls(a) == {t.url for t in first + more}
+        assert sent == list(range(2, STALE_AFTER + 4))  # one STORE_TASK per route, no resend
+    finally:
+        await d.aclose()
+
+
+async def test_a_peer_is_patient_only_with_a_backlog(make_peer: PeerFactory) -> None:
+    peer = await make_peer(crawl=CRAWL)
+    assert peer.engine is not None and peer.dispatcher is not None
+    peer.engine.paused = True
+    assert not peer._backlogged()
+    conc = peer.engine.settings.concurrency
+    await peer.intake(tasks_for("busy.test", range(2 * conc + 1)))
+    assert peer._backlogged()
