@@ -15,7 +15,8 @@ instead of a window, flushes of a lane start at least that far apart and an item
 lane that has been quiet that long goes out at once: no wait when traffic is light, and
 under load one flush per spacing however fast items come; ``spacing_of(lane)``, when given,
 is asked before each wait and may stretch one lane's spacing (a lane whose flushes carry
-nothing its receiver needs can wait longer). Each submitter
+nothing its receiver needs can wait longer), and items submitted ``within`` a time leave no
+later than that after the lane's last flush, however far it is stretched. Each submitter
 returns only once the flush carrying its items returned, with its own slice of the results
 or that flush's error, so "durable on return" holds per caller. A cancelled submitter leaves
 its lane-mates' flush alone.
@@ -47,6 +48,7 @@ class _Lane(Generic[T, R]):
     full: asyncio.Event = field(default_factory=asyncio.Event)
     runner: asyncio.Task[Any] | None = None
     last: float = float("-inf")  # loop time the last flush started (``spacing``)
+    hurry: asyncio.TimerHandle | None = None  # closes the window for ``within`` items
 
 
 class Coalescer(Generic[K, T, R]):
@@ -86,10 +88,14 @@ class Coalescer(Generic[K, T, R]):
         """Items waiting for their flush, and items in a flush under way."""
         return sum(len(lane.items) for lane in self._lanes.values()) + self.in_flush
 
-    async def submit(self, lane: K, items: Sequence[T], *, urgent: bool = False) -> list[R]:
+    async def submit(
+        self, lane: K, items: Sequence[T], *, urgent: bool = False, within: float | None = None
+    ) -> list[R]:
         """The results for ``items``, once the flush carrying them returned; its error if not.
         ``urgent`` items close the lane's spacing, or the window of a coalescer with
-        ``max_items`` (a window without it is a plain sleep): they go in the next flush."""
+        ``max_items`` (a window without it is a plain sleep): they go in the next flush.
+        Items ``within`` a time go in a flush that starts no later than that after the
+        lane's last one (a stretched spacing does not hold them)."""
         if self._closed:
             raise RuntimeError("Coalescer is closed")
         if not items:
@@ -106,6 +112,8 @@ class Coalescer(Generic[K, T, R]):
         due = state.due
         if urgent or (self._max is not None and len(state.items) >= self._max):
             state.full.set()
+        elif within is not None:
+            self._hurry(state, within)
         if state.runner is None:
             state.runner = self._runners.spawn(self._run(lane, state), "flush")
             if state.runner is None:  # closing: the runners refuse work
@@ -113,6 +121,17 @@ class Coalescer(Generic[K, T, R]):
         # shield: a cancelled caller leaves its lane-mates' flush alone.
         results = await asyncio.shield(due)
         return results[start : start + len(items)]
+
+    @staticmethod
+    def _hurry(state: _Lane[T, R], within: float) -> None:
+        loop = asyncio.get_running_loop()
+        at = state.last + within
+        if at <= loop.time():
+            state.full.set()
+        elif state.hurry is None or state.hurry.when() > at:
+            if state.hurry is not None:
+                state.hurry.cancel()
+            state.hurry = loop.call_at(at, state.full.set)
 
     async def _wait_window(self, lane: K, state: _Lane[T, R]) -> None:
         if state.full.is_set():
@@ -141,6 +160,9 @@ class Coalescer(Generic[K, T, R]):
                 items, current = state.items, state.due
                 state.items, state.due = [], None
                 state.full.clear()
+                if state.hurry is not None:
+                    state.hurry.cancel()
+                    state.hurry = None
                 assert current is not None
                 state.last = asyncio.get_running_loop().time()
                 self.flushes += 1

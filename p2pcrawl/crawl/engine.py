@@ -59,9 +59,9 @@ class Router(Protocol):
 
 
 class FinishedHook(Protocol):
-    def __call__(self, tasks: list[Task], *, urgent: bool = False) -> Awaitable[None]:
-        """Tell whoever keeps copies that ``tasks`` are finished; ``urgent`` when a remote
-        caller waits for it (its news should not wait for company)."""
+    def __call__(self, tasks: list[Task], *, hurry: bool = False) -> Awaitable[None]:
+        """Tell whoever keeps copies that ``tasks`` are finished; ``hurry`` when a remote
+        caller waits for it."""
 
 
 class Engine:
@@ -420,8 +420,8 @@ class Engine:
         if self.on_finished is not None:
             await self.on_finished([task])  # the replicas drop their copies
 
-    async def finish(self, tasks: list[Task], *, urgent: bool = False) -> None:
-        """Record ``tasks`` finished here and tell the replicas; ``urgent``: a remote caller
+    async def finish(self, tasks: list[Task], *, hurry: bool = False) -> None:
+        """Record ``tasks`` finished here and tell the replicas; ``hurry``: a remote caller
         waits for it (a borrower's report)."""
         if self.borrowed and any(t.lease for t in tasks):
             await self._settle_borrowed([t for t in tasks if t.lease], finished=True)
@@ -430,7 +430,7 @@ class Engine:
                 return
         await self.ledger.finish(tasks)
         if self.on_finished is not None:
-            await self.on_finished(tasks, urgent=urgent)
+            await self.on_finished(tasks, hurry=hurry)
 
     def after_lent(self, key: bytes) -> None:
         """Lent tasks came back (finished or not): as after a fetch of ours."""

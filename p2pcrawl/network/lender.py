@@ -229,8 +229,8 @@ class Lender:
         if finished:
             # Recorded before the lease may end: a leave waiting for its leases then counts
             # its queue with these gone, and hands off exactly the rest.
-            # Urgent: the borrower's next pages of this loan wait for our answer.
-            await engine.finish(finished, urgent=True)
+            # Hurried: the borrower's next pages of this loan wait for our answer.
+            await engine.finish(finished, hurry=True)
             engine.after_lent(lease.key)
         # (It may have ended meanwhile: revoked by a hand-off, or ended by a leave.)
         if (report.final or not lease.tasks) and lease.lease in self.leases:

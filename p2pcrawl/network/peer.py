@@ -315,7 +315,7 @@ class Peer:
             # Tasks queued here before the history arrived (a restart) are finished already.
             if await self.ledger.drop_done([fp for _, fp in pairs]):
                 finished = [Task("", fp, k, 0) for k, fp in pairs]
-                await self.replication.finished(finished, urgent=routed)  # a sender waits
+                await self.replication.finished(finished, hurry=routed)  # a sender waits
         new = await self.ledger.accept(tasks)
         if new:
             self.engine.include_keys({t.key for t in new})

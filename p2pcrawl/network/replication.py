@@ -54,8 +54,10 @@ COPY_SPACING_S = 0.2
 # While this peer has a backlog, its lanes to the replicas flush at most this often: what
 # they carry then is mostly the news of pages finished (a page's tail waits for it, well
 # inside its share of the fetch slots), and at 0.2 s that news cost 0.35 STORE_BACKUPs per
-# page at 8 peers (cluster benchmark). Copies a STORE_TASK handler waits for leave at once
-# (``copy_new``): its caller has a deadline.
+# page at 8 peers (cluster benchmark). What a remote caller waits for (a STORE_TASK
+# handler's copies, the news of pages a borrower reported) still leaves within
+# COPY_SPACING_S of the lane's last flush, sharing it as before: sent at once, each cost a
+# STORE_BACKUP of its own, and at 4 peers they were 0.49 a page.
 PATIENT_COPY_SPACING_S = 0.5
 # The same for telling earlier holders (no longer replicas) that pages are finished.
 DELETE_SPACING_S = 0.2
@@ -137,6 +139,10 @@ class Replication:
     def _copy_spacing(self, rep: PeerRef) -> float:
         return PATIENT_COPY_SPACING_S if self._patient() else COPY_SPACING_S
 
+    @staticmethod
+    def _within(hurry: bool) -> float | None:
+        return COPY_SPACING_S if hurry else None
+
     # -- copies ------------------------------------------------------------------------------
 
     def replicas_for(self, owner: bytes, key: bytes) -> list[PeerRef]:
@@ -151,7 +157,7 @@ class Replication:
         done: dict[bytes, list[int]] | None = None,
         *,
         enroll: Iterable[bytes] = (),
-        urgent: bool = False,
+        hurry: bool = False,
     ) -> None:
         """Copy ``tasks`` (and the ``done`` range of their keys) to ``owner``'s replicas,
         this peer included if it is one. Best effort: a replica that misses its copy is
@@ -174,7 +180,7 @@ class Replication:
         epoch = self._epoch
         sent = list(by_rep)
         results = await asyncio.gather(
-            *(self._store(r, owner.id, ts, dones.get(r), urgent) for r, ts in by_rep.items())
+            *(self._store(r, owner.id, ts, dones.get(r), hurry) for r, ts in by_rep.items())
         )
         if epoch != self._epoch:
             # The replica sets changed meanwhile: these went to the old ones.
@@ -205,12 +211,12 @@ class Replication:
         return {k for k in fresh if k not in self._synced}
 
     async def store_backups(
-        self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = (), urgent: bool = False
+        self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = (), hurry: bool = False
     ) -> None:
         """Copies of tasks this peer owns and just queued. Keys in ``exclude`` came with a
-        done range the copies do not carry: the follower sends it. ``urgent`` copies do
-        not wait out their lane's spacing."""
-        await self.copy_for(self.node.me, tasks, enroll=self._fresh(tasks, exclude), urgent=urgent)
+        done range the copies do not carry: the follower sends it. ``hurry``: someone
+        waits for them, and a patient lane's spacing does not hold them."""
+        await self.copy_for(self.node.me, tasks, enroll=self._fresh(tasks, exclude), hurry=hurry)
 
     async def copy_new(self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = ()) -> None:
         """Copies of tasks that came by STORE_TASK, inside its handler: waited for at most
@@ -218,7 +224,7 @@ class Replication:
         one that fails sends its keys to the follower."""
         try:
             async with asyncio.timeout(self.copy_wait_s):
-                await self.store_backups(tasks, exclude=exclude, urgent=True)
+                await self.store_backups(tasks, exclude=exclude, hurry=True)
         except TimeoutError:
             self.late_copies += 1
 
@@ -228,7 +234,7 @@ class Replication:
         owner: bytes,
         ts: list[Task],
         done: dict[bytes, list[int]] | None,
-        urgent: bool = False,
+        hurry: bool = False,
     ) -> bool:
         if rep.id == self.node.me.id:
             if done:
@@ -240,7 +246,7 @@ class Replication:
             for t in ts:
                 by_key.setdefault(t.key, []).append(t)
             items = [_KeyCopy(k, kts, (done or {}).get(k, [])) for k, kts in by_key.items()]
-            return all(await self._copies.submit(rep, items, urgent=urgent))
+            return all(await self._copies.submit(rep, items, within=self._within(hurry)))
         try:
             await self.node.store_backup(rep, owner, to_batches(ts, done))
             return True
@@ -407,12 +413,13 @@ class Replication:
 
     # -- finished work ----------------------------------------------------------------------
 
-    async def finished(self, tasks: list[Task], *, urgent: bool = False) -> None:
+    async def finished(self, tasks: list[Task], *, hurry: bool = False) -> None:
         """Tell every peer that may hold a copy that ``tasks`` are finished, and wait.
 
         Waiting keeps a crash from leaving a replica with a copy of a finished page and no
-        record that it is finished: it would fetch it again. ``urgent`` news does not wait
-        out its lane's spacing (a borrower waits for our answer to its report).
+        record that it is finished: it would fetch it again. ``hurry``: a remote caller waits
+        for it (a borrower, for our answer to its report), and a patient lane's spacing does
+        not hold it.
         """
         me = self.node.me.id
         # The current replicas hear it in their copy lane (done fingerprints of a
@@ -428,7 +435,9 @@ class Replication:
                 if rep.id != me and rep not in reps:
                     by_rep[rep].append((t.key, t.fp))
         waits: list[Awaitable[object]] = [
-            self._copies.submit(r, [_KeyCopy(k, [], fps) for k, fps in done.items()], urgent=urgent)
+            self._copies.submit(
+                r, [_KeyCopy(k, [], fps) for k, fps in done.items()], within=self._within(hurry)
+            )
             for r, done in to_reps.items()
         ]
         waits += [self._deletes.submit(r, f) for r, f in by_rep.items()]

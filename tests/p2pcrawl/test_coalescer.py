@@ -170,3 +170,26 @@ async def test_a_lane_spacing_can_be_stretched_per_lane() -> None:
     assert await held == [4]
     with pytest.raises(ValueError, match="needs a spacing"):
         Coalescer[str | None, int, int](store.flush, spacing_of=lambda lane: 1.0)
+
+
+async def test_items_within_a_time_are_not_held_by_a_stretched_spacing() -> None:
+    """An item ``within`` a time leaves no later than that after the lane's last flush,
+    taking along what waits; without it, the stretched spacing holds."""
+    store = Store()
+    gc = Coalescer[str | None, int, int](store.flush, spacing=0.01, spacing_of=lambda _: 60.0)
+    assert await gc.submit("a", [1]) == [2]
+    held = asyncio.ensure_future(gc.submit("a", [2]))
+    await asyncio.sleep(0.05)
+    assert not held.done()  # held by the 60 s spacing
+    assert await asyncio.wait_for(gc.submit("a", [3], within=0.02), 5) == [6]
+    assert await held == [4]
+    assert store.flushes == [[1], [2, 3]]
+    # Right after a flush: it waits for its time, not for the spacing.
+    assert await asyncio.wait_for(gc.submit("a", [4], within=0.1), 5) == [8]
+    # A later flush is spaced from that one again.
+    again = asyncio.ensure_future(gc.submit("a", [5]))
+    await asyncio.sleep(0.05)
+    assert not again.done()
+    gc.kick()
+    assert await again == [10]
+    assert store.flushes == [[1], [2, 3], [4], [5]]
