@@ -581,7 +581,7 @@ def summarise(
             # CPU per page in probe jobs (``_cpuprobe.py``): the machine's speed divided out.
             out.setdefault("probe_us", {})[str(n)] = med([r.probe_us for r in rs])
             out.setdefault("cpu_probe_jobs_per_page", {})[str(n)] = med(
-                [1000 * r.cpu_s / max(r.pages, 1) / r.probe_us for r in rs]
+                [1e6 * r.cpu_s / max(r.pages, 1) / r.probe_us for r in rs]
             )
         out.setdefault("rpcs_unanswered_per_page", {})[str(n)] = med(
             [sum(r.rpc_failed.values()) / max(r.pages, 1) for r in rs]
@@ -607,6 +607,32 @@ def summarise(
         )
     out["cap_pages_per_s_per_peer"] = round(cap_pages, 1)
     out["pages"] = zweb.total_pages
+    out.update(cpu_ratios(results))
+    return out
+
+
+def cpu_ratios(results: dict[int, list[RunResult]]) -> dict[str, dict[str, float]]:
+    """CPU per page at each N over one peer's (the target: within 1.2x), raw and in probe
+    jobs (the machine's speed in each run divided out)."""
+    one = results.get(1, [])
+    out: dict[str, dict[str, float]] = {"cpu_over_one_peer": {}}
+    if not one:
+        return out
+
+    def per_page(r: RunResult) -> float:
+        return r.cpu_s / max(r.pages, 1)
+
+    def in_jobs(r: RunResult) -> float:
+        return per_page(r) / r.probe_us
+
+    for n, rs in results.items():
+        if n == 1 or not rs:
+            continue
+        ratio = statistics.median(map(per_page, rs)) / statistics.median(map(per_page, one))
+        out["cpu_over_one_peer"][str(n)] = round(ratio, 3)
+        if all(r.probe_us for r in one + rs):
+            jobs = statistics.median(map(in_jobs, rs)) / statistics.median(map(in_jobs, one))
+            out.setdefault("cpu_over_one_peer_in_probe_jobs", {})[str(n)] = round(jobs, 3)
     return out
 
 

@@ -76,4 +76,9 @@ def test_two_peers_in_namespaces_crawl_the_whole_web_once() -> None:
         main = loop["main_thread"]["median"]
         assert all(v["median"] <= main for v in loop.values()), loop
     assert "task Endpoint._run_deferred" not in result["loop_cpu_ms_per_page"]["1"]
+    # Each run timed the probe job, so CPU per page compares across runs in its units.
+    for n in ("1", "2"):
+        assert result["probe_us"][n]["min"] > 0, result
+        assert result["cpu_probe_jobs_per_page"][n]["min"] > 0, result
+    assert result["cpu_over_one_peer_in_probe_jobs"]["2"] > 0, result
     assert _namespaces() == before
