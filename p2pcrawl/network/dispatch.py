@@ -182,6 +182,10 @@ class Dispatcher:
             waits.append(self._to_owner(owner, items, hurry))
         await asyncio.gather(*waits)
 
+    def hurry(self) -> None:
+        """Every outbox waiting out its spacing sends now."""
+        self._outboxes.kick()
+
     def spacing(self, owner: PeerRef) -> float:
         """How far apart batches to ``owner`` leave now (see ``STALE_AFTER``)."""
         stale = self._stale.get(owner, 0)

@@ -73,6 +73,7 @@ class Membership:
         self.accepting_while_leaving = False
         self.gone_owners: set[bytes] = set()  # removed peers whose backups may need taking
         self._handoff_lock = asyncio.Lock()
+        self.handing_off = 0  # hand-offs waiting for their keys' pages to finish here
         self._asked: set[bytes] = set()  # neighbours we asked for our keys (join, re-sync)
         self._handing_to: Counter[bytes] = Counter()  # requester -> handoffs under way
         # Done-only keys whose history went to a requester: a later REFRESH_TASK of the
@@ -404,11 +405,17 @@ class Membership:
         keyset = set(keys)
         engine.exclude_keys(keyset)
         deadline = time.monotonic() + self.peer.config.peer.handoff_timeout
-        # Our own fetches only: a borrowed one is its lender's to wait for.
-        while any(t.key in keyset and not t.lease for t in engine.in_flight.values()):
-            if time.monotonic() > deadline:
-                break
-            await engine.wait_progress(0.2)
+        # Our own fetches only: a borrowed one is its lender's to wait for. Their tails wait
+        # on our RPC lanes, which must not be patient now (``Peer._backlogged``).
+        self.handing_off += 1
+        try:
+            self.peer.hurry()
+            while any(t.key in keyset and not t.lease for t in engine.in_flight.values()):
+                if time.monotonic() > deadline:
+                    break
+                await engine.wait_progress(0.2)
+        finally:
+            self.handing_off -= 1
         # Not waited for: a borrower's pages may be waiting to route their links to the very
         # keys that move. Their tasks go with the keys; what the borrower finishes of them is
         # forwarded to the new owner as done history (network/borrower.py).
@@ -510,6 +517,7 @@ class Membership:
         if self.peer.state != "active":
             return self.peer.handoff
         self.peer.state = "leaving"
+        self.peer.hurry()  # what our pages wait for leaves now: the hand-off waits for them
         self.accepting_while_leaving = True
         self.peer.events.add("leaving")
         report = self.peer.handoff

@@ -331,15 +331,23 @@ class Peer:
         """Whether links to owners that had them all, and the news of finished pages, may
         wait longer (``dispatch.STALE_AFTER``, ``replication.PATIENT_COPY_SPACING_S``):
         more is queued than two rounds of our fetchers, so the crawl's end waits on nothing
-        here, and a quarter of the page tails' slots is free. A tail holds its slot while
-        it waits, and the fetchers stop when none is free; as they fill, batches leave at
-        their usual spacing again, so a fast link is never held to slots-per-wait pages a
-        second."""
+        here; no hand-off or leave waits for our pages; and a quarter of the page tails'
+        slots is free. A tail holds its slot while it waits, and the fetchers stop when
+        none is free; as they fill, batches leave at their usual spacing again, so a fast
+        link is never held to slots-per-wait pages a second."""
         engine = self.engine
-        if engine is None:
+        if engine is None or self.state != "active" or self.membership.handing_off:
             return False
         conc = engine.settings.concurrency
         return engine.tasks_queued > 2 * conc and 4 * engine.tails < 3 * engine.tail_slots
+
+    def hurry(self) -> None:
+        """Something waits for our pages' tails (a hand-off, a leave): the waits of our RPC
+        lanes end now, and ``_backlogged`` says no until it is over."""
+        if self.dispatcher is not None:
+            self.dispatcher.hurry()
+        if self.replication is not None:
+            self.replication.hurry()
 
     # -- what the status server and the metrics read ---------------------------------------
 

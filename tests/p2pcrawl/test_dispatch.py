@@ -79,3 +79,8 @@ async def test_a_peer_is_patient_only_with_a_backlog(make_peer: PeerFactory) -> 
     conc = peer.engine.settings.concurrency
     await peer.intake(tasks_for("busy.test", range(2 * conc + 1)))
     assert peer._backlogged()
+    # A hand-off waits for our pages' tails, and they wait on our lanes: no patience then.
+    peer.membership.handing_off += 1
+    assert not peer._backlogged()
+    peer.membership.handing_off -= 1
+    assert peer._backlogged()
