@@ -543,7 +543,8 @@ def summarise(
     results: dict[int, list[RunResult]],
     unlent: dict[int, list[RunResult]],
 ) -> dict[str, Any]:
-    base = statistics.median(r.pages_per_s for r in results[min(args.peers)])
+    # Speed-up is over one peer; without that run (--no-baseline) there is none.
+    base = statistics.median(r.pages_per_s for r in results[1]) if results.get(1) else 0.0
     cap_pages = args.rate_mbit * 1e6 / 8 / args.page_bytes
     out: dict[str, Any] = {"speedup": {}, "pages_per_s": {}, "cpu_ms_per_page": {}}
     out.update(rpcs_per_page={}, rpc_bytes_per_page={}, duplicates={}, cap_used={})
@@ -551,7 +552,7 @@ def summarise(
     out.update(rpcs_per_page_by_type={}, rpcs_before_seed_by_type={})
     for n, rs in results.items():
         out["pages_per_s"][str(n)] = med([r.pages_per_s for r in rs])
-        if n != min(args.peers):
+        if n != 1 and base:
             out["speedup"][str(n)] = round(statistics.median(r.pages_per_s for r in rs) / base, 3)
         out["cpu_ms_per_page"][str(n)] = med([1000 * r.cpu_s / max(r.pages, 1) for r in rs])
         out["rpcs_per_page"][str(n)] = med([r.rpcs / max(r.pages, 1) for r in rs])
@@ -597,7 +598,7 @@ def summarise(
             for name, _ in top.most_common(LOOP_CPU_SHOWN):
                 loop[name] = med([1000 * r.loop_cpu[name] / max(r.pages, 1) for r in rs])
     for n, rs in unlent.items():
-        if not rs:
+        if not rs or not base:
             continue
         nl = out.setdefault("no_lending", {"speedup": {}, "busiest_over_mean": {}})
         nl["speedup"][str(n)] = round(statistics.median(r.pages_per_s for r in rs) / base, 3)
@@ -696,13 +697,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="1, 2 and 4 peers, a small web, 1 round")
     p.add_argument("--smoke", action="store_true", help="1 and 2 peers, a tiny web (tests)")
+    p.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="do not add the one-peer run (about 170 s) that speed-up and CPU ratios need; "
+        "for comparing builds at one N (run the peers of another checkout with PYTHONPATH)",
+    )
     a = p.parse_args(argv)
     if a.quick:
         a.peers, a.rounds, a.hosts, a.max_pages = "1,2,4", 1, 300, 150
     if a.smoke:
         a.peers, a.rounds, a.hosts, a.max_pages, a.rate_mbit = "1,2", 1, 40, 20, 8.0
     a.peers = sorted({int(x) for x in a.peers.split(",")})
-    if a.peers[0] != 1:
+    if a.peers[0] != 1 and not a.no_baseline:
         a.peers.insert(0, 1)  # speed-up is against one peer
     return a
 
