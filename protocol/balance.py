@@ -27,6 +27,7 @@ only changes how a brand-new peer picks it.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import secrets
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from random import Random
@@ -220,8 +221,8 @@ def choose_join_id(
     determine that share. With ``loads`` the most loaded candidate is split (largest key-space
     share among equals); otherwise the one with the largest share. ``profile_of(node)`` (the
     chosen node's ``bit_loads``, asked for once; None if unknown) lets the split follow the
-    load. No known node:
-    a random ID.
+    load. A candidate whose region cannot be split is passed over for the next; no known
+    node, or none that can be split: a random ID.
     """
     pool = list(candidates) if candidates is not None else list(known)
     if not pool:
@@ -233,6 +234,11 @@ def choose_join_id(
         load = loads.get(node, 0.0) if loads is not None else 0.0
         return (load, share, node)
 
-    target = max(pool, key=rank)
-    profile = profile_of(target) if profile_of is not None else None
-    return split_id(target, everyone, rng, profile)
+    # The best-ranked region that can still be split. One that cannot (another ID shares all
+    # but its spare bits: a report may name any IDs) must not stop the join; the next best
+    # region is split instead, and with none left the joiner takes a random ID.
+    for target in sorted(pool, key=rank, reverse=True):
+        profile = profile_of(target) if profile_of is not None else None
+        with contextlib.suppress(ValueError):
+            return split_id(target, everyone, rng, profile)
+    return _bytes(_random_bits(ID_BITS, rng))

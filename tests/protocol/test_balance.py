@@ -109,6 +109,18 @@ def test_split_without_room_is_refused() -> None:
         split_id(n(0), [n(1 << 32)])  # they share 127 bits: only 32 spare bits below
 
 
+def test_a_region_that_cannot_be_split_is_passed_over() -> None:
+    """A LOAD report may name any IDs: one sharing all but the spare bits with the most loaded
+    node leaves that region unsplittable, and the joiner must still get an ID."""
+    a, b = top("0"), top("1")
+    twin = n(int.from_bytes(a, "big") | 1)  # shares 159 bits with a
+    new = choose_join_id([a, b, twin], random.Random(3), candidates=[a, b], loads={a: 9.0, b: 1.0})
+    assert common_prefix(new, b) >= 1 and IdSpace([a, b, twin, new]).shares()[new] == 0.25
+    # Nothing left to split: a random ID, not an error.
+    lone = choose_join_id([a, twin], random.Random(4), candidates=[a, twin])
+    assert len(lone) == 20 and lone not in (a, twin)
+
+
 def test_join_fills_the_largest_region_first() -> None:
     rng = random.Random(5)
     ids = [n(rng.getrandbits(160))]
