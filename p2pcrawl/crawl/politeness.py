@@ -91,6 +91,9 @@ class HostPoliteness:
     busy: bool = False
     last_response_time: float = 0.0
     robots_delay: float | None = None
+    # The robots policy ``robots_delay`` was read from: a policy outlives the host's queue (a
+    # drained host is forgotten, the policy is cached a day), and a new queue must read it.
+    robots_from: object | None = None
     consecutive_errors: int = 0
 
     def ready(self, now: float) -> bool:

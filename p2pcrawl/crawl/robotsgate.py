@@ -54,6 +54,12 @@ class RobotsGate:
         origin = urls.origin_of(task.url)  # RFC 9309 §2.3: scheme, host and port
         policy = self.cache.get(origin, now)
         if policy is not None:
+            polite = slot.hq.polite
+            if polite.robots_from is not policy:
+                # A host queue made after its robots.txt was fetched (the host drained and
+                # was forgotten, or it arrived on loan): its Crawl-delay still holds.
+                polite.robots_from = policy
+                polite.robots_delay = policy.crawl_delay(self.fetcher.user_agent)
             return policy
         url = origin + "/robots.txt"
         status: int | None = None
@@ -101,6 +107,7 @@ class RobotsGate:
             policy = policy_from_response(status, body, time.monotonic(), self.settings.politeness)
         self.cache.put(origin, policy)
         hq = slot.hq
+        hq.polite.robots_from = policy
         hq.polite.robots_delay = policy.crawl_delay(self.fetcher.user_agent)
         gap = politeness.next_gap(self.settings.politeness, hq.polite.robots_delay, elapsed)
         slot.requeue(task)

@@ -368,6 +368,43 @@ async def test_retry_after_backs_off_then_records_the_answer(tmp_path: Path) -> 
     assert summary.queued == 0
 
 
+REFILL_DELAY = 0.4  # Crawl-delay of the host that drains and comes back
+SLOW_PAGE_S = 2.5  # beyond the housekeeping's second, so the drained host is forgotten
+
+
+async def test_crawl_delay_holds_for_a_host_that_drained_and_came_back(tmp_path: Path) -> None:
+    """Host A's queue empties after its first page and the engine forgets the idle host; its
+    next links arrive seconds later, from a slow page of host B. Its robots.txt is cached (a
+    day) and not fetched again, and its Crawl-delay must still space the new requests."""
+
+    async def host_a(request: web.BaseRequest) -> web.StreamResponse:
+        if request.path == "/robots.txt":
+            return web.Response(text=f"User-agent: *\nCrawl-delay: {REFILL_DELAY}\n")
+        return web.Response(text="<p>leaf</p>", content_type="text/html")
+
+    async with serve(host_a, "127.0.0.12") as a:
+
+        async def host_b(request: web.BaseRequest) -> web.StreamResponse:
+            if request.path == "/robots.txt":
+                return web.Response(status=404)
+            if request.path == "/":
+                return web.Response(text='<a href="/slow">s</a>', content_type="text/html")
+            await asyncio.sleep(SLOW_PAGE_S)
+            links = "".join(f'<a href="{a.base}/p{i}">p</a>' for i in range(4))
+            return web.Response(text=links, content_type="text/html")
+
+        async with serve(host_b, "127.0.0.13") as b:
+            settings = fast_settings([a.host, b.host])
+            summary = await crawl([a.base + "/", b.base + "/"], settings, tmp_path)
+    assert summary.pages_fetched == 2 + 5
+    assert a.paths["/robots.txt"] == 1
+    spans = sorted(a.spans)  # robots.txt and / at the start, then the four links
+    later = [sp for sp in spans if sp[0] >= spans[0][0] + SLOW_PAGE_S]
+    assert len(later) == 4, spans
+    gaps = [y[0] - x[1] for x, y in itertools.pairwise(later)]
+    assert min(gaps) >= REFILL_DELAY - 1e-3, gaps
+
+
 # --- hostile pages --------------------------------------------------------------------------
 
 BOMB_LINKS = 20_000
