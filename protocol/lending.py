@@ -22,7 +22,13 @@ Wire format (crawl RPCs: the first argument is the sender's ID)::
               "lease": int,                         0: nothing lent
               "tasks": bytes,                       with lease > 0: one codec chunk holding
                                                     one KeyBatch (one host key), no done list
-              "backlog": int}                       tasks the owner still has queued
+              "backlog": int,                       tasks the owner still has queued
+              "robots": [origin, body, ttl]}        optional, with lease > 0: the owner's
+                                                    robots.txt policy for the first task's
+                                                    origin: body nil for "no rules" (a 4xx
+                                                    robots.txt), else the file (at most
+                                                    MAX_LENT_ROBOTS bytes); valid ttl more
+                                                    seconds
 
     request  ["give_back", [sender_id, lease, done, back, final]]
                                                     done: fingerprints finished (fetched and
@@ -34,6 +40,11 @@ Wire format (crawl RPCs: the first argument is the sender's ID)::
                                                     left. recall (optional): the owner is
                                                     leaving; the borrower gives back what it
                                                     has not started and reports the rest
+
+Why the robots policy. Each borrower would otherwise fetch the host's robots.txt again: the
+site sees one more request per loan, and the loan's first page waits a round trip for it. A
+borrower takes it only from a peer it trusts as much as its own scope (a keyed network, or one
+confined to loopback); otherwise it fetches the file itself.
 
 A lease also lapses when no GIVE_BACK arrives for ``LEASE_S``; a borrower with a lease
 outstanding reports at least every ``KEEPALIVE_S``, so a recall is heard that soon.
@@ -54,9 +65,11 @@ __all__ = [
     "LEASE_S",
     "LEND_RPC",
     "MAX_FPS",
+    "MAX_LENT_ROBOTS",
     "MAX_WANT",
     "RETURN_RPC",
     "GiveBack",
+    "LentRobots",
     "Loan",
     "check_lend_request",
     "check_return_request",
@@ -73,6 +86,21 @@ LEASE_S = 30.0
 KEEPALIVE_S = 2.0
 MAX_LEASE = FP_LIMIT
 MAX_BACKLOG = 2**53
+# A robots.txt a loan may carry; a longer one the borrower fetches itself. Almost every site's
+# fits (the median robots.txt is a few hundred bytes), and the reply stays a few datagrams.
+MAX_LENT_ROBOTS = 4096
+MAX_ORIGIN = 512
+MAX_ROBOTS_TTL = 7 * 86_400
+
+
+@dataclass(frozen=True, slots=True)
+class LentRobots:
+    """The owner's robots.txt policy for ``origin``: ``body`` None for "no rules", else the
+    file; it holds ``ttl`` more seconds."""
+
+    origin: str
+    body: bytes | None
+    ttl: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +110,7 @@ class Loan:
     lease: int
     batch: KeyBatch | None
     backlog: int
+    robots: LentRobots | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +129,28 @@ def one_chunk(batch: KeyBatch) -> tuple[bytes, KeyBatch]:
     return payload, held
 
 
-def loan_to_wire(lease: int, payload: bytes | None, backlog: int) -> dict[str, Any]:
+def loan_to_wire(
+    lease: int, payload: bytes | None, backlog: int, robots: LentRobots | None = None
+) -> dict[str, Any]:
     out: dict[str, Any] = {"lease": lease, "backlog": min(backlog, MAX_BACKLOG)}
     if lease:
         if payload is None:
             raise ValueError("a lease carries tasks")
         out["tasks"] = payload
+        if robots is not None:
+            _check_robots(robots)
+            out["robots"] = [robots.origin, robots.body, robots.ttl]
     return out
+
+
+def _check_robots(robots: LentRobots) -> None:
+    if type(robots.origin) is not str or not 0 < len(robots.origin) <= MAX_ORIGIN:
+        raise ValueError(f"a robots origin is a string of 1 to {MAX_ORIGIN} characters")
+    body = robots.body
+    if body is not None and (type(body) is not bytes or len(body) > MAX_LENT_ROBOTS):
+        raise ValueError(f"a lent robots.txt is nil or at most {MAX_LENT_ROBOTS} bytes")
+    if type(robots.ttl) is not int or not 0 < robots.ttl <= MAX_ROBOTS_TTL:
+        raise ValueError(f"a robots ttl is an int in [1, {MAX_ROBOTS_TTL}]")
 
 
 def _uint(value: object, limit: int, what: str) -> int:
@@ -132,7 +176,14 @@ def loan_from_wire(reply: Any) -> Loan:
         raise ValueError(str(exc)) from None
     if len(batches) != 1 or batches[0].done or not batches[0].tasks:
         raise ValueError("a lease is one key's tasks, with no done list")
-    return Loan(lease, batches[0], backlog)
+    robots: LentRobots | None = None
+    if "robots" in reply:
+        entry = reply["robots"]
+        if not isinstance(entry, list) or len(entry) != 3:
+            raise ValueError("robots is [origin, body, ttl]")
+        robots = LentRobots(*entry)
+        _check_robots(robots)
+    return Loan(lease, batches[0], backlog, robots)
 
 
 def check_lend_request(args: Sequence[Any]) -> tuple[int, int]:

@@ -22,15 +22,20 @@ from protego import Protego
 from p2pcrawl.settings import PolitenessSettings
 
 __all__ = [
+    "KEPT_ROBOTS_CHARS",
     "MAX_ROBOTS_BYTES",
     "RobotsCache",
     "RobotsPolicy",
+    "policy_from_lent",
     "policy_from_response",
     "ua_token",
 ]
 
 # RFC 9309 §2.5: crawlers SHOULD impose a parsing limit, and it MUST be at least 500 KiB.
 MAX_ROBOTS_BYTES = 500 * 1024
+# A robots.txt this short is kept beside its parsed rules, to be lent with its host; a few KiB
+# a host at most, for the cache's 10,000 hosts.
+KEPT_ROBOTS_CHARS = 2048
 
 # RFC 9309 §2.2.1 allows only letters, "_" and "-" in a product token. We also accept digits:
 # our own name, p2pcrawl, has one, as do real crawlers (360Spider), and site owners write
@@ -68,6 +73,9 @@ class RobotsPolicy:
     kind: PolicyKind
     expires_at: float
     parser: Protego | None = field(default=None, repr=False, compare=False)
+    # The file the parser read, kept when it is short enough to lend with a host
+    # (``network.lender``): a borrower then need not fetch it again.
+    text: bytes | None = field(default=None, repr=False, compare=False)
 
     def allowed(self, url: str, user_agent: str) -> bool:
         """Whether ``url`` may be fetched by ``user_agent`` (full UA string or its token)."""
@@ -124,8 +132,9 @@ def policy_from_response(
     """
     if status is not None and 200 <= status < 300:
         # RFC 9309 §2.3.1.1: a successful response is parsed; §2.4: cache it (24 h by default).
-        parser = Protego.parse(_decode(body or b""))
-        return RobotsPolicy("rules", now + settings.robots_ttl, parser)
+        text = _decode(body or b"")
+        kept = text.encode("utf-8") if len(text) <= KEPT_ROBOTS_CHARS else None
+        return RobotsPolicy("rules", now + settings.robots_ttl, Protego.parse(text), kept)
     if status is not None and 400 <= status < 500 and status != 429:
         # RFC 9309 §2.3.1.3: "unavailable" (404, 403, 410, ...) means no rules apply.
         # 429 is excluded: a server asking us to slow down is treated as unreachable below,
@@ -135,6 +144,18 @@ def policy_from_response(
     # redirects take the same cautious path (§2.3.1.2 only says we MAY treat them as
     # unavailable), as does any other final status (1xx, 3xx). The short TTL retries soon.
     return RobotsPolicy("disallow_all", now + settings.robots_error_ttl)
+
+
+def policy_from_lent(
+    body: bytes | None, ttl: float, now: float, settings: PolitenessSettings
+) -> RobotsPolicy:
+    """The policy an owner lent with a host: "no rules" for ``body`` None, else the file's
+    rules; it expires when the owner's does, and no later than one fetched here would."""
+    expires = now + min(ttl, settings.robots_ttl)
+    if body is None:
+        return RobotsPolicy("allow_all", expires)
+    text = _decode(body)
+    return RobotsPolicy("rules", expires, Protego.parse(text), body)
 
 
 class RobotsCache:

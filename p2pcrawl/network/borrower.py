@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from p2pcrawl.crawl import Task, urls
+from p2pcrawl.crawl.robots import policy_from_lent
 from p2pcrawl.network.lender import MIN_LEND, contact, is_member, lending_enabled
 from protocol import KeyBatch, PeerRef, PeerTimeout, RemoteError, TaskSet
-from protocol.lending import KEEPALIVE_S, LEASE_S, MAX_WANT
+from protocol.lending import KEEPALIVE_S, LEASE_S, MAX_WANT, LentRobots
 
 if TYPE_CHECKING:
     from p2pcrawl.crawl import Engine
@@ -96,6 +97,7 @@ class Borrower:
         self._asked_behind = -1e9  # when we last asked because we were behind
         self.borrowed_total = 0
         self.borrowed_behind = 0  # of which borrowed while our own fetchers had work
+        self.robots_adopted = 0  # loans whose robots.txt policy we took from the lender
 
     @property
     def enabled(self) -> bool:
@@ -219,6 +221,8 @@ class Borrower:
             return
         host = urls.host_of(tasks[0].url)
         engine.adopt_hosts([urls.hostname_of(tasks[0].url)])  # links within it are in scope
+        if loan.robots is not None:
+            self._adopt_robots(loan.robots, tasks[0].url)
         held = Borrowed(loan.lease, lender, host, loan.batch.key, {t.fp for t in tasks})
         self.loans[loan.lease] = held
         for t in tasks:
@@ -228,6 +232,21 @@ class Borrower:
         if behind is not None:
             self.borrowed_behind += len(tasks)
         self._count_held()
+
+    def _adopt_robots(self, lent: LentRobots, url: str) -> None:
+        """The lender's robots.txt policy for the loan's origin, unless we hold one: taken
+        only from a network we trust with our scope (a keyed one, or one on loopback), where
+        a member is one of ours; a stranger's word could lift a site's Disallow rules."""
+        engine = self._engine()
+        sync = self.peer.scope_sync
+        if sync is None or not sync.trusted or lent.origin != urls.origin_of(url):
+            return
+        now = time.monotonic()
+        if engine.robots.get(lent.origin, now) is not None:
+            return
+        policy = policy_from_lent(lent.body, lent.ttl, now, engine.settings.politeness)
+        engine.robots.put(lent.origin, policy)
+        self.robots_adopted += 1
 
     def may_fetch(self, task: Task) -> bool:
         """``Engine.may_fetch_borrowed``: the loan has fewer than ``MAX_UNSETTLED`` other
@@ -429,4 +448,5 @@ class Borrower:
             "loans_in": len(self.loans),
             "borrowed_total": self.borrowed_total,
             "borrowed_behind": self.borrowed_behind,
+            "robots_adopted": self.robots_adopted,
         }

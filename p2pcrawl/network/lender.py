@@ -16,12 +16,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from p2pcrawl.crawl import Task
+from p2pcrawl.crawl import Task, urls
 from p2pcrawl.crawl.frontier import HostQueue
 from protocol import KeyBatch, PeerRef, TaskItem
 from protocol.lending import (
     LEASE_S,
+    MAX_LENT_ROBOTS,
+    MAX_ROBOTS_TTL,
     MAX_WANT,
+    LentRobots,
     check_lend_request,
     check_return_request,
     loan_to_wire,
@@ -91,6 +94,7 @@ class Lender:
         self.leases: dict[int, Lease] = {}
         self._no_leases = asyncio.Event()
         self.lent_total = 0  # tasks lent, ever (status)
+        self.robots_lent = 0  # loans that carried our robots.txt policy (status)
         self.lapsed = 0  # leases ended without their borrower (it died or went silent)
 
     @property
@@ -137,7 +141,28 @@ class Lender:
                 engine.frontier.push(hq.host, t)  # waits for the lease: the host is busy
         self.leases[lease.lease] = lease
         self.lent_total += len(lease.tasks)
-        return loan_to_wire(lease.lease, payload, backlog - len(lease.tasks))
+        robots = self._robots_for(held.tasks[0].url)
+        self.robots_lent += robots is not None
+        return loan_to_wire(lease.lease, payload, backlog - len(lease.tasks), robots)
+
+    def _robots_for(self, url: str) -> LentRobots | None:
+        """Our robots.txt policy for ``url``'s origin, to lend with it; None if we hold none
+        worth lending (none yet, an unreachable file's "disallow all", or a long file)."""
+        engine = self.peer.engine
+        assert engine is not None
+        origin = urls.origin_of(url)
+        now = time.monotonic()
+        policy = engine.robots.get(origin, now)
+        if policy is None or policy.kind == "disallow_all":
+            return None
+        ttl = min(int(policy.expires_at - now), MAX_ROBOTS_TTL)
+        if ttl < 1:
+            return None
+        if policy.kind == "allow_all":
+            return LentRobots(origin, None, ttl)
+        if policy.text is None or len(policy.text) > MAX_LENT_ROBOTS:
+            return None
+        return LentRobots(origin, policy.text, ttl)
 
     def _may_lend_to(self, borrower: PeerRef) -> bool:
         engine = self.peer.engine
@@ -316,5 +341,6 @@ class Lender:
             "tasks_lent": sum(len(le.tasks) for le in self.leases.values()),
             "leases_out": len(self.leases),
             "lent_total": self.lent_total,
+            "robots_lent": self.robots_lent,
             "leases_lapsed": self.lapsed,
         }

@@ -183,6 +183,9 @@ async def test_an_idle_peer_crawls_a_busy_owners_hosts_on_loan(
         assert other.lending.borrower.borrowed_total > 0 and owner.lending.lender.lent_total > 0
         # Borrowed tasks are never lent on: the owner never got its own hosts back on loan.
         assert other.lending.lender.lent_total == 0 and owner.lending.borrower.borrowed_total == 0
+        # Each loan carried the owner's robots.txt policy: every site saw one request for it.
+        assert other.lending.borrower.robots_adopted > 0
+        assert web.robots_counts and set(web.robots_counts.values()) == {1}
         # ... and the owner recorded every URL done, its own fetches and the borrowed ones.
         assert owner.ledger.done_count == len(truth)
         assert owner.engine.stats.pages_fetched + other.engine.stats.pages_fetched == len(truth)
@@ -192,6 +195,27 @@ async def test_an_idle_peer_crawls_a_busy_owners_hosts_on_loan(
         # The replica copies of the borrowed tasks were dropped too: nothing is left over.
         await other.refresh_counts()
         assert other.status()["backups_held"] == 0
+    finally:
+        await other.aclose()
+        await owner.aclose()
+
+
+async def test_a_borrower_that_does_not_trust_the_network_fetches_robots_itself(
+    make_web: WebFactory, tmp_path: Path
+) -> None:
+    """Outside a keyed (or loopback) network a lender's robots.txt policy is a stranger's
+    word, which could lift a site's Disallow rules: the borrower fetches the file itself."""
+    web, owner, other = await owner_and_other(make_web, tmp_path)
+    try:
+        assert other.scope_sync is not None
+        other.scope_sync.trusted = False
+        await owner.seed([web.hub_url])
+        await all_finished(owner, other)
+        assert not any(fetched_once(web))
+        borrower = other.lending.borrower
+        assert borrower.borrowed_total > 0 and borrower.robots_adopted == 0
+        assert owner.lending.lender.robots_lent > 0  # it was offered, and not taken
+        assert max(web.robots_counts.values()) == 2  # the owner's fetch, and the borrower's
     finally:
         await other.aclose()
         await owner.aclose()

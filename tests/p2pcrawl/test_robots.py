@@ -3,9 +3,11 @@ from __future__ import annotations
 import pytest
 
 from p2pcrawl.crawl.robots import (
+    KEPT_ROBOTS_CHARS,
     MAX_ROBOTS_BYTES,
     RobotsCache,
     RobotsPolicy,
+    policy_from_lent,
     policy_from_response,
     ua_token,
 )
@@ -123,6 +125,23 @@ def test_success_expires_after_the_ttl() -> None:
     assert policy.expires_at == 5.0 + SETTINGS.robots_ttl
     assert not policy.expired(5.0 + SETTINGS.robots_ttl - 0.001)
     assert policy.expired(5.0 + SETTINGS.robots_ttl)
+
+
+def test_a_lent_policy_keeps_the_owners_rules_and_expiry() -> None:
+    """What a borrower makes of the robots.txt an owner lent with a host: the same rules and
+    Crawl-delay, expiring when the owner's does (never later than its own fetch would)."""
+    text = "User-agent: *\nDisallow: /private/\nCrawl-delay: 2\n"
+    owner = parse(text)
+    assert owner.text == text.encode()
+    lent = policy_from_lent(owner.text, 30, 100.0, SETTINGS)
+    assert lent.kind == "rules" and lent.expires_at == 130.0
+    assert not lent.allowed("http://example.org/private/x", UA)
+    assert lent.allowed("http://example.org/public", UA)
+    assert lent.crawl_delay(UA) == 2.0
+    assert policy_from_lent(None, 10**6, 0.0, SETTINGS).expires_at == SETTINGS.robots_ttl
+    assert policy_from_lent(None, 30, 0.0, SETTINGS).kind == "allow_all"
+    # A long file is parsed as ever, but not kept to be lent.
+    assert parse("#" * KEPT_ROBOTS_CHARS + "\nDisallow: /\n").text is None
 
 
 def test_huge_body_is_parsed_up_to_the_limit_only() -> None:

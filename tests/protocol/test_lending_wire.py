@@ -11,7 +11,9 @@ import pytest
 from protocol import KeyBatch, MessageError, TaskItem, key_for
 from protocol.lending import (
     MAX_FPS,
+    MAX_LENT_ROBOTS,
     MAX_WANT,
+    LentRobots,
     check_lend_request,
     check_return_request,
     loan_from_wire,
@@ -34,6 +36,37 @@ def test_a_loan_round_trips() -> None:
     assert loan.lease == 7 and loan.backlog == 123
     assert loan.batch is not None and loan.batch.key == KEY
     assert loan.batch.tasks == held.tasks == batch(50).tasks
+
+
+@pytest.mark.parametrize("body", [b"User-agent: *\nDisallow: /private/\n", None])
+def test_a_loan_carries_its_hosts_robots_policy(body: bytes | None) -> None:
+    payload, _ = one_chunk(batch(3))
+    robots = LentRobots("http://example.org", body, 3600)
+    loan = loan_from_wire(loan_to_wire(7, payload, 0, robots))
+    assert loan.robots == robots
+    assert loan_from_wire(loan_to_wire(7, payload, 0)).robots is None
+    assert "robots" not in loan_to_wire(0, None, 0, robots)  # nothing lent, nothing sent
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "http://example.org",
+        ["http://example.org", None],
+        ["", None, 60],
+        ["http://" + "a" * 600, None, 60],
+        [b"http://example.org", None, 60],
+        ["http://example.org", "text, not bytes", 60],
+        ["http://example.org", b"x" * (MAX_LENT_ROBOTS + 1), 60],
+        ["http://example.org", None, 0],
+        ["http://example.org", None, 60.0],
+        ["http://example.org", None, 10**9],
+    ],
+)
+def test_a_malformed_lent_robots_policy_is_refused(entry: object) -> None:
+    payload, _ = one_chunk(batch(1))
+    with pytest.raises(ValueError):
+        loan_from_wire({"lease": 1, "backlog": 0, "tasks": payload, "robots": entry})
 
 
 def test_nothing_to_lend_carries_no_tasks() -> None:
