@@ -126,6 +126,9 @@ class Engine:
         self.tail_slots = TAILS_PER_FETCH * settings.concurrency
         self._tail_slots = asyncio.Semaphore(self.tail_slots)
         self.tails = 0  # tails under way, each holding one of those slots
+        # Wall-clock time a task last left the fetchers (its tail over, or requeued): when
+        # this peer's part of a crawl was over, whenever it is asked.
+        self.last_task_at: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -381,6 +384,7 @@ class Engine:
 
     def _done_with(self, task: Task) -> None:
         self.in_flight.pop(task.fp, None)
+        self.last_task_at = time.time()
         self._progress.set()
         self.refill.after_task(task.key)
 

@@ -409,6 +409,7 @@ class Peer:
             "rpc_in_transit": (self.dispatcher.pending if self.dispatcher else 0)
             + (self.replication.pending if self.replication else 0),
             "uptime_s": round(time.monotonic() - self.started, 3),
+            "last_task_at": eng.last_task_at if eng else None,
             "handoff": self.handoff.as_dict(),
             "lending": self.lending.status(),
             **self._hostile_status(),
