@@ -19,8 +19,9 @@ one is seeded with host 0's root (which links to every host) and the run ends wh
 is idle with nothing in transit; the run lasted from the seed to the latest ``last_task_at``
 any peer reports (when a task last left its fetchers), as the peers' clocks saw it, and the
 harness's own polled end is reported beside it. Reported, median and range over rounds:
-pages/s, speed-up over one peer, CPU seconds per page (all peer processes and their WARC writers), RPCs and RPC
-bytes per page, duplicate fetches, and how much of the bandwidth cap the peers used.
+pages/s, speed-up over one peer, CPU seconds per page (all peer processes and their WARC
+writers), RPCs and RPC bytes per page, duplicate fetches, and how much of the bandwidth cap
+the peers used.
 
 The bottleneck is meant to be the cap (each peer's link), not the machine: the per-peer cap
 times N must stay below what the machine's cores can crawl, or the speed-up measures the CPU.

@@ -9,6 +9,7 @@ import pytest
 
 from p2pcrawl.crawl.scheduling import (
     DEFAULT_REQUESTS_PER_CONNECTION,
+    LONG_FOUND,
     POLICIES,
     ServerEstimate,
     capability,
@@ -207,26 +208,41 @@ def test_longest_first_counts_what_was_found_of_a_server_not_only_its_queue() ->
     assert order("breadth-first", servers) == ["ten-new", "long-drained"]
 
 
-def test_longest_first_explores_a_server_never_fetched_from_first() -> None:
+def test_longest_first_explores_a_server_never_fetched_from_before_the_short_ones() -> None:
     # Its size is unknown and one request tells: the long server found late ends a crawl.
-    servers = [Server("long", 0, fast(), [0] * 50, taken=200), Server("root", 1, fast(), [0])]
-    assert order("longest-first", servers) == ["root", "long"]
+    servers = [Server("short", 0, fast(), [0] * 5, taken=10), Server("root", 1, fast(), [0])]
+    assert order("longest-first", servers) == ["root", "short"]
+    # Just short of LONG_FOUND found, a server still waits for the roots.
+    servers[0].depths, servers[0].taken = [0] * 3, LONG_FOUND - 4
+    assert order("longest-first", servers) == ["root", "short"]
+
+
+def test_longest_first_serves_a_server_known_to_be_long_before_the_roots() -> None:
+    """A peer explores its ~125 roots over seconds while its pace is shared: a second long
+    server behind them all waited 10 s, and ended the crawl (cluster benchmark)."""
+    servers = [
+        Server("long", 0, fast(), [0] * 3, taken=LONG_FOUND - 3),
+        Server("root", 1, fast(), [0]),
+    ]
+    assert order("longest-first", servers) == ["long", "root"]
+    assert request_priority(queued=3, taken=LONG_FOUND - 2) < request_priority(queued=0, taken=1)
 
 
 def test_the_pacer_serves_a_servers_first_page_then_the_server_with_most_found() -> None:
     """Read while the request is under way, its own URL taken: the root of a server never
-    fetched from goes before a long server's page, and among explored servers the one with
-    most found goes first, however far its queue has drained."""
+    fetched from goes before a short server's page, a long server's page before it, and
+    among explored servers the one with most found goes first, however far its queue has
+    drained."""
     root = request_priority(queued=0, taken=1)
     long_drained = request_priority(queued=1, taken=80)
     short = request_priority(queued=5, taken=2)
-    assert sorted([short, long_drained, root]) == [root, long_drained, short]
+    assert sorted([short, long_drained, root]) == [long_drained, root, short]
     # The frontier's longest-first rank agrees, counted before the request took its URL.
     assert long_drained == -found(2, 79) and short == -found(6, 1)
     assert found(1, 0) == math.inf
     # A borrowed server goes first as a root does: its owner is behind, and its borrower
     # saw only what it was lent.
-    assert request_priority(queued=0, taken=3, borrowed=True) < long_drained
+    assert request_priority(queued=0, taken=3, borrowed=True) < root
     # The leading server (Frontier.leader) goes even before a root: while the roots are
     # explored, one long server's chain keeps going.
     assert request_priority(queued=0, taken=3, leading=True) < root
