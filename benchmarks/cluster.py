@@ -23,6 +23,10 @@ pages/s, speed-up over one peer, CPU seconds per page (all peer processes and th
 writers), RPCs and RPC bytes per page, duplicate fetches, and how much of the bandwidth cap
 the peers used.
 
+One idle-priority spinner per core runs for the whole benchmark (``--no-hold-clock``: none), so
+that every N runs at the same clock: the VM's cores run slower when they idle between bursts,
+which a one-peer crawl leaves them doing, and CPU per page across N then compared clocks.
+
 The bottleneck is meant to be the cap (each peer's link), not the machine: the per-peer cap
 times N must stay below what the machine's cores can crawl, or the speed-up measures the CPU.
 
