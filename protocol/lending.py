@@ -87,7 +87,8 @@ KEEPALIVE_S = 2.0
 MAX_LEASE = FP_LIMIT
 MAX_BACKLOG = 2**53
 # A robots.txt a loan may carry; a longer one the borrower fetches itself. Almost every site's
-# fits (the median robots.txt is a few hundred bytes), and the reply stays a few datagrams.
+# fits (the median robots.txt is a few hundred bytes), and the reply stays one datagram of
+# about 12 KB at most (a task chunk is at most 8 KB).
 MAX_LENT_ROBOTS = 4096
 MAX_ORIGIN = 512
 MAX_ROBOTS_TTL = 7 * 86_400
