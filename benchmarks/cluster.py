@@ -593,6 +593,7 @@ def summarise(
 ) -> dict[str, Any]:
     # Speed-up is over one peer; without that run (--no-baseline) there is none.
     base = statistics.median(r.pages_per_s for r in results[1]) if results.get(1) else 0.0
+    polled_base = statistics.median(r.pages / r.wall_s_polled for r in results[1]) if base else 0.0
     cap_pages = args.rate_mbit * 1e6 / 8 / args.page_bytes
     out: dict[str, Any] = {"speedup": {}, "pages_per_s": {}, "cpu_ms_per_page": {}}
     out.update(rpcs_per_page={}, rpc_bytes_per_page={}, duplicates={}, cap_used={})
@@ -627,10 +628,9 @@ def summarise(
             out.setdefault("end_spread_s", {})[str(n)] = med([e[-1] - e[0] for e in ends])
         out.setdefault("wall_s", {})[str(n)] = med([r.wall_s for r in rs])
         out.setdefault("wall_s_polled", {})[str(n)] = med([r.wall_s_polled for r in rs])
-        if base:
-            polled = statistics.median(r.pages / r.wall_s_polled for r in results[1])
+        if polled_base:
             out.setdefault("speedup_polled", {})[str(n)] = round(
-                statistics.median(r.pages / r.wall_s_polled for r in rs) / polled, 3
+                statistics.median(r.pages / r.wall_s_polled for r in rs) / polled_base, 3
             )
         if all(r.probe_us for r in rs):
             # CPU per page in probe jobs (``_cpuprobe.py``): the machine's speed divided out.

@@ -103,8 +103,7 @@ class _Pending:
     future: asyncio.Future[tuple[bool, Any]]
     addr: tuple[str, int]
     rpc: str
-    started: float
-    sent_at: float  # loop time the request left: resends and the timeout count from it
+    sent_at: float  # loop time the request left: the latency, resends and timeout count from it
     wait: float  # its timeout
     timer: asyncio.TimerHandle | None = None  # the next resend, or the timeout after the last
     resends_left: int = 0
@@ -256,7 +255,7 @@ class Endpoint(asyncio.DatagramProtocol):
             self._settled_resent[msg_id] = None
             while len(self._settled_resent) > SETTLED_MAX:
                 del self._settled_resent[next(iter(self._settled_resent))]
-        self.stats.latency(pending.rpc, time.monotonic() - pending.started)
+        self.stats.latency(pending.rpc, asyncio.get_running_loop().time() - pending.sent_at)
         if not pending.future.done():
             pending.future.set_result((True, obj))
 
@@ -388,7 +387,7 @@ class Endpoint(asyncio.DatagramProtocol):
             raise MessageError(f"{rpc} request of {len(body)} bytes exceeds {RPC_REQUEST_LIMIT}")
         msg_id = secrets.token_bytes(ID_LEN)
         wait = self._wait_timeout if timeout is None else timeout
-        pending = _Pending(future, dest, rpc, time.monotonic(), loop.time(), wait)
+        pending = _Pending(future, dest, rpc, loop.time(), wait)
         if self._from_member(dest):
             # Only to a proven contact: a stranger's address may be forged, and one request
             # must not draw more than one datagram at it.

@@ -12,7 +12,7 @@ import time
 
 from p2pcrawl.crawl import politeness, urls
 from p2pcrawl.crawl.fetcher import Fetcher
-from p2pcrawl.crawl.frontier import HostSlot, Task
+from p2pcrawl.crawl.frontier import HostQueue, HostSlot, Task
 from p2pcrawl.crawl.pacing import Pacer, response_on_wire
 from p2pcrawl.crawl.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsPolicy, policy_from_response
 from p2pcrawl.crawl.stats import CrawlStats
@@ -54,12 +54,10 @@ class RobotsGate:
         origin = urls.origin_of(task.url)  # RFC 9309 §2.3: scheme, host and port
         policy = self.cache.get(origin, now)
         if policy is not None:
-            polite = slot.hq.polite
-            if polite.robots_from is not policy:
+            if slot.hq.polite.robots_from is not policy:
                 # A host queue made after its robots.txt was fetched (the host drained and
                 # was forgotten, or it arrived on loan): its Crawl-delay still holds.
-                polite.robots_from = policy
-                polite.robots_delay = policy.crawl_delay(self.fetcher.user_agent)
+                self._read_delay(slot.hq, policy)
             return policy
         url = origin + "/robots.txt"
         status: int | None = None
@@ -107,9 +105,13 @@ class RobotsGate:
             policy = policy_from_response(status, body, time.monotonic(), self.settings.politeness)
         self.cache.put(origin, policy)
         hq = slot.hq
-        hq.polite.robots_from = policy
-        hq.polite.robots_delay = policy.crawl_delay(self.fetcher.user_agent)
+        self._read_delay(hq, policy)
         gap = politeness.next_gap(self.settings.politeness, hq.polite.robots_delay, elapsed)
         slot.requeue(task)
         slot.after(elapsed, gap)
         return None
+
+    def _read_delay(self, hq: HostQueue, policy: RobotsPolicy) -> None:
+        """The host's Crawl-delay from ``policy``, and which policy it was read from."""
+        hq.polite.robots_from = policy
+        hq.polite.robots_delay = policy.crawl_delay(self.fetcher.user_agent)
