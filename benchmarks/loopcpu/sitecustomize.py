@@ -48,7 +48,13 @@ if _DIR and _is_peer():
         owner = getattr(cb, "__self__", None)
         if owner is not None and hasattr(owner, "get_coro"):
             coro = owner.get_coro()
-            return "task " + getattr(coro, "__qualname__", type(coro).__qualname__)
+            qual = getattr(coro, "__qualname__", type(coro).__qualname__)
+            # An owned task's name says whose it is (``TaskSet``: "dispatch:flush", an
+            # RPC's "store_task"); asyncio's own "Task-<n>" says nothing.
+            task_name = owner.get_name()
+            if task_name.startswith("Task-"):
+                return "task " + qual
+            return f"task {qual} [{task_name}]"
         fn = getattr(cb, "func", cb)  # functools.partial
         return "callback " + (getattr(fn, "__qualname__", None) or type(fn).__qualname__)
 
