@@ -205,6 +205,9 @@ class RunResult:
     per_peer_pages: list[int] = field(default_factory=list)
     lend: bool = True
     lent: int = 0  # tasks the owners lent to idle peers (network/lending.py)
+    # Lending's counters summed over the peers: LENDs answered with a loan, leases made
+    # (an answer may hold several), GIVE_BACKs served.
+    lending: Counter[str] = field(default_factory=Counter)
     key_space: float = 0.0  # the largest peer's share of the key space, over the mean
     settled: bool = True  # nothing left in transit once the crawl went idle
     # [pages, first request s, last request s] of the web's largest hosts, largest first:
@@ -421,7 +424,10 @@ class Runner:
                 st = await self.api(a, "/api/status")
                 result.per_peer_pages.append(int(st["pages_fetched"]))
                 ends.append(float(st.get("last_task_at") or 0.0))
-                result.lent += int(st.get("lending", {}).get("lent_total", 0))
+                lending = st.get("lending", {})
+                result.lent += int(lending.get("lent_total", 0))
+                for name in ("lends_answered", "leases_made", "reports_served"):
+                    result.lending[name] += int(lending.get(name, 0))
                 rpc = (await self.api(a, "/api/peers"))["rpc"]
                 result.rpcs += sum(rpc["rpc_sent"].values())
                 result.rpc_types.update(rpc["rpc_sent"])
@@ -563,7 +569,9 @@ def report_run(r: int, res: RunResult) -> None:
         f"{sum(res.rpc_types_before.values())}), "
         f"{res.duplicates} duplicates, pages per peer {res.per_peer_pages} "
         f"(busiest/mean {res.busiest:.2f}; key space max/mean {res.key_space:.2f}); "
-        f"lent {res.lent}; RPCs unanswered {dict(res.rpc_failed) or 0}, mean reply ms "
+        f"lent {res.lent} ({res.lending['leases_made']} leases in "
+        f"{res.lending['lends_answered']} LEND answers, {res.lending['reports_served']} "
+        f"GIVE_BACKs served); RPCs unanswered {dict(res.rpc_failed) or 0}, mean reply ms "
         f"{res.rpc_latency_ms}; largest hosts [pages, first, last request s] {res.largest}; "
         f"peers' last page requests at {res.last_requests} s"
         f"{'' if res.settled else '; UNSETTLED'}",

@@ -15,7 +15,17 @@ from typing import Any
 from kademlia.node import Node
 
 from protocol.errors import PeerTimeout, RemoteError
-from protocol.lending import LEND_RPC, MAX_FPS, RETURN_RPC, Loan, loan_from_wire
+from protocol.lending import (
+    LEND_RPC,
+    MAX_FPS,
+    MAX_REPORTS,
+    RETURN_RPC,
+    GiveBack,
+    Loan,
+    loan_from_wire,
+    report_to_wire,
+    returns_from_wire,
+)
 from protocol.loadreport import LOAD_RPC, PAD_BYTES, LoadReport, report_from_wire
 from protocol.messages import (
     KeyBatch,
@@ -95,37 +105,60 @@ class CrawlCalls:
         report: LoadReport = _parse(peer, LOAD_RPC, report_from_wire, reply)
         return report
 
-    async def lend(self, peer: PeerRef, want: int, have: int | None = None) -> Loan:
+    async def lend(self, peer: PeerRef, want: int, have: int | None = None, hosts: int = 1) -> Loan:
         """LEND: ask ``peer`` for up to ``want`` of its queued tasks, to crawl on its behalf
         (``protocol.lending``); lease 0 when it has nothing to spare. ``have``: our own
-        backlog, when we ask because we are behind rather than idle."""
-        args = [want] if have is None else [want, have]
+        backlog, when we ask because we are behind rather than idle; ``hosts``: loans an
+        idle asker takes at once (the first loan's ``more`` holds the others)."""
+        args: list[int] = [want] if have is None and hosts == 1 else [want, have or 0]
+        if hosts != 1:
+            args.append(hosts)
         reply = await self._proto().request(peer, LEND_RPC, args)
         loan: Loan = _parse(peer, LEND_RPC, loan_from_wire, reply)
         return loan
 
     async def give_back(
-        self, peer: PeerRef, lease: int, done: Sequence[int], back: Sequence[int], final: bool
-    ) -> tuple[bool, bool]:
-        """GIVE_BACK: which of a lease's tasks were finished (``done``) or are returned
-        unfetched (``back``); ``final`` ends the lease. Answers (known, recall): known False
-        if ``peer`` no longer knows the lease (it lapsed or was taken back); recall True if
-        it wants the rest back (it is leaving)."""
-        done, back = list(done), list(back)
-        known, recall = True, False
-        while True:
-            d, back_part = done[:MAX_FPS], back[: MAX_FPS - min(len(done), MAX_FPS)]
-            done, back = done[len(d) :], back[len(back_part) :]
-            last = not done and not back
+        self, peer: PeerRef, reports: Sequence[GiveBack]
+    ) -> list[tuple[bool, bool]]:
+        """GIVE_BACK: for leases of ``peer``, which tasks were finished (``done``) or are
+        returned unfetched (``back``); ``final`` ends a lease. Answers (known, recall) per
+        report: known False if ``peer`` no longer knows the lease (it lapsed or was taken
+        back); recall True if it wants the rest back (it is leaving). Reports share
+        requests up to ``MAX_REPORTS`` leases and ``MAX_FPS`` fingerprints; a longer one
+        is cut into parts, sent in order, only the last of them final."""
+        answers = [(True, False)] * len(reports)
+        call: list[tuple[int, GiveBack]] = []
+        room = MAX_FPS
+
+        async def send() -> None:
             reply = await self._proto().request(
-                peer, RETURN_RPC, [lease, d, back_part, final and last]
+                peer, RETURN_RPC, report_to_wire([part for _, part in call])
             )
-            if not isinstance(reply, dict) or type(reply.get("known")) is not bool:
-                raise RemoteError(peer, RETURN_RPC, "malformed reply: no 'known' flag")
-            known = known and reply["known"]
-            recall = recall or reply.get("recall") is True
-            if last:
-                return known, recall
+            try:
+                got = returns_from_wire(reply, len(call))
+            except ValueError as exc:
+                raise RemoteError(peer, RETURN_RPC, f"malformed reply: {exc}") from None
+            for (i, _), (known, recall) in zip(call, got, strict=True):
+                answers[i] = (answers[i][0] and known, answers[i][1] or recall)
+            call.clear()
+
+        for i, report in enumerate(reports):
+            done, back = list(report.done), list(report.back)
+            while True:
+                if room == 0 or len(call) == MAX_REPORTS or any(j == i for j, _ in call):
+                    await send()
+                    room = MAX_FPS
+                d = done[:room]
+                b = back[: room - len(d)]
+                done, back = done[len(d) :], back[len(b) :]
+                last = not done and not back
+                call.append((i, GiveBack(report.lease, d, b, report.final and last)))
+                room -= len(d) + len(b)
+                if last:
+                    break
+        if call:
+            await send()
+        return answers
 
     async def goodbye(self, peer: PeerRef) -> None:
         """GOODBYE (graceful leave): ``peer`` drops us from its routing table at once."""

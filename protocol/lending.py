@@ -13,11 +13,14 @@ back (on the failure detector's word, or when the lease lapses) and crawls the r
 
 Wire format (crawl RPCs: the first argument is the sender's ID)::
 
-    request  ["lend", [sender_id, want, have?]]     want: 1..MAX_WANT tasks at most;
+    request  ["lend", [sender_id, want, have?, hosts?]]
+                                                    want: 1..MAX_WANT tasks at most;
                                                     have (optional): the asker's own backlog.
-                                                    Without it the asker is idle; with it,
+                                                    0 or absent: the asker is idle; more:
                                                     the asker is behind, and a host is lent
-                                                    only if moving it narrows the gap
+                                                    only if moving it narrows the gap;
+                                                    hosts (optional, 1..MAX_LOANS, default
+                                                    1): loans an idle asker takes at once
     reply    {"id": responder_id,
               "lease": int,                         0: nothing lent
               "tasks": bytes,                       with lease > 0: one codec chunk holding
@@ -29,8 +32,10 @@ Wire format (crawl RPCs: the first argument is the sender's ID)::
                                                     robots.txt), else the file (at most
                                                     MAX_LENT_ROBOTS bytes); valid ttl more
                                                     seconds
+              "more": [[lease, tasks, robots|nil]]  optional: further loans, each of another
+                                                    host, as above (at most MAX_LOANS - 1)
 
-    request  ["give_back", [sender_id, lease, done, back, final]]
+    request  ["give_back", [sender_id, lease, done, back, final, more?]]
                                                     done: fingerprints finished (fetched and
                                                     archived, or recorded failed); back:
                                                     fingerprints returned unfetched; final:
@@ -40,6 +45,15 @@ Wire format (crawl RPCs: the first argument is the sender's ID)::
                                                     left. recall (optional): the owner is
                                                     leaving; the borrower gives back what it
                                                     has not started and reports the rest
+              more: [[lease, done, back, final]]    optional, in the request: reports on
+                                                    further leases of the same lender (at
+                                                    most MAX_REPORTS - 1; MAX_FPS
+                                                    fingerprints in all); the reply's
+              "more": [[known, recall]]             answers them in the same order
+
+Why several loans to one answer and several reports to one request. At a crawl's end a busy
+owner's queue is mostly hosts of a page or two, and an idle peer borrowed them one LEND and one
+GIVE_BACK each: two RPCs for a page that costs its owner none.
 
 Why the robots policy. Each borrower would otherwise fetch the host's robots.txt again: the
 site sees one more request per loan, and the loan's first page waits a round trip for it. A
@@ -66,6 +80,8 @@ __all__ = [
     "LEND_RPC",
     "MAX_FPS",
     "MAX_LENT_ROBOTS",
+    "MAX_LOANS",
+    "MAX_REPORTS",
     "MAX_WANT",
     "RETURN_RPC",
     "GiveBack",
@@ -76,12 +92,20 @@ __all__ = [
     "loan_from_wire",
     "loan_to_wire",
     "one_chunk",
+    "report_to_wire",
+    "returns_from_wire",
+    "returns_to_wire",
 ]
 
 LEND_RPC = "lend"
 RETURN_RPC = "give_back"
 MAX_WANT = 4096
 MAX_FPS = 400  # fingerprints per GIVE_BACK: 9 bytes each in msgpack, well inside a datagram
+MAX_LOANS = 8  # loans in one LEND answer
+MAX_REPORTS = 16  # leases reported on in one GIVE_BACK
+# Further loans join an answer while the tasks and robots.txt bodies of all of them stay
+# within this: the reply stays one datagram of about 12 KB at most, as with one loan.
+LEND_REPLY_BUDGET = 12_000
 LEASE_S = 30.0
 KEEPALIVE_S = 2.0
 MAX_LEASE = FP_LIMIT
@@ -112,6 +136,7 @@ class Loan:
     batch: KeyBatch | None
     backlog: int
     robots: LentRobots | None = None
+    more: tuple[Loan, ...] = ()  # further loans of the same answer, each of another host
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,17 +156,36 @@ def one_chunk(batch: KeyBatch) -> tuple[bytes, KeyBatch]:
 
 
 def loan_to_wire(
-    lease: int, payload: bytes | None, backlog: int, robots: LentRobots | None = None
+    lease: int,
+    payload: bytes | None,
+    backlog: int,
+    robots: LentRobots | None = None,
+    more: Sequence[tuple[int, bytes, LentRobots | None]] = (),
 ) -> dict[str, Any]:
+    """A LEND answer: lease 0 with nothing else for "nothing lent"; ``more``: further
+    (lease, tasks, robots) loans of the same answer."""
     out: dict[str, Any] = {"lease": lease, "backlog": min(backlog, MAX_BACKLOG)}
     if lease:
         if payload is None:
             raise ValueError("a lease carries tasks")
         out["tasks"] = payload
         if robots is not None:
-            _check_robots(robots)
-            out["robots"] = [robots.origin, robots.body, robots.ttl]
+            out["robots"] = _robots_to_wire(robots)
+        if more:
+            if len(more) >= MAX_LOANS:
+                raise ValueError(f"an answer holds at most {MAX_LOANS} loans")
+            out["more"] = [
+                [m_lease, m_payload, None if m_robots is None else _robots_to_wire(m_robots)]
+                for m_lease, m_payload, m_robots in more
+            ]
+    elif more:
+        raise ValueError("further loans need a first one")
     return out
+
+
+def _robots_to_wire(robots: LentRobots) -> list[Any]:
+    _check_robots(robots)
+    return [robots.origin, robots.body, robots.ttl]
 
 
 def _check_robots(robots: LentRobots) -> None:
@@ -161,14 +205,35 @@ def _uint(value: object, limit: int, what: str) -> int:
 
 
 def loan_from_wire(reply: Any) -> Loan:
-    """The loan in a LEND reply; ValueError names the first field that breaks the rules."""
+    """The loans in a LEND reply; ValueError names the first field that breaks the rules."""
     if not isinstance(reply, dict):
         raise ValueError("not a map")
     lease = _uint(reply.get("lease"), MAX_LEASE, "lease")
     backlog = _uint(reply.get("backlog"), MAX_BACKLOG + 1, "backlog")
     if not lease:
+        if "more" in reply:
+            raise ValueError("further loans need a first one")
         return Loan(0, None, backlog)
-    payload = reply.get("tasks")
+    first = _loan(lease, reply.get("tasks"), reply.get("robots"), backlog)
+    entries = reply.get("more", [])
+    if not isinstance(entries, list) or len(entries) >= MAX_LOANS:
+        raise ValueError(f"more is a list of at most {MAX_LOANS - 1} loans")
+    more: list[Loan] = []
+    for entry in entries:
+        if not isinstance(entry, list) or len(entry) != 3:
+            raise ValueError("a further loan is [lease, tasks, robots]")
+        m_lease = _uint(entry[0], MAX_LEASE, "lease")
+        if not m_lease:
+            raise ValueError("a further loan has a lease")
+        more.append(_loan(m_lease, entry[1], entry[2], backlog))
+    leases = {first.lease, *(m.lease for m in more)}
+    keys = {m.batch.key for m in (first, *more) if m.batch is not None}
+    if len(leases) != len(more) + 1 or len(keys) != len(more) + 1:
+        raise ValueError("the loans of one answer are of distinct leases and hosts")
+    return Loan(lease, first.batch, backlog, first.robots, tuple(more))
+
+
+def _loan(lease: int, payload: Any, robots_entry: Any, backlog: int) -> Loan:
     if type(payload) is not bytes:
         raise ValueError("a lease carries its tasks as bytes")
     try:
@@ -178,38 +243,98 @@ def loan_from_wire(reply: Any) -> Loan:
     if len(batches) != 1 or batches[0].done or not batches[0].tasks:
         raise ValueError("a lease is one key's tasks, with no done list")
     robots: LentRobots | None = None
-    if "robots" in reply:
-        entry = reply["robots"]
-        if not isinstance(entry, list) or len(entry) != 3:
+    if robots_entry is not None:
+        if not isinstance(robots_entry, list) or len(robots_entry) != 3:
             raise ValueError("robots is [origin, body, ttl]")
-        robots = LentRobots(*entry)
+        robots = LentRobots(*robots_entry)
         _check_robots(robots)
     return Loan(lease, batches[0], backlog, robots)
 
 
-def check_lend_request(args: Sequence[Any]) -> tuple[int, int]:
-    """(want, have): ``have`` is 0 for an idle asker (a request without it)."""
-    if len(args) not in (1, 2):
-        raise MessageError("lend takes 1 or 2 arguments after the sender id (want, have)")
-    want, have = args[0], args[1] if len(args) == 2 else 0
+def check_lend_request(args: Sequence[Any]) -> tuple[int, int, int]:
+    """(want, have, hosts): ``have`` is 0 for an idle asker (a request without it), and
+    ``hosts`` 1 unless the asker takes several loans at once."""
+    if len(args) not in (1, 2, 3):
+        raise MessageError("lend takes 1 to 3 arguments after the sender id (want, have, hosts)")
+    want = args[0]
+    have = args[1] if len(args) >= 2 else 0
+    hosts = args[2] if len(args) == 3 else 1
     if type(want) is not int or not 1 <= want <= MAX_WANT:
         raise MessageError(f"want must be an int in [1, {MAX_WANT}]")
     if type(have) is not int or not 0 <= have <= MAX_BACKLOG:
         raise MessageError(f"have must be an int in [0, {MAX_BACKLOG}]")
-    return want, have
+    if type(hosts) is not int or not 1 <= hosts <= MAX_LOANS:
+        raise MessageError(f"hosts must be an int in [1, {MAX_LOANS}]")
+    return want, have, hosts
 
 
-def check_return_request(args: Sequence[Any]) -> GiveBack:
-    if len(args) != 4:
-        raise MessageError("give_back takes 4 arguments after the sender id")
-    lease, done, back, final = args
-    if type(lease) is not int or not 0 < lease < MAX_LEASE:
-        raise MessageError("lease must be a positive int")
-    if type(final) is not bool:
-        raise MessageError("final must be a bool")
-    for name, fps in (("done", done), ("back", back)):
-        if not isinstance(fps, list) or len(fps) > MAX_FPS:
-            raise MessageError(f"{name} must be a list of at most {MAX_FPS} fingerprints")
-        for fp in fps:
-            check_fingerprint(fp)
-    return GiveBack(lease, done, back, final)
+def report_to_wire(reports: Sequence[GiveBack]) -> list[Any]:
+    """A GIVE_BACK request's arguments for ``reports`` on leases of one lender."""
+    if not 1 <= len(reports) <= MAX_REPORTS:
+        raise ValueError(f"a GIVE_BACK reports on 1 to {MAX_REPORTS} leases")
+    if sum(len(r.done) + len(r.back) for r in reports) > MAX_FPS:
+        raise ValueError(f"a GIVE_BACK carries at most {MAX_FPS} fingerprints")
+    first, *more = reports
+    args: list[Any] = [first.lease, first.done, first.back, first.final]
+    if more:
+        args.append([[r.lease, r.done, r.back, r.final] for r in more])
+    return args
+
+
+def check_return_request(args: Sequence[Any]) -> list[GiveBack]:
+    """The reports in a GIVE_BACK request, first one first."""
+    if len(args) not in (4, 5):
+        raise MessageError("give_back takes 4 or 5 arguments after the sender id")
+    entries: list[Any] = [list(args[:4])]
+    if len(args) == 5:
+        more = args[4]
+        if not isinstance(more, list) or not 0 < len(more) < MAX_REPORTS:
+            raise MessageError(f"more is a list of 1 to {MAX_REPORTS - 1} reports")
+        entries += more
+    reports: list[GiveBack] = []
+    fps_in_all = 0
+    for entry in entries:
+        if not isinstance(entry, list) or len(entry) != 4:
+            raise MessageError("a report is [lease, done, back, final]")
+        lease, done, back, final = entry
+        if type(lease) is not int or not 0 < lease < MAX_LEASE:
+            raise MessageError("lease must be a positive int")
+        if type(final) is not bool:
+            raise MessageError("final must be a bool")
+        for name, fps in (("done", done), ("back", back)):
+            if not isinstance(fps, list) or len(fps) > MAX_FPS:
+                raise MessageError(f"{name} must be a list of at most {MAX_FPS} fingerprints")
+            for fp in fps:
+                check_fingerprint(fp)
+            fps_in_all += len(fps)
+        reports.append(GiveBack(lease, done, back, final))
+    if fps_in_all > MAX_FPS:
+        raise MessageError(f"a GIVE_BACK carries at most {MAX_FPS} fingerprints")
+    if len({r.lease for r in reports}) != len(reports):
+        raise MessageError("a GIVE_BACK reports on each lease once")
+    return reports
+
+
+def returns_to_wire(answers: Sequence[tuple[bool, bool]]) -> dict[str, Any]:
+    """A GIVE_BACK reply: (known, recall) per report, in the request's order."""
+    (known, recall), *more = answers
+    out: dict[str, Any] = {"known": known, "recall": recall}
+    if more:
+        out["more"] = [[k, r] for k, r in more]
+    return out
+
+
+def returns_from_wire(reply: Any, reports: int) -> list[tuple[bool, bool]]:
+    """(known, recall) for each of the ``reports`` of a GIVE_BACK; ValueError if the reply
+    does not answer them all."""
+    if not isinstance(reply, dict) or type(reply.get("known")) is not bool:
+        raise ValueError("no 'known' flag")
+    answers = [(reply["known"], reply.get("recall") is True)]
+    more = reply.get("more", [])
+    if not isinstance(more, list) or len(more) != reports - 1:
+        raise ValueError(f"answers to {reports} reports expected")
+    for entry in more:
+        if not isinstance(entry, list) or len(entry) != 2 or type(entry[0]) is not bool:
+            raise ValueError("an answer is [known, recall]")
+        answers.append((entry[0], entry[1] is True))
+    return answers

@@ -75,7 +75,7 @@ class RobotsPolicy:
     parser: Protego | None = field(default=None, repr=False, compare=False)
     # The file the parser read, kept when it is short enough to lend with a host
     # (``network.lender``): a borrower then need not fetch it again.
-    text: bytes | None = field(default=None, repr=False, compare=False)
+    body: bytes | None = field(default=None, repr=False, compare=False)
 
     def allowed(self, url: str, user_agent: str) -> bool:
         """Whether ``url`` may be fetched by ``user_agent`` (full UA string or its token)."""

@@ -16,11 +16,21 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from p2pcrawl.aio import Coalescer
 from p2pcrawl.crawl import Task, urls
 from p2pcrawl.crawl.robots import policy_from_lent
 from p2pcrawl.network.lender import MIN_LEND, contact, is_member, lending_enabled
 from protocol import KeyBatch, PeerRef, PeerTimeout, RemoteError, TaskSet
-from protocol.lending import KEEPALIVE_S, LEASE_S, MAX_WANT, LentRobots
+from protocol.lending import (
+    KEEPALIVE_S,
+    LEASE_S,
+    MAX_LOANS,
+    MAX_REPORTS,
+    MAX_WANT,
+    GiveBack,
+    LentRobots,
+    Loan,
+)
 
 if TYPE_CHECKING:
     from p2pcrawl.crawl import Engine
@@ -33,6 +43,9 @@ log = logging.getLogger(__name__)
 TICK_S = 0.1
 # A borrower reports finished tasks this often: what a crash of it can cost to fetch again.
 REPORT_S = 0.1
+# Reports to one lender due within this share a GIVE_BACK; a borrowed page waits this much
+# longer for its lender's word, which a peer with idle fetchers can spare.
+REPORT_WINDOW_S = 0.05
 # How long a peer that had nothing to lend is not asked again: an idle network of N peers
 # costs each idle peer at most (N - 1) / ASK_AGAIN_S small requests a second.
 ASK_AGAIN_S = 5.0
@@ -98,6 +111,15 @@ class Borrower:
         self.borrowed_total = 0
         self.borrowed_behind = 0  # of which borrowed while our own fetchers had work
         self.robots_adopted = 0  # loans whose robots.txt policy we took from the lender
+        self.loans_taken = 0  # LEND answers that lent us something (one or more hosts)
+        self.reports_sent = 0  # GIVE_BACK flushes (each reports on one or more loans)
+        # Lanes of reports by (lender, lease), lease 0 for the last reports of loans: those
+        # to one lender that fall due within REPORT_WINDOW_S of each other share a GIVE_BACK
+        # (a loan of one page is reported as soon as it is fetched, and the loans of one
+        # answer are fetched at about the same time).
+        self._reports: Coalescer[tuple[PeerRef, int], GiveBack, tuple[bool, bool]] = Coalescer(
+            self._send_reports, window=REPORT_WINDOW_S, max_items=MAX_REPORTS, name="give-back"
+        )
 
     @property
     def enabled(self) -> bool:
@@ -191,15 +213,18 @@ class Borrower:
             self._borrowing = self._tasks.spawn(self.borrow(lender), "borrow")
 
     async def borrow(self, behind: PeerRef | None = None) -> None:
-        peer, engine, node = self.peer, self.peer.engine, self.peer.node
+        engine, node = self.peer.engine, self.peer.node
         assert engine is not None and node is not None
         lender = behind or self._lender()
         if lender is None:
             return
         want = min(MAX_WANT, 4 * engine.settings.concurrency)
         have = self.backlog() if behind is not None else None
+        # Idle, we take as many hosts as we have fetchers without a loan, in one answer: at a
+        # crawl's end they are mostly hosts of a page or two.
+        hosts = 1 if behind is not None else self._loans_wanted()
         try:
-            loan = await node.lend(lender, want, have)
+            loan = await node.lend(lender, want, have, hosts)
         except (PeerTimeout, RemoteError, OSError):
             self._asked[lender.id] = time.monotonic()
             # Heard nothing, not a backlog: probed last, not again first.
@@ -213,10 +238,22 @@ class Borrower:
         if loan.batch is None:
             self._asked[lender.id] = time.monotonic()
             return
+        self.loans_taken += 1
+        for one in (loan, *loan.more):
+            await self._take(one, lender, behind is not None)
+
+    def _loans_wanted(self) -> int:
+        engine = self._engine()
+        return max(1, min(MAX_LOANS, engine.settings.concurrency - len(self.loans)))
+
+    async def _take(self, loan: Loan, lender: PeerRef, behind: bool) -> None:
+        """Queue a loan's tasks under their host, or give it straight back if it came too
+        late (we stopped, the lender left) or holds nothing usable."""
+        peer, engine = self.peer, self._engine()
+        assert loan.batch is not None
         tasks = peer.handler.decode([loan.batch]).get(loan.batch.key, [])
         if not tasks or peer.state != "active" or not self._member(lender):
-            # Too late (or nothing usable): straight back, so the owner need not wait for
-            # the lease to lapse.
+            # Straight back, so the owner need not wait for the lease to lapse.
             await self._report_safely(Borrowed(loan.lease, lender, "", loan.batch.key, set()))
             return
         host = urls.host_of(tasks[0].url)
@@ -229,7 +266,7 @@ class Borrower:
             t.lease = loan.lease
             engine.frontier.push(host, t)
         self.borrowed_total += len(tasks)
-        if behind is not None:
+        if behind:
             self.borrowed_behind += len(tasks)
         self._count_held()
 
@@ -283,15 +320,32 @@ class Borrower:
         if engine is not None:
             engine.borrowed = sum(len(b.held) for b in self.loans.values())
 
-    async def _report(self, held: Borrowed) -> None:
+    async def _send_reports(
+        self, lane: tuple[PeerRef, int], reports: list[GiveBack]
+    ) -> list[tuple[bool, bool]]:
+        """One flush of a lane: reports to one lender due together, in one GIVE_BACK."""
         node = self.peer.node
         assert node is not None
+        self.reports_sent += 1
+        return await node.give_back(lane[0], reports)
+
+    async def _report(self, held: Borrowed) -> None:
         # The lender's address as our routing table knows it now: a lender restarted with
         # its data directory keeps its ID on a new port, is never declared dead, and would
         # never answer at the old one (it answers "unknown lease" at the new).
         held.lender = contact(self.peer, held.lender) or held.lender
         done, back, final = list(held.done), list(held.back), held.final
-        known, recall = await node.give_back(held.lender, held.lease, done, back, final)
+        # A loan still under way reports in a lane of its own, at once, side by side with
+        # the others: its next pages wait for the answer every MAX_UNSETTLED pages, and a
+        # lender whose link is full answers in a few hundred ms. The last reports of loans
+        # share their lender's lane, and wait for each other unless there is no other.
+        lane = (held.lender, 0 if final else held.lease)
+        alone = final and all(
+            b is held or b.lender.id != held.lender.id for b in self.loans.values()
+        )
+        ((known, recall),) = await self._reports.submit(
+            lane, [GiveBack(held.lease, done, back, final)], urgent=not final or alone
+        )
         held.reported = time.monotonic()
         del held.done[: len(done)]
         del held.back[: len(back)]
@@ -429,7 +483,8 @@ class Borrower:
                 if held.held:
                     # Under way still (the engine stopped): the owner crawls them again.
                     self.settle([self._placeholder(held, fp) for fp in held.held], False)
-                await self._report_safely(held)
+            # Side by side: the reports to one lender share its GIVE_BACKs.
+            await asyncio.gather(*(self._report_safely(h) for h in list(self.loans.values())))
             if self.loans:
                 await asyncio.sleep(TICK_S)
         for held in list(self.loans.values()):
@@ -437,6 +492,7 @@ class Borrower:
 
     async def aclose(self) -> None:
         await self._tasks.aclose(timeout=1.0)
+        await self._reports.aclose(timeout=1.0)
 
     @staticmethod
     def _placeholder(held: Borrowed, fp: int) -> Task:
@@ -449,4 +505,6 @@ class Borrower:
             "borrowed_total": self.borrowed_total,
             "borrowed_behind": self.borrowed_behind,
             "robots_adopted": self.robots_adopted,
+            "loans_taken": self.loans_taken,
+            "reports_sent": self.reports_sent,
         }

@@ -21,14 +21,17 @@ from p2pcrawl.crawl.frontier import HostQueue
 from protocol import KeyBatch, PeerRef, TaskItem
 from protocol.lending import (
     LEASE_S,
+    LEND_REPLY_BUDGET,
     MAX_LENT_ROBOTS,
     MAX_ROBOTS_TTL,
     MAX_WANT,
+    GiveBack,
     LentRobots,
     check_lend_request,
     check_return_request,
     loan_to_wire,
     one_chunk,
+    returns_to_wire,
 )
 
 if TYPE_CHECKING:
@@ -53,6 +56,10 @@ MIN_LEND_IDLE = 1
 # How long a LEND may wait for the request under way to the host it lends to end. Well
 # inside the borrower's RPC timeout (its resends of the request are not served twice).
 LEND_WAIT_S = 0.8
+
+
+def _robots_size(robots: LentRobots | None) -> int:
+    return 0 if robots is None or robots.body is None else len(robots.body)
 
 
 def lending_enabled(peer: Peer) -> bool:
@@ -96,6 +103,9 @@ class Lender:
         self.lent_total = 0  # tasks lent, ever (status)
         self.robots_lent = 0  # loans that carried our robots.txt policy (status)
         self.lapsed = 0  # leases ended without their borrower (it died or went silent)
+        self.lends_answered = 0  # LENDs answered with a loan (one or more hosts)
+        self.leases_made = 0
+        self.reports_served = 0  # GIVE_BACKs served (each reports on one or more leases)
 
     @property
     def enabled(self) -> bool:
@@ -105,7 +115,7 @@ class Lender:
         return is_member(self.peer, peer)
 
     async def serve_lend(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        want, have = check_lend_request(args)
+        want, have, hosts = check_lend_request(args)
         engine, node = self.peer.engine, self.peer.node
         if engine is None or node is None:
             return loan_to_wire(0, None, 0)
@@ -120,6 +130,37 @@ class Lender:
             if busy is None or not await self._wait_for_request(busy, sender, least):
                 return loan_to_wire(0, None, backlog)
             hq = busy
+        self.lends_answered += 1
+        # What one answer may move in all: the rule for one host (``_host_to_lend``) for
+        # all of them, or the asker would leave with more than we keep.
+        room = self._most(backlog, have)
+        lease, payload, robots = self._lease(hq, sender, want)
+        backlog -= len(lease.tasks)
+        want -= len(lease.tasks)
+        room -= len(lease.tasks)
+        budget = LEND_REPLY_BUDGET - len(payload) - _robots_size(robots)
+        more: list[tuple[int, bytes, LentRobots | None]] = []
+        # An idle asker takes further hosts that are free now; one behind takes one, since
+        # each moves the gap between the two backlogs.
+        while have == 0 and len(more) + 1 < hosts and min(want, room) >= least and budget > 0:
+            hq = self._host_to_lend(backlog, have, least, busy=False, cap=min(want, room))
+            if hq is None:
+                break
+            extra, extra_payload, extra_robots = self._lease(hq, sender, want)
+            more.append((extra.lease, extra_payload, extra_robots))
+            backlog -= len(extra.tasks)
+            want -= len(extra.tasks)
+            room -= len(extra.tasks)
+            budget -= len(extra_payload) + _robots_size(extra_robots)
+        return loan_to_wire(lease.lease, payload, backlog, robots, more)
+
+    def _lease(
+        self, hq: HostQueue, borrower: PeerRef, want: int
+    ) -> tuple[Lease, bytes, LentRobots | None]:
+        """Lend up to ``want`` of ``hq``'s queued tasks (as many as one reply chunk holds);
+        the rest of the host waits here for the lease to end."""
+        engine = self.peer.engine
+        assert engine is not None
         tasks = engine.frontier.lend_host(hq)
         key = tasks[0].key
         payload, held = one_chunk(
@@ -128,7 +169,7 @@ class Lender:
         lent_urls = {item.url for item in held.tasks}
         lease = Lease(
             lease=secrets.randbits(62) + 1,
-            borrower=sender,
+            borrower=borrower,
             hq=hq,
             key=key,
             tasks={t.fp: t for t in tasks if t.url in lent_urls},
@@ -140,10 +181,11 @@ class Lender:
             else:
                 engine.frontier.push(hq.host, t)  # waits for the lease: the host is busy
         self.leases[lease.lease] = lease
+        self.leases_made += 1
         self.lent_total += len(lease.tasks)
         robots = self._robots_for(held.tasks[0].url)
         self.robots_lent += robots is not None
-        return loan_to_wire(lease.lease, payload, backlog - len(lease.tasks), robots)
+        return lease, payload, robots
 
     def _robots_for(self, url: str) -> LentRobots | None:
         """Our robots.txt policy for ``url``'s origin, to lend with it; None if we hold none
@@ -160,9 +202,9 @@ class Lender:
             return None
         if policy.kind == "allow_all":
             return LentRobots(origin, None, ttl)
-        if policy.text is None or len(policy.text) > MAX_LENT_ROBOTS:
+        if policy.body is None or len(policy.body) > MAX_LENT_ROBOTS:
             return None
-        return LentRobots(origin, policy.text, ttl)
+        return LentRobots(origin, policy.body, ttl)
 
     def _may_lend_to(self, borrower: PeerRef) -> bool:
         engine = self.peer.engine
@@ -190,7 +232,18 @@ class Lender:
             and hq.tasks[0][1].key not in engine.refill.excluded_keys
         )
 
-    def _host_to_lend(self, backlog: int, have: int, least: int, *, busy: bool) -> HostQueue | None:
+    def _most(self, backlog: int, have: int) -> int:
+        """The most tasks a loan may move: keep enough to fill our own fetchers, and at
+        least as much as the borrower will then have (moving more than half the gap would
+        only turn it round; and the largest host, fetched one request at a time wherever it
+        goes, stays put)."""
+        engine = self.peer.engine
+        assert engine is not None
+        return min((backlog - have) // 2, backlog - engine.settings.concurrency)
+
+    def _host_to_lend(
+        self, backlog: int, have: int, least: int, *, busy: bool, cap: int | None = None
+    ) -> HostQueue | None:
         """The host with most queued tasks (at least ``least``) among those whose move
         narrows the gap between our backlog and the borrower's (``have``; 0 for an idle
         one) and leaves this peer enough of its own to keep its fetchers busy: among the
@@ -198,10 +251,7 @@ class Lender:
         :meth:`_wait_for_request` lets end first."""
         engine = self.peer.engine
         assert engine is not None
-        # Keep enough to fill our own fetchers, and at least as much as the borrower will
-        # then have: moving more than half the gap would only turn it round (and the
-        # largest host, fetched one request at a time wherever it goes, stays put).
-        most = min((backlog - have) // 2, backlog - engine.settings.concurrency)
+        most = self._most(backlog, have) if cap is None else min(cap, self._most(backlog, have))
         if most < least:
             return None
         lent = {id(le.hq) for le in self.leases.values()}
@@ -240,27 +290,46 @@ class Lender:
         return ready
 
     async def serve_return(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        report = check_return_request(args)
-        lease = self.leases.get(report.lease)
+        reports = check_return_request(args)
         engine = self.peer.engine
-        if lease is None or lease.borrower.id != sender.id or engine is None:
-            return {"known": False}
-        lease.deadline = time.monotonic() + LEASE_S
-        finished = [t for fp in report.done if (t := lease.tasks.pop(fp, None)) is not None]
-        back = [t for fp in report.back if (t := lease.tasks.pop(fp, None)) is not None]
-        for t in finished + back:
-            engine.lent.pop(t.fp, None)
-        self._requeue(lease, back)
+        answers: list[tuple[bool, bool]] = []
+        settled: list[tuple[Lease, GiveBack]] = []
+        finished: list[Task] = []
+        for report in reports:
+            lease = self.leases.get(report.lease)
+            if lease is None or lease.borrower.id != sender.id or engine is None:
+                answers.append((False, False))
+                continue
+            lease.deadline = time.monotonic() + LEASE_S
+            done = [t for fp in report.done if (t := lease.tasks.pop(fp, None)) is not None]
+            back = [t for fp in report.back if (t := lease.tasks.pop(fp, None)) is not None]
+            for t in done + back:
+                engine.lent.pop(t.fp, None)
+            self._requeue(lease, back)
+            finished += done
+            settled.append((lease, report))
+            answers.append((True, False))  # recall: read once the reports are recorded
         if finished:
+            assert engine is not None
             # Recorded before the lease may end: a leave waiting for its leases then counts
-            # its queue with these gone, and hands off exactly the rest.
-            # Hurried: the borrower's next pages of this loan wait for our answer.
+            # its queue with these gone, and hands off exactly the rest. One record for all
+            # the leases reported on; hurried: the borrower's next pages wait for our answer.
             await engine.finish(finished, hurry=True)
-            engine.after_lent(lease.key)
-        # (It may have ended meanwhile: revoked by a hand-off, or ended by a leave.)
-        if (report.final or not lease.tasks) and lease.lease in self.leases:
-            self._end(lease, requeue=True)
-        return {"known": True, "recall": lease.recalled}
+            for key in {t.key for t in finished}:
+                engine.after_lent(key)
+        recalls: dict[int, bool] = {}
+        for lease, report in settled:
+            # (It may have ended meanwhile: revoked by a hand-off, or ended by a leave.)
+            if (report.final or not lease.tasks) and lease.lease in self.leases:
+                self._end(lease, requeue=True)
+            recalls[report.lease] = lease.recalled
+        self.reports_served += 1
+        return returns_to_wire(
+            [
+                (known, known and recalls.get(r.lease, False))
+                for r, (known, _) in zip(reports, answers, strict=True)
+            ]
+        )
 
     def _requeue(self, lease: Lease, tasks: list[Task]) -> None:
         engine = self.peer.engine
@@ -343,4 +412,7 @@ class Lender:
             "lent_total": self.lent_total,
             "robots_lent": self.robots_lent,
             "leases_lapsed": self.lapsed,
+            "lends_answered": self.lends_answered,
+            "leases_made": self.leases_made,
+            "reports_served": self.reports_served,
         }

@@ -132,8 +132,8 @@ def test_a_lent_policy_keeps_the_owners_rules_and_expiry() -> None:
     Crawl-delay, expiring when the owner's does (never later than its own fetch would)."""
     text = "User-agent: *\nDisallow: /private/\nCrawl-delay: 2\n"
     owner = parse(text)
-    assert owner.text == text.encode()
-    lent = policy_from_lent(owner.text, 30, 100.0, SETTINGS)
+    assert owner.body == text.encode()
+    lent = policy_from_lent(owner.body, 30, 100.0, SETTINGS)
     assert lent.kind == "rules" and lent.expires_at == 130.0
     assert not lent.allowed("http://example.org/private/x", UA)
     assert lent.allowed("http://example.org/public", UA)
@@ -141,7 +141,7 @@ def test_a_lent_policy_keeps_the_owners_rules_and_expiry() -> None:
     assert policy_from_lent(None, 10**6, 0.0, SETTINGS).expires_at == SETTINGS.robots_ttl
     assert policy_from_lent(None, 30, 0.0, SETTINGS).kind == "allow_all"
     # A long file is parsed as ever, but not kept to be lent.
-    assert parse("#" * KEPT_ROBOTS_CHARS + "\nDisallow: /\n").text is None
+    assert parse("#" * KEPT_ROBOTS_CHARS + "\nDisallow: /\n").body is None
 
 
 def test_huge_body_is_parsed_up_to_the_limit_only() -> None:

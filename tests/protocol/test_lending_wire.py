@@ -6,20 +6,30 @@ ints checked on receipt, since they come from the network.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from protocol import KeyBatch, MessageError, TaskItem, key_for
+from protocol import KeyBatch, MessageError, PeerRef, TaskItem, key_for
 from protocol.lending import (
     MAX_FPS,
     MAX_LENT_ROBOTS,
+    MAX_LOANS,
+    MAX_REPORTS,
     MAX_WANT,
+    RETURN_RPC,
+    GiveBack,
     LentRobots,
     check_lend_request,
     check_return_request,
     loan_from_wire,
     loan_to_wire,
     one_chunk,
+    report_to_wire,
+    returns_from_wire,
+    returns_to_wire,
 )
+from tests.protocol.conftest import NodeFactory
 
 KEY = key_for("example.org")
 
@@ -116,15 +126,28 @@ def test_a_loan_of_two_keys_or_with_done_fingerprints_is_refused() -> None:
 
 
 def test_lend_requests_are_checked() -> None:
-    assert check_lend_request([16]) == (16, 0)  # an idle asker: no backlog of its own
-    assert check_lend_request([16, 300]) == (16, 300)
-    for bad in ([], [0], [MAX_WANT + 1], ["16"], [True, 1], [16, -1], [16, True], [16, 1, 2]):
+    assert check_lend_request([16]) == (16, 0, 1)  # an idle asker: no backlog of its own
+    assert check_lend_request([16, 300]) == (16, 300, 1)
+    assert check_lend_request([16, 0, MAX_LOANS]) == (16, 0, MAX_LOANS)
+    for bad in (
+        [],
+        [0],
+        [MAX_WANT + 1],
+        ["16"],
+        [True, 1],
+        [16, -1],
+        [16, True],
+        [16, 0, 0],
+        [16, 0, MAX_LOANS + 1],
+        [16, 0, 2.0],
+        [16, 0, 2, 1],
+    ):
         with pytest.raises(MessageError):
             check_lend_request(bad)
 
 
 def test_give_back_requests_are_checked() -> None:
-    ok = check_return_request([9, [1, 2], [3], False])
+    (ok,) = check_return_request([9, [1, 2], [3], False])
     assert (ok.lease, ok.done, ok.back, ok.final) == (9, [1, 2], [3], False)
     for bad in (
         [0, [], [], True],  # lease 0 is "nothing lent"
@@ -134,6 +157,86 @@ def test_give_back_requests_are_checked() -> None:
         [9, list(range(MAX_FPS + 1)), [], True],
         [9, [], "3", True],
         [9, [], []],
+        [9, [], [], True, []],  # "more" holds at least one report
+        [9, [], [], True, [[9, [], [], True]]],  # a lease reported on twice
+        [9, [], [], True, [[10, [], [], "yes"]]],
+        [9, [], [], True, [[10, [], []]]],
+        [9, [], [], True, [[10 + i, [], [], True] for i in range(MAX_REPORTS)]],
+        # MAX_FPS in all, not per report
+        [9, list(range(MAX_FPS)), [], True, [[10, [1], [], True]]],
     ):
         with pytest.raises(MessageError):
             check_return_request(bad)
+
+
+def test_reports_on_several_leases_share_a_request_and_its_answer() -> None:
+    reports = [
+        GiveBack(9, [1, 2], [], False),
+        GiveBack(10, [], [3], True),
+        GiveBack(11, [], [], True),
+    ]
+    args = report_to_wire(reports)
+    assert check_return_request(args) == reports
+    answers = [(True, False), (False, False), (True, True)]
+    assert returns_from_wire(returns_to_wire(answers), 3) == answers
+    assert returns_from_wire({"known": True}, 1) == [(True, False)]  # a one-lease reply
+    for bad in ({"known": True}, {"known": True, "more": [[True]]}, {"known": 1, "more": []}):
+        with pytest.raises(ValueError):
+            returns_from_wire(bad, 2)
+
+
+def test_one_answer_lends_several_hosts() -> None:
+    other = KeyBatch(key_for("example.net"), [TaskItem("http://example.net/", 1)])
+    payload, held = one_chunk(batch(2))
+    other_payload, other_held = one_chunk(other)
+    robots = LentRobots("http://example.net", b"User-agent: *\nDisallow: /x\n", 60)
+    loan = loan_from_wire(loan_to_wire(7, payload, 40, None, [(8, other_payload, robots)]))
+    assert (loan.lease, loan.batch, loan.backlog, loan.robots) == (7, held, 40, None)
+    (more,) = loan.more
+    assert (more.lease, more.batch, more.robots) == (8, other_held, robots)
+    for entries in (
+        [[7, other_payload, None]],  # the first loan's lease again
+        [[8, payload, None]],  # the first loan's host again
+        [[0, other_payload, None]],
+        [[8, other_payload]],
+        [[8 + i, other_payload, None] for i in range(MAX_LOANS)],
+        "not a list",
+    ):
+        with pytest.raises(ValueError):
+            loan_from_wire({"lease": 7, "backlog": 0, "tasks": payload, "more": entries})
+    with pytest.raises(ValueError):
+        loan_from_wire({"lease": 0, "backlog": 0, "more": [[8, other_payload, None]]})
+
+
+async def test_a_borrowers_reports_share_requests_within_the_bounds(make_node: NodeFactory) -> None:
+    """Reports on many leases and many fingerprints reach the lender whole, in requests
+    that each hold a lease at most once, MAX_REPORTS leases and MAX_FPS fingerprints at
+    most; a report cut into parts is final only in its last; answers come back per lease."""
+    lender, borrower = await make_node(), await make_node()
+    requests: list[list[GiveBack]] = []
+
+    async def serve(sender: PeerRef, args: list[Any]) -> dict[str, Any]:
+        reports = check_return_request(args)
+        requests.append(reports)
+        # Lease 3 is unknown here; lease 4 is recalled.
+        return returns_to_wire([(r.lease != 3, r.lease == 4) for r in reports])
+
+    assert lender.protocol is not None
+    lender.protocol.serve(RETURN_RPC, serve)
+    reports = [GiveBack(i, [1000 * i + j for j in range(5)], [], True) for i in range(1, 21)]
+    reports.append(GiveBack(99, list(range(1, 500)), list(range(500, 900)), False))
+    answers = await borrower.give_back(lender.me, reports)
+
+    assert answers == [(r.lease != 3, r.lease == 4) for r in reports]
+    for req in requests:
+        assert len(req) <= MAX_REPORTS
+        assert len({r.lease for r in req}) == len(req)
+        assert sum(len(r.done) + len(r.back) for r in req) <= MAX_FPS
+    for report in reports:
+        parts = [r for req in requests for r in req if r.lease == report.lease]
+        assert [fp for p in parts for fp in p.done] == report.done
+        assert [fp for p in parts for fp in p.back] == report.back
+        assert [p.final for p in parts] == [False] * (len(parts) - 1) + [report.final]
+    # 20 small reports and a long one, 999 fingerprints: 16 leases, then 4 and the long
+    # one's first part, then its other two parts.
+    assert len(requests) == 4
