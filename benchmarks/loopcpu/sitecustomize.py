@@ -50,9 +50,10 @@ if _DIR and _is_peer():
             coro = owner.get_coro()
             qual = getattr(coro, "__qualname__", type(coro).__qualname__)
             # An owned task's name says whose it is (``TaskSet``: "dispatch:flush", an
-            # RPC's "store_task"); asyncio's own "Task-<n>" says nothing.
-            task_name = owner.get_name()
-            if task_name.startswith("Task-"):
+            # RPC's "store_task"); asyncio's own "Task-<n>" says nothing, and a worker's
+            # number ("engine:worker-3") splits one job sixteen ways.
+            task_name = owner.get_name().rstrip("0123456789").rstrip("-")
+            if task_name == "Task":
                 return "task " + qual
             return f"task {qual} [{task_name}]"
         fn = getattr(cb, "func", cb)  # functools.partial
