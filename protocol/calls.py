@@ -61,14 +61,12 @@ class CrawlCalls:
         replies = await self._chunked(peer, "store_task", [[p] for p, _ in chunks])
         new = dup = 0
         refused: dict[bytes, None] = {}
-        backlog: int | None = None
         for reply, (_, keys) in zip(replies, chunks, strict=True):
             result = _parse(peer, "store_task", store_result_from_wire, reply, keys)
             new += result.new
             dup += result.duplicate
             refused.update(dict.fromkeys(result.refused_keys))
-            backlog = result.backlog if result.backlog is not None else backlog  # the latest
-        return StoreResult(new, dup, list(refused), backlog)
+        return StoreResult(new, dup, list(refused))
 
     async def store_backup(self, peer: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> int:
         """STORE_BACKUP: ``peer`` holds copies of ``owner``'s tasks; returns how many it stored."""

@@ -72,7 +72,7 @@ from typing import Any
 
 from protocol.codec import decode_batches, encode_chunks
 from protocol.errors import MessageError
-from protocol.model import FP_LIMIT, MAX_BACKLOG, KeyBatch, check_fingerprint
+from protocol.model import FP_LIMIT, KeyBatch, check_fingerprint
 
 __all__ = [
     "KEEPALIVE_S",
@@ -109,6 +109,7 @@ LEND_REPLY_BUDGET = 12_000
 LEASE_S = 30.0
 KEEPALIVE_S = 2.0
 MAX_LEASE = FP_LIMIT
+MAX_BACKLOG = 2**53
 # A robots.txt a loan may carry; a longer one the borrower fetches itself. Almost every site's
 # fits (the median robots.txt is a few hundred bytes), and the reply stays one datagram of
 # about 12 KB at most (a task chunk is at most 8 KB).

@@ -1,10 +1,8 @@
 """What the crawl RPCs carry: the public face of ``model`` (the types) and ``codec`` (bytes),
 plus the small reply maps.
 
-Replies stay far below one datagram: STORE_TASK answers with two counts, the refused keys
-*of that chunk* (at most 256) and, optionally, the owner's backlog (``{"new", "dup",
-"refused", "backlog"}``: lending hears who is behind from it, ``network.borrower``), the
-other RPCs with one count.
+Replies stay far below one datagram: STORE_TASK answers with two counts and the refused keys
+*of that chunk* (at most 256), the other RPCs with one count.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from protocol.codec import (
 )
 from protocol.errors import MessageError
 from protocol.model import (
-    MAX_BACKLOG,
     MAX_REFRESH_WAIT_S,
     MAX_URL_LENGTH,
     KeyBatch,
@@ -70,10 +67,7 @@ def encode_batches(batches: Sequence[KeyBatch], limit: int = PAYLOAD_LIMIT) -> l
 def store_result_to_wire(result: StoreResult, asked: Collection[bytes]) -> dict[str, Any]:
     """Only keys of this chunk may be refused, deduplicated: the reply stays small."""
     refused = list(dict.fromkeys(k for k in result.refused_keys if k in asked))
-    out: dict[str, Any] = {"new": int(result.new), "dup": int(result.duplicate), "refused": refused}
-    if result.backlog is not None:
-        out["backlog"] = min(int(result.backlog), MAX_BACKLOG)
-    return out
+    return {"new": int(result.new), "dup": int(result.duplicate), "refused": refused}
 
 
 def store_result_from_wire(obj: object, asked: Collection[bytes]) -> StoreResult:
@@ -84,11 +78,8 @@ def store_result_from_wire(obj: object, asked: Collection[bytes]) -> StoreResult
         raise MessageError("store_task reply counts must be non-negative ints")
     if not isinstance(refused, list) or len(refused) > MAX_KEYS:
         raise MessageError("store_task reply refused must be a short list")
-    backlog = obj.get("backlog")
-    if backlog is not None and (type(backlog) is not int or not 0 <= backlog <= MAX_BACKLOG):
-        raise MessageError(f"store_task reply backlog must be an int in [0, {MAX_BACKLOG}]")
     # A peer can only refuse what we asked it to take; anything else is ignored.
-    return StoreResult(new, dup, [k for k in refused if type(k) is bytes and k in asked], backlog)
+    return StoreResult(new, dup, [k for k in refused if type(k) is bytes and k in asked])
 
 
 def count_from_wire(obj: object) -> int:

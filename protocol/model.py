@@ -29,7 +29,6 @@ __all__ = [
 MAX_URL_LENGTH = 2048  # ASCII characters = bytes, so one URL always fits one datagram
 MAX_SMALL_INT = 0xFFFF  # depth and hops
 FP_LIMIT = 1 << 64
-MAX_BACKLOG = 2**53  # a peer's queued tasks, as LEND and STORE_TASK replies say them
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +82,6 @@ class StoreResult:
     new: int
     duplicate: int
     refused_keys: list[bytes]
-    # The owner's own backlog (tasks queued for its fetchers), when it says: a borrower
-    # hears it with every batch of links instead of asking (``network.borrower``).
-    backlog: int | None = None
 
 
 MAX_REFRESH_WAIT_S = 3600.0  # the longest "ask again later" a REFRESH_TASK reply may say

@@ -50,10 +50,8 @@ REPORT_WINDOW_S = 0.05
 # costs each idle peer at most (N - 1) / ASK_AGAIN_S small requests a second.
 ASK_AGAIN_S = 5.0
 ASK_BUSY_AGAIN_S = 0.5  # the shortest wait before asking a peer again
-# A known backlog older than this is a guess, not a reason to ask first; one heard within
-# half of it is not probed again.
+# A known backlog older than this is a guess, not a reason to ask first.
 BACKLOG_FRESH_S = 5.0
-MAX_BACKLOGS_HEARD = 4096  # peers whose backlog is remembered (one per member in practice)
 # A busy peer asks for a host to even out backlogs at most this often: one small request a
 # second per crawling peer, which also keeps what it knows of the others' backlogs fresh.
 BALANCE_S = 1.0
@@ -157,11 +155,6 @@ class Borrower:
         # full link (cluster benchmark, web request log).
         return engine.failure is None and len(self.loans) < engine.settings.concurrency
 
-    def heard_backlog(self, peer_id: bytes, backlog: int) -> None:
-        """A peer's backlog, as its answer to our links said it: fresh without a LEND."""
-        if peer_id in self._backlog or len(self._backlog) < MAX_BACKLOGS_HEARD:
-            self._backlog[peer_id] = (backlog, time.monotonic())
-
     def backlog(self) -> int:
         """Tasks queued here for our own fetchers, as a lender counts its backlog: our
         own not lent out and borrowed ones, neither under way."""
@@ -190,10 +183,7 @@ class Borrower:
                 stalest = (heard, p)
         if largest is not None and largest[0] - have >= 2 * MIN_LEND:
             return largest[1]
-        # A backlog heard lately (the answers to our links carry it) needs no probe.
-        if stalest is None or now - stalest[0] < BACKLOG_FRESH_S / 2:
-            return None
-        return stalest[1]
+        return stalest[1] if stalest is not None else None
 
     def _lender(self) -> PeerRef | None:
         """The peer most worth asking: the largest recent backlog first, then one not asked

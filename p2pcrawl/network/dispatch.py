@@ -89,7 +89,6 @@ class Dispatcher:
         batch: int = 256,
         flush_s: float = 0.2,
         patient: Callable[[], bool] = lambda: False,
-        heard_backlog: Callable[[bytes, int], None] | None = None,
     ) -> None:
         self.node = node
         self.replicas = replicas
@@ -101,8 +100,6 @@ class Dispatcher:
         self._patient = patient
         # Per owner: how many batches in a row it already had every link of.
         self._stale: dict[PeerRef, int] = {}
-        # Told each owner's backlog as its answers say it (lending: who is behind).
-        self._heard_backlog = heard_backlog
         # One outbox per owner: a link for an owner not written to for ``flush_s`` leaves at
         # once; otherwise links gather until then (or until ``batch`` wait) and leave as one
         # STORE_TASK. Each flush answers, per task, the retry that carries it on if the
@@ -198,8 +195,6 @@ class Dispatcher:
         return max(self.flush_s, min(stretched, PATIENT_FLUSH_S))
 
     def _heard(self, owner: PeerRef, result: StoreResult | None) -> None:
-        if result is not None and result.backlog is not None and self._heard_backlog:
-            self._heard_backlog(owner.id, result.backlog)
         if result is not None and result.new == 0 and not result.refused_keys:
             if len(self._stale) >= MAX_STALE_OWNERS and owner not in self._stale:
                 self._stale.clear()

@@ -128,13 +128,7 @@ class PeerHandler:
             peer.replication.note_keys({t.key for t in mine} | set(kept))
         self._senders.charge(sender.id, new)
         # Rejected tasks count as duplicates: the sender must not re-route them elsewhere.
-        # Our backlog rides along: a peer that sends us links hears it without asking.
-        return StoreResult(
-            new=new,
-            duplicate=len(offered) - new,
-            refused_keys=refused,
-            backlog=peer.lending.lender.backlog(),
-        )
+        return StoreResult(new=new, duplicate=len(offered) - new, refused_keys=refused)
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]

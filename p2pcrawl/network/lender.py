@@ -119,7 +119,8 @@ class Lender:
         engine, node = self.peer.engine, self.peer.node
         if engine is None or node is None:
             return loan_to_wire(0, None, 0)
-        backlog = self.backlog()
+        # Our own queue only: borrowed tasks are not ours to lend on.
+        backlog = max(0, engine.ledger.queued - len(engine.lent) - len(engine.in_flight))
         if not self._may_lend_to(sender):
             return loan_to_wire(0, None, backlog)
         least = MIN_LEND_IDLE if have == 0 else MIN_LEND
@@ -152,14 +153,6 @@ class Lender:
             room -= len(extra.tasks)
             budget -= len(extra_payload) + _robots_size(extra_robots)
         return loan_to_wire(lease.lease, payload, backlog, robots, more)
-
-    def backlog(self) -> int:
-        """Our own queue, as a borrower weighs it: neither lent out nor under way (borrowed
-        tasks are not ours to lend on)."""
-        engine = self.peer.engine
-        if engine is None:
-            return 0
-        return max(0, engine.ledger.queued - len(engine.lent) - len(engine.in_flight))
 
     def _lease(
         self, hq: HostQueue, borrower: PeerRef, want: int

@@ -132,7 +132,6 @@ class Peer:
                 batch=ps.dispatch_batch,
                 flush_s=ps.dispatch_flush_s,
                 patient=self._backlogged,
-                heard_backlog=self.lending.borrower.heard_backlog,
             )
             self.replication = Replication(
                 self.node, self.dispatcher, self.ledger, self.backups, patient=self._backlogged

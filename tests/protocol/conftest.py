@@ -44,7 +44,6 @@ class MemoryHandler:
         self.refresh_from: list[PeerRef] = []
         self.added: list[PeerRef] = []
         self.removed: list[tuple[PeerRef, str]] = []
-        self.backlog: int | None = None  # what STORE_TASK answers say of our backlog
 
     async def handle_store_task(self, sender: PeerRef, batches: list[KeyBatch]) -> StoreResult:
         new = dup = 0
@@ -62,7 +61,7 @@ class MemoryHandler:
                     self.seen.add(t.url)
                     self.tasks.setdefault(b.key, []).append(t)
                     new += 1
-        return StoreResult(new, dup, refused, self.backlog)
+        return StoreResult(new, dup, refused)
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]

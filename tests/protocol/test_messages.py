@@ -32,7 +32,6 @@ from protocol.messages import (
     store_result_from_wire,
     store_result_to_wire,
 )
-from tests.protocol.conftest import NodeFactory, handler_of
 
 ID = b"\x01" * 20
 
@@ -309,33 +308,6 @@ def test_store_result_reply_only_refuses_asked_keys() -> None:
     for bad in ([], {"new": -1, "dup": 0, "refused": []}, {"new": 1, "dup": 0, "refused": "x"}):
         with pytest.raises(MessageError):
             store_result_from_wire(bad, {a})
-
-
-def test_a_store_result_may_carry_the_owners_backlog() -> None:
-    a = key_for("a")
-    wire = store_result_to_wire(StoreResult(3, 1, [], backlog=250), {a})
-    assert wire == {"new": 3, "dup": 1, "refused": [], "backlog": 250}
-    assert store_result_from_wire(wire, {a}) == StoreResult(3, 1, [], 250)
-    assert store_result_from_wire({"new": 0, "dup": 0, "refused": []}, {a}).backlog is None
-    for bad in (-1, 2**53 + 1, 1.5, "many", True):
-        with pytest.raises(MessageError):
-            store_result_from_wire({"new": 0, "dup": 0, "refused": [], "backlog": bad}, {a})
-
-
-async def test_a_store_task_answer_carries_the_backlog_across_chunks(
-    make_node: NodeFactory,
-) -> None:
-    """A batch cut into several chunks is several requests; the caller keeps the backlog
-    of the latest answer that said one."""
-    owner, sender = await make_node(), await make_node()
-    handler_of(owner).backlog = 42
-    urls = [f"https://site.example/{secrets.token_hex(150)}/{i}" for i in range(200)]
-    result = await sender.store_task(
-        owner.me, [KeyBatch(key_for("site.example"), [TaskItem(u, 1) for u in urls])]
-    )
-    assert result.new == len(urls) and result.backlog == 42
-    sent = sender.stats()["rpc_sent"]
-    assert isinstance(sent, dict) and sent["store_task"] > 1  # the batch took several chunks
 
 
 def test_a_refresh_reply_says_how_many_keys_follow_or_when_to_ask_again() -> None:
