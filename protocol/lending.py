@@ -70,7 +70,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.codec import decode_batches, encode_chunks
+from protocol.codec import PAYLOAD_LIMIT, decode_batches, encode_chunks
 from protocol.errors import MessageError
 from protocol.model import FP_LIMIT, KeyBatch, check_fingerprint
 
@@ -103,9 +103,6 @@ MAX_WANT = 4096
 MAX_FPS = 400  # fingerprints per GIVE_BACK: 9 bytes each in msgpack, well inside a datagram
 MAX_LOANS = 8  # loans in one LEND answer
 MAX_REPORTS = 16  # leases reported on in one GIVE_BACK
-# Further loans join an answer while the tasks and robots.txt bodies of all of them stay
-# within this: the reply stays one datagram of about 12 KB at most, as with one loan.
-LEND_REPLY_BUDGET = 12_000
 LEASE_S = 30.0
 KEEPALIVE_S = 2.0
 MAX_LEASE = FP_LIMIT
@@ -116,6 +113,12 @@ MAX_BACKLOG = 2**53
 MAX_LENT_ROBOTS = 4096
 MAX_ORIGIN = 512
 MAX_ROBOTS_TTL = 7 * 86_400
+# A further loan joins an answer only while the largest one could (a task chunk and a
+# robots.txt body) would keep the tasks and robots.txt bodies of all within this: the reply
+# stays one datagram of at most about 24 KB (one loan: about 12 KB), and of a few hundred
+# bytes for the hosts of a page or two it is meant for.
+LEND_REPLY_BUDGET = 24_576
+LOAN_BYTES_MOST = PAYLOAD_LIMIT + MAX_LENT_ROBOTS
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from protocol import KeyBatch, PeerRef, TaskItem
 from protocol.lending import (
     LEASE_S,
     LEND_REPLY_BUDGET,
+    LOAN_BYTES_MOST,
     MAX_LENT_ROBOTS,
     MAX_ROBOTS_TTL,
     MAX_WANT,
@@ -142,7 +143,12 @@ class Lender:
         more: list[tuple[int, bytes, LentRobots | None]] = []
         # An idle asker takes further hosts that are free now; one behind takes one, since
         # each moves the gap between the two backlogs.
-        while have == 0 and len(more) + 1 < hosts and min(want, room) >= least and budget > 0:
+        while (
+            have == 0
+            and len(more) + 1 < hosts
+            and min(want, room) >= least
+            and budget >= LOAN_BYTES_MOST
+        ):
             hq = self._host_to_lend(backlog, have, least, busy=False, cap=min(want, room))
             if hq is None:
                 break
