@@ -145,7 +145,7 @@ class CrawlCalls:
         for i, report in enumerate(reports):
             done, back = list(report.done), list(report.back)
             while True:
-                if room == 0 or len(call) == MAX_REPORTS or any(j == i for j, _ in call):
+                if room == 0 or len(call) == MAX_REPORTS or (call and call[-1][0] == i):
                     await send()
                     room = MAX_FPS
                 d = done[:room]

@@ -298,13 +298,11 @@ class Lender:
     async def serve_return(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
         reports = check_return_request(args)
         engine = self.peer.engine
-        answers: list[tuple[bool, bool]] = []
-        settled: list[tuple[Lease, GiveBack]] = []
+        settled: dict[int, tuple[Lease, GiveBack]] = {}  # the leases we know, by lease id
         finished: list[Task] = []
         for report in reports:
             lease = self.leases.get(report.lease)
             if lease is None or lease.borrower.id != sender.id or engine is None:
-                answers.append((False, False))
                 continue
             lease.deadline = time.monotonic() + LEASE_S
             done = [t for fp in report.done if (t := lease.tasks.pop(fp, None)) is not None]
@@ -313,8 +311,7 @@ class Lender:
                 engine.lent.pop(t.fp, None)
             self._requeue(lease, back)
             finished += done
-            settled.append((lease, report))
-            answers.append((True, False))  # recall: read once the reports are recorded
+            settled[report.lease] = (lease, report)
         if finished:
             assert engine is not None
             # Recorded before the lease may end: a leave waiting for its leases then counts
@@ -323,17 +320,15 @@ class Lender:
             await engine.finish(finished, hurry=True)
             for key in {t.key for t in finished}:
                 engine.after_lent(key)
-        recalls: dict[int, bool] = {}
-        for lease, report in settled:
+        for lease, report in settled.values():
             # (It may have ended meanwhile: revoked by a hand-off, or ended by a leave.)
             if (report.final or not lease.tasks) and lease.lease in self.leases:
                 self._end(lease, requeue=True)
-            recalls[report.lease] = lease.recalled
         self.reports_served += 1
         return returns_to_wire(
             [
-                (known, known and recalls.get(r.lease, False))
-                for r, (known, _) in zip(reports, answers, strict=True)
+                (True, settled[r.lease][0].recalled) if r.lease in settled else (False, False)
+                for r in reports
             ]
         )
 
