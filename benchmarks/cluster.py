@@ -208,6 +208,8 @@ class RunResult:
     # Lending's counters summed over the peers: LENDs answered with a loan, leases made
     # (an answer may hold several), GIVE_BACKs served.
     lending: Counter[str] = field(default_factory=Counter)
+    # Links sent to their owners, and not sent because the owner said it holds them.
+    dispatch: Counter[str] = field(default_factory=Counter)
     key_space: float = 0.0  # the largest peer's share of the key space, over the mean
     settled: bool = True  # nothing left in transit once the crawl went idle
     # [pages, first request s, last request s] of the web's largest hosts, largest first:
@@ -428,6 +430,8 @@ class Runner:
                 result.lent += int(lending.get("lent_total", 0))
                 for name in ("lends_answered", "leases_made", "reports_served"):
                     result.lending[name] += int(lending.get(name, 0))
+                for name, v in st.get("dispatch", {}).items():
+                    result.dispatch[name] += int(v)
                 rpc = (await self.api(a, "/api/peers"))["rpc"]
                 result.rpcs += sum(rpc["rpc_sent"].values())
                 result.rpc_types.update(rpc["rpc_sent"])
@@ -571,7 +575,9 @@ def report_run(r: int, res: RunResult) -> None:
         f"(busiest/mean {res.busiest:.2f}; key space max/mean {res.key_space:.2f}); "
         f"lent {res.lent} ({res.lending['leases_made']} leases in "
         f"{res.lending['lends_answered']} LEND answers, {res.lending['reports_served']} "
-        f"GIVE_BACKs served); RPCs unanswered {dict(res.rpc_failed) or 0}, mean reply ms "
+        f"GIVE_BACKs served); links to owners {res.dispatch['urls_sent']} sent, "
+        f"{res.dispatch['skipped_known']} not sent (the owner holds them); "
+        f"RPCs unanswered {dict(res.rpc_failed) or 0}, mean reply ms "
         f"{res.rpc_latency_ms}; largest hosts [pages, first, last request s] {res.largest}; "
         f"peers' last page requests at {res.last_requests} s"
         f"{'' if res.settled else '; UNSETTLED'}",

@@ -61,12 +61,14 @@ class CrawlCalls:
         replies = await self._chunked(peer, "store_task", [[p] for p, _ in chunks])
         new = dup = 0
         refused: dict[bytes, None] = {}
+        known: list[int] = []
         for reply, (_, keys) in zip(replies, chunks, strict=True):
             result = _parse(peer, "store_task", store_result_from_wire, reply, keys)
             new += result.new
             dup += result.duplicate
             refused.update(dict.fromkeys(result.refused_keys))
-        return StoreResult(new, dup, list(refused))
+            known += result.known
+        return StoreResult(new, dup, list(refused), known)
 
     async def store_backup(self, peer: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> int:
         """STORE_BACKUP: ``peer`` holds copies of ``owner``'s tasks; returns how many it stored."""

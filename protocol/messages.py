@@ -7,6 +7,7 @@ Replies stay far below one datagram: STORE_TASK answers with two counts and the 
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from protocol.codec import (
 )
 from protocol.errors import MessageError
 from protocol.model import (
+    MAX_KNOWN,
     MAX_REFRESH_WAIT_S,
     MAX_URL_LENGTH,
     KeyBatch,
@@ -67,7 +69,11 @@ def encode_batches(batches: Sequence[KeyBatch], limit: int = PAYLOAD_LIMIT) -> l
 def store_result_to_wire(result: StoreResult, asked: Collection[bytes]) -> dict[str, Any]:
     """Only keys of this chunk may be refused, deduplicated: the reply stays small."""
     refused = list(dict.fromkeys(k for k in result.refused_keys if k in asked))
-    return {"new": int(result.new), "dup": int(result.duplicate), "refused": refused}
+    out: dict[str, Any] = {"new": int(result.new), "dup": int(result.duplicate), "refused": refused}
+    if result.known:
+        known = result.known[:MAX_KNOWN]
+        out["known"] = struct.pack(f">{len(known)}Q", *known)
+    return out
 
 
 def store_result_from_wire(obj: object, asked: Collection[bytes]) -> StoreResult:
@@ -78,8 +84,16 @@ def store_result_from_wire(obj: object, asked: Collection[bytes]) -> StoreResult
         raise MessageError("store_task reply counts must be non-negative ints")
     if not isinstance(refused, list) or len(refused) > MAX_KEYS:
         raise MessageError("store_task reply refused must be a short list")
+    known = obj.get("known", b"")
+    if type(known) is not bytes or len(known) % 8 or len(known) > 8 * MAX_KNOWN:
+        raise MessageError(f"store_task reply known must be at most {MAX_KNOWN} u64 values")
     # A peer can only refuse what we asked it to take; anything else is ignored.
-    return StoreResult(new, dup, [k for k in refused if type(k) is bytes and k in asked])
+    return StoreResult(
+        new,
+        dup,
+        [k for k in refused if type(k) is bytes and k in asked],
+        list(struct.unpack(f">{len(known) // 8}Q", known)),
+    )
 
 
 def count_from_wire(obj: object) -> int:

@@ -14,6 +14,7 @@ from protocol.ownership import ID_BYTES
 
 __all__ = [
     "FP_LIMIT",
+    "MAX_KNOWN",
     "MAX_SMALL_INT",
     "MAX_URL_LENGTH",
     "KeyBatch",
@@ -28,6 +29,7 @@ __all__ = [
 
 MAX_URL_LENGTH = 2048  # ASCII characters = bytes, so one URL always fits one datagram
 MAX_SMALL_INT = 0xFFFF  # depth and hops
+MAX_KNOWN = 512  # fingerprints in one STORE_TASK answer's "known" (4 KiB of u64s)
 FP_LIMIT = 1 << 64
 
 
@@ -77,11 +79,14 @@ class KeyBatch:
 @dataclass(frozen=True, slots=True)
 class StoreResult:
     """Reply to STORE_TASK: how many tasks were new, how many the owner already had, and the
-    keys it refused (it is not the closest node for them, or they are out of scope)."""
+    keys it refused (it is not the closest node for them, or they are out of scope).
+    ``known``: fingerprints of links the owner holds that the sender need not send it (at
+    most ``MAX_KNOWN``; optional on the wire, see ``p2pcrawl.network.known``)."""
 
     new: int
     duplicate: int
     refused_keys: list[bytes]
+    known: list[int] = field(default_factory=list)
 
 
 MAX_REFRESH_WAIT_S = 3600.0  # the longest "ask again later" a REFRESH_TASK reply may say

@@ -370,6 +370,10 @@ class CrawlNode(CrawlCalls, Server):
         """Everyone in the routing table (never this node)."""
         return [peer_of(n) for n in self._members().values()]
 
+    def is_member(self, peer_id: bytes) -> bool:
+        """In the routing table and established: what ``peers`` lists, without the list."""
+        return peer_id in self._members()
+
     def closest_local(self, key: bytes, n: int, *, with_self: bool | None = None) -> list[PeerRef]:
         """The ``n`` known nodes XOR-closest to ``key``, this node included (kademlia's own
         lookups never return the local node) unless it is joining (``hold_ownership``);

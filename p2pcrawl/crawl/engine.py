@@ -52,10 +52,13 @@ MAX_REFUSED_HOSTS_NOTED = 1000
 
 
 class Router(Protocol):
-    async def route(self, tasks: list[Task], *, urgent: bytes | None = None) -> None:
+    async def route(
+        self, tasks: list[Task], *, urgent: bytes | None = None, found: bool = False
+    ) -> None:
         """Hand newly discovered tasks to their owners (durably accepted on return).
         Tasks of the key ``urgent`` should not wait for company: a host fetched here on
-        loan waits for its own links to reach its owner."""
+        loan waits for its own links to reach its owner. ``found``: links found on a page,
+        which need not be sent to an owner that said it holds them."""
 
 
 class FinishedHook(Protocol):
@@ -466,6 +469,8 @@ class LocalRouter:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    async def route(self, tasks: list[Task], *, urgent: bytes | None = None) -> None:
+    async def route(
+        self, tasks: list[Task], *, urgent: bytes | None = None, found: bool = False
+    ) -> None:
         if await self.engine.ledger.accept(tasks):
             self.engine.wake()

@@ -37,7 +37,7 @@ async def page_tail(engine: Engine, task: Task, res: FetchResult) -> None:
         engine.stats.urls_discovered += len(fresh)
         # A page fetched on loan: its host's owner is another peer, and the host's next
         # pages wait for these links to reach it.
-        await engine.router.route(fresh, urgent=task.key if task.lease else None)
+        await engine.router.route(fresh, urgent=task.key if task.lease else None, found=True)
     if archived is not None:
         await archived
     await engine.finish([task])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from p2pcrawl.aio import Coalescer
 from p2pcrawl.crawl import Task
+from p2pcrawl.network.known import KnownAtOwners
 from protocol import (
     CrawlNode,
     KeyBatch,
@@ -100,6 +101,8 @@ class Dispatcher:
         self._patient = patient
         # Per owner: how many batches in a row it already had every link of.
         self._stale: dict[PeerRef, int] = {}
+        # Links each owner told us it holds (its STORE_TASK answers): not sent again.
+        self.known = KnownAtOwners()
         # One outbox per owner: a link for an owner not written to for ``flush_s`` leaves at
         # once; otherwise links gather until then (or until ``batch`` wait) and leave as one
         # STORE_TASK. Each flush answers, per task, the retry that carries it on if the
@@ -124,6 +127,7 @@ class Dispatcher:
         """Membership changed: every cached owner may be stale."""
         self._owners.clear()
         self._stale.clear()
+        self.known.forget()
 
     async def owner_of(self, key: bytes, *, fresh: bool = False) -> PeerRef:
         """The key's owner: cached per key until membership changes or ``fresh``.
@@ -161,15 +165,22 @@ class Dispatcher:
         attempt: int = 0,
         first_try: float | None = None,
         urgent: bytes | None = None,
+        found: bool = False,
     ) -> None:
         """Returns once every task is durably accepted by its owner (or, in the end, here).
-        A batch holding a task of the key ``urgent`` leaves without waiting for its spacing."""
+        A batch holding a task of the key ``urgent`` leaves without waiting for its spacing.
+        ``found``: links found on a page; one whose owner told us it holds it is not sent
+        (``network.known``). Seeds (``--recrawl``), take-overs and re-sends always are."""
         if not tasks:
             return
         groups: dict[PeerRef, list[Task]] = defaultdict(list)
         me = self.node.me
+        known = self.known
         for t in tasks:
             owner = await self.owner_of(t.key, fresh=attempt > 0)
+            if found and owner != me and known.holds(owner.id, t.fp):
+                known.skipped += 1
+                continue
             groups[owner].append(t)
         waits: list[Awaitable[object]] = []
         local = groups.pop(me, None)
@@ -222,6 +233,8 @@ class Dispatcher:
         except (PeerTimeout, RemoteError, OSError) as exc:
             log.info("STORE_TASK to %s failed (%s); re-routing %d URLs", owner, exc, len(tasks))
         self._heard(owner, result)
+        if result is not None and result.known:
+            self.known.learn(owner.id, result.known)
         if result is not None and not result.refused_keys:
             return [None] * len(items)
         refused = set(result.refused_keys) if result is not None else None

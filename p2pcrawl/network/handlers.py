@@ -127,8 +127,11 @@ class PeerHandler:
         if peer.replication is not None:
             peer.replication.note_keys({t.key for t in mine} | set(kept))
         self._senders.charge(sender.id, new)
+        node = peer.node
+        # What other peers routed here, for a member to not send again (``network.known``).
+        known = peer.advertised.since(sender.id) if node and node.is_member(sender.id) else []
         # Rejected tasks count as duplicates: the sender must not re-route them elsewhere.
-        return StoreResult(new=new, duplicate=len(offered) - new, refused_keys=refused)
+        return StoreResult(new, len(offered) - new, refused, known)
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]

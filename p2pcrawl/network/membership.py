@@ -238,6 +238,7 @@ class Membership:
         """Who owns which key changed (a contact came or went, or this node started owning
         keys): cached owners and replica sets are stale, and a rebalance pass is due."""
         p = self.peer
+        p.advertised.forget()  # links of keys that may be someone else's now
         if p.dispatcher is not None:
             p.dispatcher.forget_owners()
         if p.replication is not None:

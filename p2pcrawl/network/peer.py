@@ -27,6 +27,7 @@ from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.handlers import PeerHandler
 from p2pcrawl.network.healing import Healing
 from p2pcrawl.network.identity import load_identity, lock_data_dir, save_identity
+from p2pcrawl.network.known import Advertised
 from p2pcrawl.network.lending import Lending
 from p2pcrawl.network.loadinfo import LoadInfo
 from p2pcrawl.network.membership import HandoffReport, Membership
@@ -85,6 +86,8 @@ class Peer:
         self.replication: Replication | None = None
         self.scope_sync: ScopeSync | None = None
         self.handler = PeerHandler(self)
+        # Links other peers routed here, told to the rest in STORE_TASK answers.
+        self.advertised = Advertised()
         self.handoff = HandoffReport()
         self._owned = TaskSet("peer")
         self._stopped = asyncio.Event()
@@ -322,6 +325,8 @@ class Peer:
             # A key that came with a done range: the copies do not carry it, the follower does.
             if routed:
                 await self.replication.copy_new(new, exclude=done or ())
+                # Held as the answer says they are: the other senders may skip them now.
+                self.advertised.add(t.fp for t in new)
             else:
                 await self.replication.store_backups(new, exclude=done or ())
             self.engine.wake()
@@ -412,7 +417,19 @@ class Peer:
             "last_task_at": eng.last_task_at if eng else None,
             "handoff": self.handoff.as_dict(),
             "lending": self.lending.status(),
+            "dispatch": self.dispatch_status(),
             **self._hostile_status(),
+        }
+
+    def dispatch_status(self) -> dict[str, int]:
+        """Links sent to their owners, and those not sent because the owner holds them."""
+        d = self.dispatcher
+        return {
+            "store_tasks": d.sent_rpcs if d else 0,
+            "urls_sent": d.sent_urls if d else 0,
+            "skipped_known": d.known.skipped if d else 0,
+            "learned_known": d.known.learned if d else 0,
+            "told_known": self.advertised.told,
         }
 
     def _hostile_status(self) -> dict[str, object]:

@@ -152,6 +152,14 @@ class _Collector:
             "reason",
             {r: peer.handler.rejected.get(r, 0) for r in ("scope", "depth")},
         )
+        links = peer.dispatch_status()
+        yield _labelled_counter(
+            "p2pcrawl_links_to_owners",
+            "Links found here for other peers' keys: sent, or not sent because the owner "
+            "said it holds them (docs/architecture.md)",
+            "outcome",
+            {"sent": links["urls_sent"], "owner_holds": links["skipped_known"]},
+        )
 
     def _rpc(self) -> Iterator[Metric]:
         routing = self.peer.routing()

@@ -32,6 +32,7 @@ from protocol.messages import (
     store_result_from_wire,
     store_result_to_wire,
 )
+from protocol.model import MAX_KNOWN
 
 ID = b"\x01" * 20
 
@@ -308,6 +309,22 @@ def test_store_result_reply_only_refuses_asked_keys() -> None:
     for bad in ([], {"new": -1, "dup": 0, "refused": []}, {"new": 1, "dup": 0, "refused": "x"}):
         with pytest.raises(MessageError):
             store_result_from_wire(bad, {a})
+
+
+def test_store_result_reply_carries_what_the_owner_holds_within_its_bound() -> None:
+    a = key_for("a")
+    fps = [0, 1, 2**64 - 1, 12345]
+    wire = store_result_to_wire(StoreResult(1, 0, [], fps), {a})
+    assert wire["known"] == struct.pack(">4Q", *fps)
+    assert store_result_from_wire(wire, {a}) == StoreResult(1, 0, [], fps)
+    # More than the bound is cut to it; nothing at all leaves the field out.
+    many = store_result_to_wire(StoreResult(0, 1, [], list(range(MAX_KNOWN + 7))), {a})
+    assert store_result_from_wire(many, {a}).known == list(range(MAX_KNOWN))
+    assert "known" not in store_result_to_wire(StoreResult(0, 1, []), {a})
+    base = {"new": 0, "dup": 1, "refused": []}
+    for bad in (b"\0" * 7, b"\0" * 8 * (MAX_KNOWN + 1), [1, 2], "x" * 8, 5):
+        with pytest.raises(MessageError):
+            store_result_from_wire({**base, "known": bad}, {a})
 
 
 def test_a_refresh_reply_says_how_many_keys_follow_or_when_to_ask_again() -> None:

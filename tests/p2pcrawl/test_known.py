@@ -1,0 +1,97 @@
+"""Owners tell the peers that send them links what they hold; those links are not sent again."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2pcrawl.crawl import Task
+from p2pcrawl.network.known import Advertised, KnownAtOwners
+from p2pcrawl.settings import PeerSettings
+from protocol import key_for
+from protocol.model import MAX_KNOWN
+from tests.conftest import PeerFactory
+from tests.p2pcrawl.test_dispatch import CRAWL, queued_urls, tasks_for
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_each_sender_hears_each_fingerprint_once_in_order_and_within_the_bound() -> None:
+    ring = Advertised(capacity=1000)
+    ring.add(range(1, 601))
+    a, b = b"a" * 20, b"b" * 20
+    assert ring.since(a) == list(range(1, MAX_KNOWN + 1))
+    assert ring.since(a) == list(range(MAX_KNOWN + 1, 601))
+    assert ring.since(a) == []
+    ring.add([700, 701])
+    assert ring.since(a) == [700, 701]
+    assert ring.since(b, most=3) == [1, 2, 3]  # b has its own place
+    # A sender behind by more than the ring hears the newest ``capacity``, wrapping around.
+    ring.add(range(2000, 3000))
+    assert ring.since(b, most=5000) == list(range(2000, 3000))
+    ring.forget()  # ownership moved: nothing told before is told again
+    assert len(ring) == 0 and ring.since(a) == [] and ring.since(b) == []
+    ring.add([9])
+    assert ring.since(a) == [9] and ring.since(b) == [9]
+
+
+def test_what_an_owner_said_counts_for_that_owner_only() -> None:
+    known = KnownAtOwners(slots=1024)
+    owner, other = b"o" * 20, b"x" * 20
+    known.learn(owner, [11, 12])
+    assert known.holds(owner, 11) and known.holds(owner, 12)
+    assert not known.holds(other, 11)  # another owner's links are not suppressed
+    assert not known.holds(owner, 13)
+    known.forget()
+    assert not known.holds(owner, 11)
+    # Salted per process: one instance's entries say nothing of another's.
+    assert KnownAtOwners(slots=1024)._entry(owner, 11) != known._entry(owner, 11)
+
+
+async def test_links_an_owner_holds_are_not_sent_to_it_again(make_peer: PeerFactory) -> None:
+    owner = await make_peer(crawl=CRAWL, peer=PeerSettings())
+    assert owner.engine is not None
+    owner.engine.paused = True  # every accepted task stays queued
+    b = await make_peer(crawl=CRAWL, bootstrap=(owner.me.addr,))
+    c = await make_peer(crawl=CRAWL, bootstrap=(owner.me.addr,))
+    assert b.node is not None and c.node is not None
+    assert c.dispatcher is not None and b.dispatcher is not None
+    hosts = [f"h{i}.busy.test" for i in range(400)]
+    nodes = (b.node, c.node)
+    host = next(
+        h
+        for h in hosts
+        if all(n.closest_local(key_for(h), 1)[0].id == owner.node_id for n in nodes)
+    )
+    found = tasks_for(host, range(10))
+    await b.dispatcher.route(found, found=True)  # new to the owner: it tells the others
+    # c sends the owner a link of its own, and the answer says what the owner holds.
+    await c.dispatcher.route(tasks_for(host, range(10, 11)), found=True)
+    assert c.dispatcher.known.learned >= 10
+    sent = c.dispatcher.sent_rpcs
+    await c.dispatcher.route(found, found=True)
+    assert c.dispatcher.sent_rpcs == sent  # no STORE_TASK for links the owner holds
+    assert c.dispatcher.known.skipped == 10
+    # Only links found on pages are skipped: a take-over or a seed is always sent.
+    await c.dispatcher.route(found[:1])
+    assert c.dispatcher.sent_rpcs == sent + 1
+    # After a membership change nothing the owners said counts until they say it again.
+    c.dispatcher.forget_owners()
+    await c.dispatcher.route(found[1:2], found=True)
+    assert c.dispatcher.sent_rpcs == sent + 2
+    assert await queued_urls(owner) == {t.url for t in tasks_for(host, range(11))}
+    assert c.status()["dispatch"]["skipped_known"] == 10  # type: ignore[index]
+
+
+async def test_an_owner_does_not_tell_what_it_holds_because_it_found_it_itself(
+    make_peer: PeerFactory,
+) -> None:
+    """Only links other peers routed here are told: an owner's own finds are its hosts'
+    pages, which nobody else comes across."""
+    owner = await make_peer(crawl=CRAWL)
+    assert owner.engine is not None
+    owner.engine.paused = True
+    own: list[Task] = tasks_for("mine.busy.test", range(5))
+    await owner.intake(own)
+    assert len(owner.advertised) == 0
+    await owner.intake(tasks_for("mine.busy.test", range(5, 8)), routed=True)
+    assert len(owner.advertised) == 3
