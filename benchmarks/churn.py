@@ -66,9 +66,12 @@ async def one_run(
         await cluster.api(cluster.peers[0], "/api/seed", "POST", {"urls": [web.hub_url]})
         log: list[str] = []
         next_name = peers
+        # A peer asked to leave runs on while it hands off, and exits soon after: not a
+        # bootstrap for a joiner, nor a victim again.
+        leaving: set[str] = set()
         for _ in range(events):
             await asyncio.sleep(rng.uniform(0.5, 1.5))
-            alive = [p for p in cluster.peers if p.alive]
+            alive = [p for p in cluster.peers if p.alive and p.name not in leaving]
             done = sum(s["pages_fetched"] for s in await cluster.statuses())
             if done >= len(truth) * 0.9:
                 break
@@ -81,6 +84,7 @@ async def one_run(
                 victim = rng.choice(alive[1:])  # the seeded founder stays: any other may go
                 if kind == "leave":
                     await cluster.api(victim, "/api/leave", "POST")
+                    leaving.add(victim.name)
                 else:
                     cluster.kill(victim)
                     await victim.proc.wait()

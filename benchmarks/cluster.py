@@ -656,6 +656,11 @@ def summarise(
             [sum(r.rpc_failed.values()) / max(r.pages, 1) for r in rs]
         )
         out.setdefault("lent_per_page", {})[str(n)] = med([r.lent / max(r.pages, 1) for r in rs])
+        # Links for other peers' keys per page: sent, and not sent since the owner holds them.
+        for name, key in (("links_sent", "urls_sent"), ("links_owner_holds", "skipped_known")):
+            out.setdefault(f"{name}_per_page", {})[str(n)] = med(
+                [r.dispatch[key] / max(r.pages, 1) for r in rs]
+            )
         if all(r.main_thread_s for r in rs):
             top = Counter[str]()
             for r in rs:
