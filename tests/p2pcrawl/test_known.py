@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import secrets
+import socket
+
 import pytest
+import umsgpack
 
 from p2pcrawl.crawl import Task
 from p2pcrawl.network.known import Advertised, KnownAtOwners
 from p2pcrawl.settings import PeerSettings
-from protocol import key_for
+from protocol import KeyBatch, key_for
 from protocol.model import MAX_KNOWN
 from tests.conftest import PeerFactory
 from tests.p2pcrawl.test_dispatch import CRAWL, queued_urls, tasks_for
+from tests.p2pcrawl.test_hostile_peers import store_task
+from tests.protocol.conftest import recv
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -95,3 +101,24 @@ async def test_an_owner_does_not_tell_what_it_holds_because_it_found_it_itself(
     assert len(owner.advertised) == 0
     await owner.intake(tasks_for("mine.busy.test", range(5, 8)), routed=True)
     assert len(owner.advertised) == 3
+
+
+async def test_a_stranger_is_not_told_what_an_owner_holds(make_peer: PeerFactory) -> None:
+    """Only members hear it: a stranger's reply stays as small as its request allows."""
+    owner = await make_peer(crawl=CRAWL)
+    owner.advertised.add(range(1, 100))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.setblocking(False)
+    try:
+        host = "h1.busy.test"
+        for datagram in store_task(secrets.token_bytes(20), [KeyBatch(key_for(host), [])]):
+            sock.sendto(datagram, owner.me.addr)
+        replies = []
+        while (got := await recv(sock, 1.0)) is not None:
+            if got[0] == 1:
+                replies.append(umsgpack.unpackb(got[21:]))
+    finally:
+        sock.close()
+    assert replies and all("error" not in r and "known" not in r for r in replies)
+    assert owner.advertised.told == 0
