@@ -1,8 +1,9 @@
 """What the crawl RPCs carry: the public face of ``model`` (the types) and ``codec`` (bytes),
 plus the small reply maps.
 
-Replies stay far below one datagram: STORE_TASK answers with two counts and the refused keys
-*of that chunk* (at most 256), the other RPCs with one count.
+Replies stay within one datagram: STORE_TASK answers with two counts, the refused keys *of
+that chunk* (at most 256) and, to a member, up to ``MAX_KNOWN`` fingerprints of links the
+owner holds (4 KiB; ``p2pcrawl.network.known``); the other RPCs with one count.
 """
 
 from __future__ import annotations

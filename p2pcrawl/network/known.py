@@ -12,7 +12,8 @@ keeps the fingerprints of those that were new to it in a ring (``Advertised``), 
 answer to a member's STORE_TASK carries the ones that sender has not been told yet, at most
 ``MAX_KNOWN``. The sender keeps them per owner (``KnownAtOwners``), and a link whose owner
 told it "I hold this" is not sent again: the owner holds it as it holds any link it
-answered for (stored, with copies at its replicas), so nothing is lost by not sending it.
+answered for (stored, and its copies waited for before that first answer, within the bounded
+wait of ``Replication.copy_new``), so nothing is lost by not sending it.
 
 A hostile owner can only say it holds links that it owns: entries are keyed by the owner
 that told them, through a hash salted per process that no one else can compute. What a
