@@ -43,6 +43,23 @@ def store_task(sender: bytes, batches: list[KeyBatch]) -> list[bytes]:
     ]
 
 
+async def stranger_store_task(addr: tuple[str, int], batches: list[KeyBatch]) -> list[Any]:
+    """STORE_TASK from a socket no peer knows, under a fresh random ID; the replies."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.setblocking(False)
+    try:
+        for datagram in store_task(secrets.token_bytes(20), batches):
+            sock.sendto(datagram, addr)
+        replies = []
+        while (got := await recv(sock, 1.0)) is not None:
+            if got[0] == 1:
+                replies.append(umsgpack.unpackb(got[21:]))
+    finally:
+        sock.close()
+    return replies
+
+
 async def queued_urls(peer: Peer) -> list[str]:
     assert peer.ledger is not None
     return [t.url for _, t in await peer.ledger.tasks.page(0, 100_000)]
@@ -57,21 +74,9 @@ async def test_tasks_outside_the_receivers_scope_are_rejected_and_counted(
     injected = [TaskItem(f"http://{host}/p{i}", 1) for i in range(300)]
     own_host = web.allow_domains[0]
     deep = [TaskItem(f"http://{own_host}/too-deep", 10_000)]
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.setblocking(False)
-    try:
-        for datagram in store_task(
-            secrets.token_bytes(20),
-            [KeyBatch(key_for(host), injected), KeyBatch(key_for(own_host), deep)],
-        ):
-            sock.sendto(datagram, peer.me.addr)
-        replies = []
-        while (got := await recv(sock, 1.0)) is not None:
-            if got[0] == 1:
-                replies.append(umsgpack.unpackb(got[21:]))
-    finally:
-        sock.close()
+    replies = await stranger_store_task(
+        peer.me.addr, [KeyBatch(key_for(host), injected), KeyBatch(key_for(own_host), deep)]
+    )
     assert replies and all("error" not in r and r["new"] == 0 for r in replies)
     await eventually(lambda: peer.handler.rejected["scope"] == 300)
     assert peer.handler.rejected["depth"] == 1

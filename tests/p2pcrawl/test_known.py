@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
-import socket
-
 import pytest
-import umsgpack
 
 from p2pcrawl.crawl import Task
 from p2pcrawl.network.known import Advertised, KnownAtOwners
@@ -15,8 +11,7 @@ from protocol import KeyBatch, key_for
 from protocol.model import MAX_KNOWN
 from tests.conftest import PeerFactory
 from tests.p2pcrawl.test_dispatch import CRAWL, queued_urls, tasks_for
-from tests.p2pcrawl.test_hostile_peers import store_task
-from tests.protocol.conftest import recv
+from tests.p2pcrawl.test_hostile_peers import stranger_store_task
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -107,18 +102,6 @@ async def test_a_stranger_is_not_told_what_an_owner_holds(make_peer: PeerFactory
     """Only members hear it: a stranger's reply stays as small as its request allows."""
     owner = await make_peer(crawl=CRAWL)
     owner.advertised.add(range(1, 100))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.setblocking(False)
-    try:
-        host = "h1.busy.test"
-        for datagram in store_task(secrets.token_bytes(20), [KeyBatch(key_for(host), [])]):
-            sock.sendto(datagram, owner.me.addr)
-        replies = []
-        while (got := await recv(sock, 1.0)) is not None:
-            if got[0] == 1:
-                replies.append(umsgpack.unpackb(got[21:]))
-    finally:
-        sock.close()
+    replies = await stranger_store_task(owner.me.addr, [KeyBatch(key_for("h1.busy.test"), [])])
     assert replies and all("error" not in r and "known" not in r for r in replies)
     assert owner.advertised.told == 0
