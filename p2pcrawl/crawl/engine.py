@@ -423,7 +423,7 @@ class Engine:
         if task.lease:
             await self._settle_borrowed([task], finished=False)  # its owner may be allowed to
             return
-        await self.ledger.drop_done([task.fp])
+        await self.ledger.drop([task.fp])
         if self.on_finished is not None:
             await self.on_finished([task])  # the replicas drop their copies
 

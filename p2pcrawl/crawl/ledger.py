@@ -48,6 +48,10 @@ class Ledger:
         # and the answer costs no trip to the store's thread.
         self._behind = True
         self.queued = 0  # tasks in the store, in-flight ones included
+        # Tasks that left the queue finished: fetched here, reported by a borrower, or found
+        # done when done history arrived (a borrower's pages on a lapsed lease). Counted as
+        # their rows go, so a page counts once whichever path records it first; the network
+        # view sums it over peers. (At start: the done record's size, replicas' news included.)
         self.done_count = 0
         self._lock = asyncio.Lock()
         # One lane each (key None); flushes of a lane never overlap, which _accept's two
@@ -161,14 +165,21 @@ class Ledger:
 
     async def _finish(self, _: None, tasks: list[Task]) -> list[None]:
         # Done first: a task is never in neither store, so accept() cannot take it as new.
-        added = await self.done.add([(t.key, t.fp) for t in tasks])
-        self.done_count += added
+        await self.done.add([(t.key, t.fp) for t in tasks])
         removed = await self.tasks.remove([t.fp for t in tasks])
         self.queued -= removed
+        self.done_count += removed
         return [None] * len(tasks)
 
     async def drop_done(self, fps: Sequence[int]) -> int:
-        """Remove queued tasks that turned out to be finished elsewhere."""
+        """Remove queued tasks that turned out to be finished elsewhere (their fingerprints
+        are in the done record already); they count as done here."""
+        removed = await self.drop(fps)
+        self.done_count += removed
+        return removed
+
+    async def drop(self, fps: Sequence[int]) -> int:
+        """Remove queued tasks that will not be fetched, without counting them as done."""
         removed = await self.tasks.remove(fps)
         self.queued -= removed
         return removed

@@ -388,6 +388,33 @@ async def test_a_borrower_that_dies_loses_no_task(make_web: WebFactory, tmp_path
         await owner.aclose()
 
 
+async def test_pages_finished_on_a_lapsed_lease_count_as_done_at_their_owner(
+    make_web: WebFactory, tmp_path: Path
+) -> None:
+    """A lease can lapse while its borrower lives (a report late under load). The borrower's
+    next report hears "unknown lease" and sends what it finished to the owner as done
+    history: those pages are done at the owner, and its status counts them, as it counts the
+    pages a borrower reports in time (the network view sums every peer's "done")."""
+    web, owner, other = await owner_and_other(make_web, tmp_path)
+    loans = other.lending.borrower.loans
+    try:
+        assert owner.ledger is not None
+        await owner.seed([web.hub_url])
+        # Finished on loan, not yet reported: then the owner gives up on the lease.
+        await eventually(lambda: any(b.done for b in loans.values()), timeout=30)
+        owner.lending.lender.lapse_expired(float("inf"))
+        assert owner.lending.lender.lapsed >= 1
+        await all_finished(owner, other)
+        missing, _ = fetched_once(web)
+        assert not missing
+        assert owner.ledger.queued == 0
+        assert owner.ledger.done_count == len(web.ground_truth())
+        assert owner.status()["done"] == len(web.ground_truth())
+    finally:
+        await other.aclose()
+        await owner.aclose()
+
+
 async def test_a_lender_restarted_on_a_new_port_ends_the_loan(
     make_web: WebFactory, tmp_path: Path
 ) -> None:
