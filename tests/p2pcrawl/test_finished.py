@@ -4,6 +4,7 @@ no work of its own still sees the finish after the others have left."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from p2pcrawl.crawl import urls
 from p2pcrawl.network.identity import save_identity
 from p2pcrawl.network.quiescence import TICK_S
-from protocol import key_for
+from protocol import PeerRef, key_for
 from tests.conftest import PeerFactory, WebFactory, crawl_settings_for, id_outranked_by
 from tests.protocol.conftest import eventually
 
@@ -69,3 +70,35 @@ async def test_a_finished_network_asks_quiet_less_and_less_often(
     # Every tick: 2 peers x 12 ticks = 24. Backing off: at most a few each.
     assert quiet_sent() - before <= 8
     assert all(p.status()["state"] == "finished" for p in both)
+
+
+async def test_a_quiet_peer_asks_again_once_the_last_busy_peer_went_quiet(
+    make_web: WebFactory, make_peer: PeerFactory
+) -> None:
+    """Only a quiet peer asks QUIET, so a peer asked by one it waited for knows that one is
+    quiet now. Asking every peer again after each such ask cost a round from every quiet peer
+    whenever one more went quiet (N^3 QUIETs at a crawl's end); the next round is due when
+    the last one it waited for has asked."""
+    web = await make_web(hosts=1, pages_per_host=3)
+    crawl = crawl_settings_for(web)
+    a = await make_peer(crawl=crawl)
+    b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
+    await a.seed([web.hub_url])
+    await eventually(
+        lambda: a.quiescence.finished.is_set() and b.quiescence.finished.is_set(), timeout=40
+    )
+    assert a.node is not None and a.node.protocol is not None
+    stats = a.node.protocol.stats
+    q = a.quiescence
+    # As if two more peers had last answered "not quiet", with a's next round far off (b's
+    # own asks do not count: a waits for nothing from b).
+    x, y = (PeerRef(os.urandom(20), "127.0.0.1", port) for port in (9, 10))
+    q._waiting = {x.id, y.id}
+    q._next_poll = float("inf")
+    sent = stats.sent["quiet"]
+    await q.serve_quiet(x, [])
+    await asyncio.sleep(3 * TICK_S)
+    assert stats.sent["quiet"] == sent, "asked again while still waiting for one"
+    await q.serve_quiet(y, [])
+    await eventually(lambda: stats.sent["quiet"] > sent, timeout=3 * TICK_S)
+    assert q.finished.is_set()
