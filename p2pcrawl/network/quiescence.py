@@ -18,9 +18,7 @@ asking every peer every tick cost N(N-1) QUIETs per tick, an idle 8-peer network
 traffic. It asks at once when its own state changes, and when the last of the peers that
 answered "not quiet" asks *it*: only a quiet peer asks, so that peer just became quiet, and the
 last one to do so makes everyone ask again within a tick. Asking again after each of them (as
-it once did) cost a round from every quiet peer each time one more went quiet, about N^3 in a
-crawl's last seconds: 0.08 QUIETs per page at 8 peers (cluster benchmark), where each peer's
-first round and a last one need 2N(N-1) in all.
+it once did) cost a round from every quiet peer each time one more went quiet.
 
 QUIET is served through the node's crawl RPC table (``CrawlProtocol.serve``); it carries no
 arguments and answers ``{"quiet": bool, "done": int}``.
