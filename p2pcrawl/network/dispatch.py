@@ -32,7 +32,7 @@ from protocol import (
     TaskSet,
 )
 
-__all__ = ["Dispatcher", "to_batches"]
+__all__ = ["STATUS_FIELDS", "Dispatcher", "to_batches"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,8 @@ MAX_RETRY_DELAY_S = 2.0
 STALE_AFTER = 2
 PATIENT_FLUSH_S = 0.8
 MAX_STALE_OWNERS = 4096  # owners whose streak is remembered (one per peer in practice)
+# The status API's "dispatch" section (``Dispatcher.status``).
+STATUS_FIELDS = ("store_tasks", "urls_sent", "skipped_known", "learned_known")
 
 
 def to_batches(tasks: Sequence[Task], done: dict[bytes, list[int]] | None = None) -> list[KeyBatch]:
@@ -120,6 +122,11 @@ class Dispatcher:
         self.sent_urls = 0
         self.rerouted = 0
         self.fallback_local = 0
+
+    def status(self) -> dict[str, int]:
+        """Links sent to their owners, and those not sent because the owner holds them."""
+        counts = (self.sent_rpcs, self.sent_urls, self.known.skipped, self.known.learned)
+        return dict(zip(STATUS_FIELDS, counts, strict=True))
 
     # -- owner resolution ------------------------------------------------------------------
 

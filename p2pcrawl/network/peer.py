@@ -23,7 +23,7 @@ from p2pcrawl import __version__
 from p2pcrawl.aio import LoopLagMonitor
 from p2pcrawl.archive import WarcWriter
 from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, SeedVerdict, Task, urls
-from p2pcrawl.network.dispatch import Dispatcher
+from p2pcrawl.network.dispatch import STATUS_FIELDS, Dispatcher
 from p2pcrawl.network.handlers import PeerHandler
 from p2pcrawl.network.healing import Healing
 from p2pcrawl.network.identity import load_identity, lock_data_dir, save_identity
@@ -422,15 +422,9 @@ class Peer:
         }
 
     def dispatch_status(self) -> dict[str, int]:
-        """Links sent to their owners, and those not sent because the owner holds them."""
-        d = self.dispatcher
-        return {
-            "store_tasks": d.sent_rpcs if d else 0,
-            "urls_sent": d.sent_urls if d else 0,
-            "skipped_known": d.known.skipped if d else 0,
-            "learned_known": d.known.learned if d else 0,
-            "told_known": self.advertised.told,
-        }
+        """The dispatcher's counts, and the links this peer told senders it holds."""
+        sent = self.dispatcher.status() if self.dispatcher else dict.fromkeys(STATUS_FIELDS, 0)
+        return {**sent, "told_known": self.advertised.told}
 
     def _hostile_status(self) -> dict[str, object]:
         """Loop lag and what the bounds on hostile input did (status page and /metrics)."""
