@@ -449,6 +449,12 @@ class Borrower:
         offered again while it refuses (it may not have declared the lender dead yet)."""
         peer, node = self.peer, self.peer.node
         assert node is not None
+        if peer.ledger is not None:
+            # Fetched and archived here. The key's new owner got these tasks queued with the
+            # key, and may lend them to us before this history reaches it (it is offered to
+            # the old owner until we count the new one); found in our done record, they are
+            # then reported done, not fetched again.
+            await peer.ledger.done.add([(key, fp) for fp in fps])
         delay, deadline = TICK_S, time.monotonic() + LEASE_S
         while time.monotonic() < deadline:
             owner = node.closest_local(key, 1)

@@ -415,6 +415,49 @@ async def test_pages_finished_on_a_lapsed_lease_count_as_done_at_their_owner(
         await owner.aclose()
 
 
+async def test_pages_finished_on_a_loan_that_ended_unreported_are_done_at_the_borrower(
+    make_web: WebFactory, tmp_path: Path
+) -> None:
+    """A loan can end before its borrower reports what it finished: the key handed on, or
+    the lease lapsed. The borrower sends those pages to the key's owner as done history and
+    keeps them in its own done record too: the key's new owner got them queued with the key
+    and may lend them straight back before that history reaches it, and the borrower then
+    reports them done instead of fetching them a second time (a join test once saw four
+    pages fetched twice by one borrower, a second apart)."""
+    web = await make_web(hosts=4, pages_per_host=60, features=False)
+    owner_id, other_id = ids_where_one_owns_all(host_keys(web))
+    alone = replace(DETECT, replicas=0)  # the borrower hears of no page as a replica
+    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2, settings=alone)
+    other = await start_peer(
+        tmp_path, "other", other_id, web, concurrency=4, settings=alone, bootstrap=(owner.me.addr,)
+    )
+    loans = other.lending.borrower.loans
+    try:
+        assert other.ledger is not None and owner.ledger is not None
+        await owner.seed([web.hub_url])
+        finished: list[tuple[bytes, int]] = []
+        async with asyncio.timeout(30):
+            while not finished:
+                await asyncio.sleep(0.001)
+                for b in loans.values():
+                    if b.done and (b.report_task is None or b.report_task.done()):
+                        finished = [(b.key, fp) for fp in b.done]  # not reported yet
+                        break
+        # The owner gives up on every lease at once, with nothing awaited in between: the
+        # borrower's next report hears "unknown lease".
+        owner.lending.lender.lapse_expired(float("inf"))
+        done = other.ledger.done
+        await eventually(lambda: all(done.maybe_contains(fp) for _, fp in finished), timeout=10)
+        assert all(await done.contains(finished))
+        await all_finished(owner, other)
+        missing, _ = fetched_once(web)
+        assert not missing
+        assert owner.ledger.done_count == len(web.ground_truth())
+    finally:
+        await other.aclose()
+        await owner.aclose()
+
+
 async def test_a_lender_restarted_on_a_new_port_ends_the_loan(
     make_web: WebFactory, tmp_path: Path
 ) -> None:
