@@ -80,7 +80,8 @@ def contact(peer: Peer, other: PeerRef) -> PeerRef | None:
 
 def is_member(peer: Peer, other: PeerRef) -> bool:
     """In our routing table: admitted, and not declared dead."""
-    return contact(peer, other) is not None
+    node = peer.node
+    return node is not None and node.is_member(other.id)
 
 
 @dataclass(slots=True)
