@@ -6,7 +6,10 @@ the submodules are implementation detail (``rpc`` is the only one that touches r
 
 from __future__ import annotations
 
+from protocol.backoff import Backoff, backoff_delay
 from protocol.errors import BootstrapError, Busy, MessageError, PeerTimeout, RemoteError
+from protocol.looplag import LagSnapshot, LoopLagMonitor
+from protocol.memo import Memo
 from protocol.messages import (
     MAX_URL_LENGTH,
     KeyBatch,
@@ -19,16 +22,22 @@ from protocol.messages import (
 )
 from protocol.node import CrawlHandler, CrawlNode, NodeConfig
 from protocol.ownership import closest, distance, key_for, new_node_id, owner_and_replicas
-from protocol.ratelimit import Rate, SourceLimits
+from protocol.periodic import every
+from protocol.ratelimit import Rate, SourceLimits, TokenBucket
 from protocol.tasks import TaskSet
+from protocol.throttle import Throttle
 
 __all__ = [
     "MAX_URL_LENGTH",
+    "Backoff",
     "BootstrapError",
     "Busy",
     "CrawlHandler",
     "CrawlNode",
     "KeyBatch",
+    "LagSnapshot",
+    "LoopLagMonitor",
+    "Memo",
     "MessageError",
     "NodeConfig",
     "PeerRef",
@@ -40,10 +49,14 @@ __all__ = [
     "StoreResult",
     "TaskItem",
     "TaskSet",
+    "Throttle",
+    "TokenBucket",
+    "backoff_delay",
     "closest",
     "decode_batches",
     "distance",
     "encode_batches",
+    "every",
     "key_for",
     "new_node_id",
     "owner_and_replicas",

@@ -45,8 +45,9 @@ from protocol.codec import RPC_REQUEST_LIMIT
 from protocol.errors import Busy, MessageError
 from protocol.ratelimit import Rate, SourceLimits
 from protocol.replay import Answered, ReplayGuard
-from protocol.stats import RateLimit, RpcStats
+from protocol.stats import RpcStats
 from protocol.tasks import TaskSet
+from protocol.throttle import Throttle
 
 __all__ = [
     "AMPLIFICATION",
@@ -134,7 +135,7 @@ class Endpoint(asyncio.DatagramProtocol):
         self._answered = Answered()
         self._settled_resent: dict[bytes, None] = {}
         self._busy = 0
-        self._secret_warning = RateLimit(30.0)
+        self._secret_warning = Throttle(burst=1, window=30.0)
         self._closed = asyncio.get_running_loop().create_future()  # set by connection_lost
         self.stats = RpcStats()
         self.tasks = TaskSet("protocol")
@@ -176,15 +177,15 @@ class Endpoint(asyncio.DatagramProtocol):
             frame = self._framer.open(data, addr)
         except Rejected as rej:
             self._drop(rej.reason)
-            if rej.reason == "bad_hmac" and self._secret_warning.ready():
+            held = self._secret_warning.admit() if rej.reason == "bad_hmac" else None
+            if held is not None:
                 log.warning(
                     "dropped a datagram from %s:%s with a bad HMAC: that peer most likely "
                     "runs with a different --secret (%d more suppressed)",
                     addr[0],
                     addr[1],
-                    self._secret_warning.suppressed,
+                    held,
                 )
-                self._secret_warning.suppressed = 0
             return
         if frame.kind == REQUEST and len(frame.body) > RPC_REQUEST_LIMIT:
             self._drop("oversize")  # rpcudp's limit, kept so stock peers see the same rules

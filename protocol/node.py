@@ -43,15 +43,18 @@ from protocol.admission import AdmissionLimits
 from protocol.calls import CrawlCalls
 from protocol.endpoint import InboundLimits
 from protocol.errors import BootstrapError
-from protocol.liveness import LagMonitor, LivenessConfig, socket_drops, socket_inode
+from protocol.liveness import LivenessConfig, socket_drops, socket_inode
+from protocol.looplag import LoopLagMonitor
 from protocol.membership import peer_of
+from protocol.memo import Memo
 from protocol.model import PeerRef, check_id
 from protocol.ownership import closest as closest_ids
+from protocol.periodic import every
 from protocol.rpc import CrawlProtocol
 from protocol.service import CrawlHandler, crawl_servers
 from protocol.state import SavedState, read_state, write_state
 from protocol.tasks import TaskSet
-from protocol.upkeep import ProbeRound, every, ping_round, probe_suspects, refresh_once
+from protocol.upkeep import ProbeRound, ping_round, probe_suspects, refresh_once
 from protocol.valuestore import BoundedStorage, StoreLimits
 
 __all__ = ["CrawlHandler", "CrawlNode", "NodeConfig"]
@@ -115,13 +118,17 @@ class CrawlNode(CrawlCalls, Server):
         # closest_local's answers while the members stay the same: (key, n, self included)
         # -> PeerRefs, tagged with the members' version and our own address.
         self._closest_tag: tuple[int, PeerRef | None] = (-1, None)
-        self._closest_cache: dict[tuple[bytes, int, bool], tuple[PeerRef, ...]] = {}
+        self._closest_cache: Memo[tuple[bytes, int, bool], tuple[PeerRef, ...]] = Memo(
+            CLOSEST_CACHE
+        )
         self._refresh_runs = 0
         self._ping_rounds = 0
         # A stall longer than the suspicion timeout may have got us declared dead: the
         # crawler re-checks what it owns before fetching on (``on_stall``).
         self.on_stall: Callable[[float], None] | None = None
-        self.lag = LagMonitor(stall_after=self.config.suspicion_timeout / 2, on_stall=self._stalled)
+        self.lag = LoopLagMonitor(
+            stall_after=self.config.suspicion_timeout / 2, on_stall=self._stalled
+        )
         self._sock_inode: int | None = None
         self._sock_drops: int | None = None
         self._junk_seen = 0
@@ -383,13 +390,14 @@ class CrawlNode(CrawlCalls, Server):
         # Asked per key, for every page finished and every batch stored or copied: the XOR
         # sort over the table was a measurable share of a peer's CPU at eight peers.
         tag = (self._members_cache[0], self._me)
-        if tag != self._closest_tag or len(self._closest_cache) >= CLOSEST_CACHE:
-            self._closest_tag, self._closest_cache = tag, {}
+        if tag != self._closest_tag:
+            self._closest_tag = tag
+            self._closest_cache.clear()
         hit = self._closest_cache.get((key, n, mine))
         if hit is None:
             ids = closest_ids(key, [*members, self.node.id] if mine else list(members), n)
             hit = tuple(self.me if i == self.node.id else peer_of(members[i]) for i in ids)
-            self._closest_cache[(key, n, mine)] = hit
+            self._closest_cache.remember((key, n, mine), hit)
         return list(hit)
 
     async def closest(self, key: bytes, n: int) -> list[PeerRef]:
@@ -493,10 +501,7 @@ class CrawlNode(CrawlCalls, Server):
     def _stalled(self, seconds: float) -> None:
         log.warning("event loop stalled for %.1f s: others may have declared us dead", seconds)
         if self.on_stall is not None:
-            try:
-                self.on_stall(seconds)
-            except Exception:
-                log.exception("stall callback failed")
+            self.on_stall(seconds)
 
     async def _refresh_once(self) -> None:
         proto, cfg = self._proto(), self.config

@@ -33,23 +33,12 @@ from kademlia.node import Node
 from protocol.ownership import closest
 from protocol.rpc import CrawlProtocol
 
-__all__ = ["ProbeRound", "every", "ping_round", "probe_suspects", "refresh_once"]
+__all__ = ["ProbeRound", "ping_round", "probe_suspects", "refresh_once"]
 
 log = logging.getLogger(__name__)
 
 NEIGHBOUR_PINGS = 8  # closest contacts checked each round
 STALE_PINGS = 16  # at most this many long-silent contacts checked per round
-
-
-async def every(interval: float, job: Callable[[], Awaitable[None]]) -> None:
-    """Run ``job`` every ``interval`` seconds until cancelled; a failure is logged, not fatal
-    (a dead loop would silently stop liveness checks)."""
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            await job()
-        except Exception:
-            log.exception("background job %s failed", getattr(job, "__name__", job))
 
 
 @dataclass(slots=True)

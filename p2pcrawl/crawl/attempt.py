@@ -12,6 +12,7 @@ import enum
 import time
 from typing import TYPE_CHECKING
 
+from p2pcrawl.aio import backoff_delay
 from p2pcrawl.crawl import politeness, scheduling
 from p2pcrawl.crawl.fetcher import FetchResult
 from p2pcrawl.crawl.frontier import HostSlot, Task
@@ -100,9 +101,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
             task.tries += 1
             stats.retries += 1
             slot.requeue(task)
-            slot.after(
-                res.elapsed, max(gap, politeness.backoff_seconds(task.tries, 1.0, pset.max_delay))
-            )
+            slot.after(res.elapsed, max(gap, backoff_delay(task.tries, 1.0, pset.max_delay)))
             return Outcome.WAITING, None
         if res.status == 0:
             slot.after(res.elapsed, gap)

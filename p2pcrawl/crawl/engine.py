@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from p2pcrawl.aio import TaskSet, every
 from p2pcrawl.archive import WarcWriteError, WarcWriter
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.attempt import Outcome, attempt
@@ -39,7 +40,6 @@ from p2pcrawl.crawl.seen import SeenCache
 from p2pcrawl.crawl.stats import CrawlStats
 from p2pcrawl.crawl.tail import page_tail
 from p2pcrawl.settings import CrawlSettings, Partition
-from protocol import TaskSet
 
 __all__ = ["Engine", "LocalRouter", "Router"]
 
@@ -138,7 +138,7 @@ class Engine:
     async def start(self) -> None:
         await self.fetcher.start()
         self._spawn(self.refill.run(), "refill")
-        self._spawn(self._housekeeping_loop(), "housekeeping")
+        self._spawn(every(1.0, self._housekeeping, first=0.0), "housekeeping")
         for i in range(self.settings.concurrency):
             self._spawn(self._worker(), f"worker-{i}")
         self._started = True
@@ -260,15 +260,13 @@ class Engine:
     def include_keys(self, keys: Iterable[bytes]) -> None:
         self.refill.include(keys)
 
-    async def _housekeeping_loop(self) -> None:
-        while True:
-            if self.settings.scope.max_disk_bytes and self.data_dir is not None:
-                await self._check_disk(self.data_dir)
-            self.stats.sample()
-            self.frontier.prune()
-            if self.refill.low() or self.refill.overflowing:
-                self.refill.wanted.set()
-            await asyncio.sleep(1.0)
+    async def _housekeeping(self) -> None:
+        if self.settings.scope.max_disk_bytes and self.data_dir is not None:
+            await self._check_disk(self.data_dir)
+        self.stats.sample()
+        self.frontier.prune()
+        if self.refill.low() or self.refill.overflowing:
+            self.refill.wanted.set()
 
     async def _check_disk(self, data_dir: Path) -> None:
         """Stop fetching once the data directory holds ``max_disk_bytes`` (kept stopped:

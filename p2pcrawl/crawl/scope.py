@@ -13,6 +13,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
+from p2pcrawl.aio import Memo
+
 __all__ = ["Scope", "is_forbidden_address", "normalise_domain"]
 
 
@@ -93,7 +95,7 @@ class Scope:
             self._exact.add(d)
             if not _is_ip(d):
                 self._suffixes.append("." + d)
-        self._cache: dict[str, bool] = {}
+        self._cache: Memo[str, bool] = Memo(65536)
 
     @property
     def domains(self) -> list[str]:
@@ -125,7 +127,5 @@ class Scope:
             and is_forbidden_address(name, allow_loopback=self.allow_loopback)
         ):
             ok = False
-        if len(self._cache) > 65536:
-            self._cache.clear()
-        self._cache[hostname] = ok
+        self._cache.remember(hostname, ok)
         return ok

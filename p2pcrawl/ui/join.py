@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from p2pcrawl.aio import TaskSet
 from p2pcrawl.crawl import scheme_hint, urls
 from p2pcrawl.ui.options import EXIT_FAILURE, UsageError, parse_hostport, settings_from
 from p2pcrawl.ui.progress import (
@@ -24,7 +25,6 @@ from p2pcrawl.ui.progress import (
     summary_lines,
     warc_output,
 )
-from protocol import TaskSet
 
 __all__ = ["run_join"]
 

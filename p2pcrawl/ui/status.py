@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from yarl import URL
 
+from p2pcrawl.aio import TaskSet, every
 from p2pcrawl.crawl import scheme_hint, urls
 from p2pcrawl.ui.connlimit import ConnectionLimits, GuardedServer
 from p2pcrawl.ui.metrics import PeerMetrics
 from p2pcrawl.ui.network import NetworkMonitor, announced_address
 from p2pcrawl.ui.progress import extended_status, warc_output
-from protocol import TaskSet
 
 if TYPE_CHECKING:
     from p2pcrawl.network import Peer
@@ -162,6 +162,7 @@ class StatusServer:
         self.network = NetworkMonitor(peer, self.announced_address, token)
         self._backup_owners: dict[str, int] = {}
         self._output: dict[str, Any] = {}
+        self._last_owners = self._last_output = -OUTPUT_SCAN_EVERY_S  # sampler rounds
         self._runner: web.AppRunner | None = None
         self.limits = limits or ConnectionLimits()
         self.connections: GuardedServer | None = None
@@ -207,7 +208,9 @@ class StatusServer:
             self._runner = None
             raise
         self._tasks = TaskSet("status")
-        self._tasks.spawn(self._sample_loop(), "sampler")
+        self._tasks.spawn(
+            every(1.0, self._sample_once, first=0.0, failures=logging.DEBUG), "sampler"
+        )
         await self.network.start()
 
     async def aclose(self) -> None:
@@ -221,26 +224,21 @@ class StatusServer:
             await self._runner.cleanup()
             self._runner = None
 
-    async def _sample_loop(self) -> None:
-        last_owners = last_output = -OUTPUT_SCAN_EVERY_S
-        while True:
-            try:
-                await self.peer.refresh_counts()
-                now = time.monotonic()
-                if now - last_output >= OUTPUT_SCAN_EVERY_S:
-                    last_output = now
-                    warc_dir = self.peer.config.data_dir / "warc"
-                    self._output = await asyncio.to_thread(warc_output, warc_dir)
-                    self._output["data_dir"] = str(self.peer.config.data_dir)
-                if now - last_owners >= OWNER_COUNTS_EVERY_S:
-                    counts = await self.peer.backup_owners()
-                    if counts is not None:
-                        last_owners = now
-                        self._backup_owners = {o.hex(): n for o, n in counts.items()}
-            except Exception:
-                # The stores close under us while the peer stops; the next round retries.
-                log.debug("status sampler round failed", exc_info=True)
-            await asyncio.sleep(1.0)
+    async def _sample_once(self) -> None:
+        """One round of the sampler. The stores close under it while the peer stops (its
+        failures are logged at debug level); the next round retries."""
+        await self.peer.refresh_counts()
+        now = time.monotonic()
+        if now - self._last_output >= OUTPUT_SCAN_EVERY_S:
+            self._last_output = now
+            warc_dir = self.peer.config.data_dir / "warc"
+            self._output = await asyncio.to_thread(warc_output, warc_dir)
+            self._output["data_dir"] = str(self.peer.config.data_dir)
+        if now - self._last_owners >= OWNER_COUNTS_EVERY_S:
+            counts = await self.peer.backup_owners()
+            if counts is not None:
+                self._last_owners = now
+                self._backup_owners = {o.hex(): n for o, n in counts.items()}
 
     # -- middlewares -------------------------------------------------------------------------
 
