@@ -1,9 +1,10 @@
-"""The sending side of the crawl RPCs (``service`` is the receiving side).
+"""The sending side of the crawl RPCs (``serving`` is the receiving side).
 
-A mixin of ``CrawlNode``. Each method encodes its arguments into chunks that fit one rpcudp
-request, sends them ``CHUNK_WINDOW`` at a time, waits for every reply, and sums the results.
-All raise ``PeerTimeout`` when the peer stays silent and ``RemoteError`` when it answers with an
-error; none returns rpcudp's ``(False, None)``.
+``CrawlNode`` owns one ``CrawlCalls``, over its ``rpc.Rpc``. Each method encodes its arguments
+into chunks that fit one request (rpcudp's 8 KiB), sends them ``CHUNK_WINDOW`` at a time,
+waits for every reply, and sums the results. All raise ``PeerTimeout`` when the peer stays
+silent and ``RemoteError`` when it answers with an error; none returns rpcudp's
+``(False, None)``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kademlia.node import Node
-
 from protocol.errors import PeerTimeout, RemoteError
-from protocol.lending import (
+from protocol.kbucket import Node
+from protocol.loadreport import LOAD_RPC, PAD_BYTES, LoadReport, report_from_wire
+from protocol.loans import (
     LEND_RPC,
     MAX_FPS,
     MAX_REPORTS,
@@ -26,7 +27,6 @@ from protocol.lending import (
     report_to_wire,
     returns_from_wire,
 )
-from protocol.loadreport import LOAD_RPC, PAD_BYTES, LoadReport, report_from_wire
 from protocol.messages import (
     KeyBatch,
     PeerRef,
@@ -38,7 +38,7 @@ from protocol.messages import (
     refresh_from_wire,
     store_result_from_wire,
 )
-from protocol.rpc import CrawlProtocol
+from protocol.rpc import Rpc
 
 __all__ = ["CHUNK_WINDOW", "CrawlCalls"]
 
@@ -48,8 +48,8 @@ CHUNK_WINDOW = 8
 
 
 class CrawlCalls:
-    def _proto(self) -> CrawlProtocol:
-        raise NotImplementedError
+    def __init__(self, rpc: Rpc) -> None:
+        self._rpc = rpc
 
     async def store_task(self, peer: PeerRef, batches: Sequence[KeyBatch]) -> StoreResult:
         """STORE_TASK: hand tasks (and done fingerprints) to their owner; results summed.
@@ -94,7 +94,7 @@ class CrawlCalls:
     async def refresh_task(self, peer: PeerRef) -> RefreshAnswer:
         """REFRESH_TASK: ask ``peer`` to re-send what is now closer to us (after a join):
         how many keys will follow, or when to ask again."""
-        reply = await self._proto().request(peer, "refresh_task", [])
+        reply = await self._rpc.request(peer, "refresh_task", [])
         answer: RefreshAnswer = _parse(peer, "refresh_task", refresh_from_wire, reply)
         return answer
 
@@ -103,19 +103,19 @@ class CrawlCalls:
         ``pad`` makes the request big enough for the full reply to a caller ``peer`` does not
         know (the anti-amplification bound); a member of its table may leave it off."""
         padding = bytes(PAD_BYTES) if pad else b""
-        reply = await self._proto().request(peer, LOAD_RPC, [padding])
+        reply = await self._rpc.request(peer, LOAD_RPC, [padding])
         report: LoadReport = _parse(peer, LOAD_RPC, report_from_wire, reply)
         return report
 
     async def lend(self, peer: PeerRef, want: int, have: int | None = None, hosts: int = 1) -> Loan:
         """LEND: ask ``peer`` for up to ``want`` of its queued tasks, to crawl on its behalf
-        (``protocol.lending``); lease 0 when it has nothing to spare. ``have``: our own
+        (``protocol.loans``); lease 0 when it has nothing to spare. ``have``: our own
         backlog, when we ask because we are behind rather than idle; ``hosts``: loans an
         idle asker takes at once (the first loan's ``more`` holds the others)."""
         args: list[int] = [want] if have is None and hosts == 1 else [want, have or 0]
         if hosts != 1:
             args.append(hosts)
-        reply = await self._proto().request(peer, LEND_RPC, args)
+        reply = await self._rpc.request(peer, LEND_RPC, args)
         loan: Loan = _parse(peer, LEND_RPC, loan_from_wire, reply)
         return loan
 
@@ -133,7 +133,7 @@ class CrawlCalls:
         room = MAX_FPS
 
         async def send() -> None:
-            reply = await self._proto().request(
+            reply = await self._rpc.request(
                 peer, RETURN_RPC, report_to_wire([part for _, part in call])
             )
             try:
@@ -164,12 +164,12 @@ class CrawlCalls:
 
     async def goodbye(self, peer: PeerRef) -> None:
         """GOODBYE (graceful leave): ``peer`` drops us from its routing table at once."""
-        await self._proto().request(peer, "goodbye", [])
+        await self._rpc.request(peer, "goodbye", [])
 
     async def ping_peer(self, peer: PeerRef) -> bytes:
         """The ID that answers at ``peer.addr``. If it differs from ``peer.id``, the routing
         table has already replaced the old contact (a restart with a new ID)."""
-        ok, node_id = await self._proto().call_ping(Node(peer.id, peer.host, peer.port))
+        ok, node_id = await self._rpc.call_ping(Node(peer.id, peer.host, peer.port))
         if not ok:
             raise PeerTimeout(peer, peer.addr, "ping")
         answered: bytes = node_id
@@ -181,7 +181,7 @@ class CrawlCalls:
         Liveness counts once per operation: a burst that loses some datagrams to a full socket
         buffer is not several strikes against a live peer.
         """
-        proto = self._proto()
+        proto = self._rpc
         if len(arglists) == 1:  # the common small call: no window, no extra tasks
             return [await proto.request(peer, rpc, arglists[0])]
         window = asyncio.Semaphore(CHUNK_WINDOW)
@@ -193,9 +193,9 @@ class CrawlCalls:
         results = await asyncio.gather(*(one(a) for a in arglists), return_exceptions=True)
         node = Node(peer.id, peer.host, peer.port)
         if results and all(isinstance(r, PeerTimeout) for r in results):
-            proto.contact_failed(node)
+            proto.contacts.contact_failed(node)
         elif results:
-            proto.welcome_if_new(node)
+            proto.contacts.welcome_if_new(node)
         for kind in (PeerTimeout, RemoteError, BaseException):
             for r in results:
                 if isinstance(r, kind):

@@ -20,16 +20,20 @@ from p2pcrawl.aio import Coalescer
 from p2pcrawl.crawl import Task, urls
 from p2pcrawl.crawl.robots import policy_from_lent
 from p2pcrawl.network.lender import MIN_LEND, contact, is_member, lending_enabled
-from protocol import KeyBatch, PeerRef, PeerTimeout, RemoteError, TaskSet
-from protocol.lending import (
+from protocol import (
     KEEPALIVE_S,
     LEASE_S,
     MAX_LOANS,
     MAX_REPORTS,
     MAX_WANT,
     GiveBack,
+    KeyBatch,
     LentRobots,
     Loan,
+    PeerRef,
+    PeerTimeout,
+    RemoteError,
+    TaskSet,
 )
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 import xxhash
 
 from p2pcrawl.crawl.seen import SeenCache
-from protocol.model import MAX_KNOWN
+from protocol import MAX_KNOWN
 
 __all__ = ["MAX_KNOWN", "Advertised", "KnownAtOwners"]
 

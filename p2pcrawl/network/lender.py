@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from p2pcrawl.crawl import Task, urls
 from p2pcrawl.crawl.frontier import HostQueue
-from protocol import KeyBatch, PeerRef, TaskItem
-from protocol.lending import (
+from protocol import (
     LEASE_S,
     LEND_REPLY_BUDGET,
     LOAN_BYTES_MOST,
@@ -27,7 +26,10 @@ from protocol.lending import (
     MAX_ROBOTS_TTL,
     MAX_WANT,
     GiveBack,
+    KeyBatch,
     LentRobots,
+    PeerRef,
+    TaskItem,
     check_lend_request,
     check_return_request,
     loan_to_wire,

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from p2pcrawl.network.borrower import TICK_S, Borrower
 from p2pcrawl.network.lender import Lender
-from protocol.lending import LEND_RPC, RETURN_RPC
+from protocol import LEND_RPC, RETURN_RPC
 
 if TYPE_CHECKING:
     from p2pcrawl.network.peer import Peer
@@ -56,9 +56,9 @@ class Lending:
 
     def serve(self) -> None:
         node = self.peer.node
-        assert node is not None and node.protocol is not None
-        node.protocol.serve(LEND_RPC, self.lender.serve_lend)
-        node.protocol.serve(RETURN_RPC, self.lender.serve_return)
+        assert node is not None
+        node.serve(LEND_RPC, self.lender.serve_lend)
+        node.serve(RETURN_RPC, self.lender.serve_return)
 
     def peer_removed(self, peer_id: bytes) -> None:
         """A peer left the routing table: its leases lapse, its loans are dropped."""

@@ -20,9 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from p2pcrawl.crawl import Ledger
-from protocol import CrawlNode, PeerRef
-from protocol.balance import bit_loads
-from protocol.loadreport import MAX_PEERS, LoadReport
+from protocol import MAX_PEERS, CrawlNode, LoadReport, bit_loads
 
 __all__ = ["LoadInfo"]
 
@@ -57,9 +55,7 @@ class LoadInfo:
         load = await ledger.tasks.count() + await ledger.done.count()  # counters, no disk
         # The whole routing table, as FIND_NODE answers from it: contacts still too young to
         # own keys are there too, and a joiner must count them or it splits their region.
-        table = node.protocol.router if node.protocol is not None else None
-        nearest = table.find_neighbors(node.node, MAX_PEERS) if table is not None else []
-        peers = tuple(PeerRef(n.id, n.ip, n.port) for n in nearest)
+        peers = tuple(node.neighbours(MAX_PEERS)) if node.listening else ()
         if load == 0:
             return LoadReport(0, None, peers[:MAX_PEERS])
         await self._refresh_if_stale()

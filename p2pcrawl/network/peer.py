@@ -37,9 +37,16 @@ from p2pcrawl.network.replication import Replication
 from p2pcrawl.network.scopesync import ScopeSync
 from p2pcrawl.network.seeding import Forward, log_verdicts, seed_with_report
 from p2pcrawl.settings import CrawlSettings, PeerSettings
-from protocol import BootstrapError, CrawlNode, PeerRef, TaskSet, new_node_id
-from protocol.loadreport import LOAD_RPC, serve_load
-from protocol.survey import survey
+from protocol import (
+    LOAD_RPC,
+    BootstrapError,
+    CrawlNode,
+    PeerRef,
+    TaskSet,
+    new_node_id,
+    serve_load,
+    survey,
+)
 from storage import BackupStore
 
 # A UDP datagram's framing on Ethernet: 14 + IP 20 + UDP 8.
@@ -125,9 +132,8 @@ class Peer:
             ps = cfg.peer
             self.node = CrawlNode(self.node_id, self.handler, ps.node_config())
             await self.node.listen_on(*cfg.listen)
-            assert self.node.protocol is not None
-            self.node.protocol.serve("quiet", self.quiescence.serve_quiet)
-            self.node.protocol.serve(LOAD_RPC, serve_load(self.load_info.report))
+            self.node.serve("quiet", self.quiescence.serve_quiet)
+            self.node.serve(LOAD_RPC, serve_load(self.load_info.report))
             self.dispatcher = Dispatcher(
                 self.node,
                 replicas=ps.replicas,
@@ -152,7 +158,7 @@ class Peer:
             self.engine.data_dir = cfg.data_dir  # measured against --max-disk
             if self.engine.pacer.enabled:
                 # The RPCs share the link with the pages: --max-rate counts them too.
-                rpc = self.node.protocol.stats
+                rpc = self.node.rpc_stats
                 self.engine.pacer.count_also(lambda: rpc.bytes_in + UDP_FRAMING * rpc.datagrams_in)
             self.engine.settle_borrowed = self.lending.borrower.settle_and_wait
             self.engine.may_fetch_borrowed = self.lending.borrower.may_fetch
@@ -363,7 +369,7 @@ class Peer:
     def routing(self) -> dict[str, object] | None:
         """The routing table and RPC counters, or None before the node listens."""
         node = self.node
-        if node is None or node.protocol is None:
+        if node is None or not node.listening:
             return None
         return {
             "peers": [{"id": p.id.hex(), "host": p.host, "port": p.port} for p in node.peers()],

@@ -20,7 +20,7 @@ answered "not quiet" asks *it*: only a quiet peer asks, so that peer just became
 last one to do so makes everyone ask again within a tick. Asking again after each of them (as
 it once did) cost a round from every quiet peer each time one more went quiet.
 
-QUIET is served through the node's crawl RPC table (``CrawlProtocol.serve``); it carries no
+QUIET is served through the node's crawl RPC table (``CrawlNode.serve``); it carries no
 arguments and answers ``{"quiet": bool, "done": int}``.
 """
 
@@ -77,9 +77,9 @@ class Quiescence:
     def _local_idle(self) -> tuple[bool, tuple[object, ...]]:
         p = self.peer
         eng, node, disp, rep, led = p.engine, p.node, p.dispatcher, p.replication, p.ledger
-        if not (eng and node and disp and rep and led and node.protocol) or p.state != "active":
+        if not (eng and node and disp and rep and led and node.listening) or p.state != "active":
             return False, ()
-        suspects = node.protocol.liveness.suspects()
+        suspects = node.suspects()
         idle = (
             eng.tasks_queued == 0
             and not eng.in_flight
@@ -144,13 +144,12 @@ class Quiescence:
     async def _network_quiet(self) -> bool:
         p = self.peer
         node, led = p.node, p.ledger
-        assert node is not None and node.protocol is not None and led is not None
-        proto = node.protocol
+        assert node is not None and led is not None
         others = node.peers()
 
         async def ask(other: PeerRef) -> dict[str, Any] | None:
             with contextlib.suppress(PeerTimeout, RemoteError, OSError):
-                return await proto.request(other, "quiet", [])
+                return await node.request(other, "quiet", [])
             return None
 
         answers = await asyncio.gather(*(ask(o) for o in others))

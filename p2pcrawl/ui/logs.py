@@ -49,10 +49,6 @@ def setup_logging(level: str, as_json: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper()))
-    # The DHT library logs every datagram at info; keep it to warnings unless debugging.
-    if level != "debug":
-        for name in ("kademlia", "rpcudp"):
-            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class _JsonFormatter(logging.Formatter):

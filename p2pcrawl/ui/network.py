@@ -137,7 +137,7 @@ class NetworkMonitor:
         """Announce when due, or soon after the routing table changed. The node closes under
         this while the peer stops (logged at debug level); the next round retries."""
         node = self.peer.node
-        peers = len(node.peers()) if node is not None and node.protocol is not None else -1
+        peers = len(node.peers()) if node is not None and node.listening else -1
         now = time.monotonic()
         due = now - self._announced_at >= ANNOUNCE_EVERY_S
         changed = peers != self._announced_peers and now - self._announced_at >= FAST_ANNOUNCE_S
@@ -241,7 +241,7 @@ class NetworkMonitor:
             if self._view is not None and now - self._view[0] < VIEW_TTL_S:
                 return self._view[1]
             node = self.peer.node
-            known = node.peers() if node is not None and node.protocol else []
+            known = node.peers() if node is not None and node.listening else []
             self._udp_hosts = {p.id: p.host for p in known}
             me = PeerRow(self.peer.node_id.hex(), self.status_addr(), self.peer.status(), me=True)
             others = [p.id for p in known]

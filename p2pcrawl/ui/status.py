@@ -177,7 +177,7 @@ class StatusServer:
         """Where other peers reach this server (its bind address, or the peer's UDP host
         when it listens on every interface)."""
         node = self.peer.node
-        udp_host = node.me.host if node is not None and node.protocol is not None else self.host
+        udp_host = node.me.host if node is not None and node.listening else self.host
         return announced_address(self.host, self.port, udp_host)
 
     def app(self) -> web.Application:

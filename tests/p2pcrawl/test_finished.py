@@ -61,7 +61,7 @@ async def test_a_finished_network_asks_quiet_less_and_less_often(
     await eventually(lambda: all(p.quiescence.finished.is_set() for p in both), timeout=40)
 
     def quiet_sent() -> int:
-        protos = [p.node.protocol for p in both if p.node is not None]
+        protos = [p.node.rpc for p in both if p.node is not None]
         return sum(proto.stats.sent["quiet"] for proto in protos if proto is not None)
 
     await asyncio.sleep(3 * TICK_S)  # past the first doublings
@@ -87,8 +87,8 @@ async def test_a_quiet_peer_asks_again_once_the_last_busy_peer_went_quiet(
     await eventually(
         lambda: a.quiescence.finished.is_set() and b.quiescence.finished.is_set(), timeout=40
     )
-    assert a.node is not None and a.node.protocol is not None
-    stats = a.node.protocol.stats
+    assert a.node is not None and a.node.rpc is not None
+    stats = a.node.rpc.stats
     q = a.quiescence
     # As if two more peers had last answered "not quiet", with a's next round far off (b's
     # own asks do not count: a waits for nothing from b).

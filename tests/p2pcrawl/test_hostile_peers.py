@@ -228,7 +228,7 @@ async def test_fuzzed_rpcs_never_raise_never_store_invalid_tasks_and_are_counted
     target: Any, data: st.DataObject
 ) -> None:
     peer, member = target
-    proto = peer.node.protocol
+    proto = peer.node.rpc
     request = data.draw(requests(member.me.id, member.me.id))
     try:
         body = umsgpack.packb(request)
@@ -236,7 +236,7 @@ async def test_fuzzed_rpcs_never_raise_never_store_invalid_tasks_and_are_counted
         return
     before = rejections(peer)
     received_before = sum(peer.node.stats()["rpc_received"].values())
-    proto.datagram_received(b"\x00" + secrets.token_bytes(20) + body, member.me.addr)
+    proto.endpoint.datagram_received(b"\x00" + secrets.token_bytes(20) + body, member.me.addr)
     await proto.tasks.join()  # the deferred handler runs in its own task
     stats = peer.node.stats()
     assert stats["dropped"].get("handler_error", 0) == 0, request  # nothing raised

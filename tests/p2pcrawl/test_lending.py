@@ -572,7 +572,7 @@ async def test_a_silent_lenders_replicas_learn_what_its_borrower_finished(
     patient = replace(DETECT, suspicion_timeout=60.0)
     web, owner, successor, other = await owner_successor_other(make_web, tmp_path, patient)
     # The selector loop's UDP transport is a ReadTransport too: it can stop reading.
-    transport = owner.node.transport if owner.node is not None else None
+    transport = owner.node.rpc.endpoint.transport if owner.node is not None else None
     assert isinstance(transport, asyncio.ReadTransport)
     try:
         assert other.engine is not None

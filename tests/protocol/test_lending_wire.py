@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from protocol import KeyBatch, MessageError, PeerRef, TaskItem, key_for
-from protocol.lending import (
+from protocol.loans import (
     MAX_FPS,
     MAX_LENT_ROBOTS,
     MAX_LOANS,
@@ -221,8 +221,7 @@ async def test_a_borrowers_reports_share_requests_within_the_bounds(make_node: N
         # Lease 3 is unknown here; lease 4 is recalled.
         return returns_to_wire([(r.lease != 3, r.lease == 4) for r in reports])
 
-    assert lender.protocol is not None
-    lender.protocol.serve(RETURN_RPC, serve)
+    lender.serve(RETURN_RPC, serve)
     reports = [GiveBack(i, [1000 * i + j for j in range(5)], [], True) for i in range(1, 21)]
     reports.append(GiveBack(99, list(range(1, 500)), list(range(500, 900)), False))
     answers = await borrower.give_back(lender.me, reports)
