@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 import xxhash
 
-from p2pcrawl.crawl.seen import SeenCache
+from p2pcrawl.crawl import SeenCache
 from protocol import MAX_KNOWN
 
 __all__ = ["MAX_KNOWN", "Advertised", "KnownAtOwners"]
