@@ -14,7 +14,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from p2pcrawl.crawl import Task, urls
 from p2pcrawl.crawl.frontier import HostQueue
@@ -26,15 +26,17 @@ from protocol import (
     MAX_ROBOTS_TTL,
     MAX_WANT,
     GiveBack,
+    GiveBackArgs,
+    GiveBackReply,
     KeyBatch,
+    LendArgs,
+    LendReply,
     LentRobots,
     PeerRef,
     TaskItem,
-    check_lend_request,
-    check_return_request,
-    loan_to_wire,
+    loan_reply,
     one_chunk,
-    returns_to_wire,
+    returns_reply,
 )
 
 if TYPE_CHECKING:
@@ -118,21 +120,21 @@ class Lender:
     def _member(self, peer: PeerRef) -> bool:
         return is_member(self.peer, peer)
 
-    async def serve_lend(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        want, have, hosts = check_lend_request(args)
+    async def serve_lend(self, sender: PeerRef, args: LendArgs) -> LendReply:
+        want, have, hosts = args.want, args.have, args.hosts
         engine, node = self.peer.engine, self.peer.node
         if engine is None or node is None:
-            return loan_to_wire(0, None, 0)
+            return loan_reply(0, None, 0)
         # Our own queue only: borrowed tasks are not ours to lend on.
         backlog = max(0, engine.ledger.queued - len(engine.lent) - len(engine.in_flight))
         if not self._may_lend_to(sender):
-            return loan_to_wire(0, None, backlog)
+            return loan_reply(0, None, backlog)
         least = MIN_LEND_IDLE if have == 0 else MIN_LEND
         hq = self._host_to_lend(backlog, have, least, busy=False)
         if hq is None:
             busy = self._host_to_lend(backlog, have, least, busy=True)
             if busy is None or not await self._wait_for_request(busy, sender, least):
-                return loan_to_wire(0, None, backlog)
+                return loan_reply(0, None, backlog)
             hq = busy
         self.lends_answered += 1
         # What one answer may move in all: the rule for one host (``_host_to_lend``) for
@@ -161,7 +163,7 @@ class Lender:
             want -= len(extra.tasks)
             room -= len(extra.tasks)
             budget -= len(extra_payload) + _robots_size(extra_robots)
-        return loan_to_wire(lease.lease, payload, backlog, robots, more)
+        return loan_reply(lease.lease, payload, backlog, robots, more)
 
     def _lease(
         self, hq: HostQueue, borrower: PeerRef, want: int
@@ -298,8 +300,8 @@ class Lender:
                 frontier.unreserve(hq)
         return ready
 
-    async def serve_return(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        reports = check_return_request(args)
+    async def serve_return(self, sender: PeerRef, args: GiveBackArgs) -> GiveBackReply:
+        reports = args.reports()
         engine = self.peer.engine
         settled: dict[int, tuple[Lease, GiveBack]] = {}  # the leases we know, by lease id
         finished: list[Task] = []
@@ -328,7 +330,7 @@ class Lender:
             if (report.final or not lease.tasks) and lease.lease in self.leases:
                 self._end(lease, requeue=True)
         self.reports_served += 1
-        return returns_to_wire(
+        return returns_reply(
             [
                 (True, settled[r.lease][0].recalled) if r.lease in settled else (False, False)
                 for r in reports

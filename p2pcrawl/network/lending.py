@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from p2pcrawl.network.borrower import TICK_S, Borrower
 from p2pcrawl.network.lender import Lender
-from protocol import LEND_RPC, RETURN_RPC
+from protocol import GIVE_BACK, LEND
 
 if TYPE_CHECKING:
     from p2pcrawl.network.peer import Peer
@@ -57,8 +57,8 @@ class Lending:
     def serve(self) -> None:
         node = self.peer.node
         assert node is not None
-        node.serve(LEND_RPC, self.lender.serve_lend)
-        node.serve(RETURN_RPC, self.lender.serve_return)
+        node.serve(LEND, self.lender.serve_lend)
+        node.serve(GIVE_BACK, self.lender.serve_return)
 
     def peer_removed(self, peer_id: bytes) -> None:
         """A peer left the routing table: its leases lapse, its loans are dropped."""

@@ -38,7 +38,8 @@ from p2pcrawl.network.scopesync import ScopeSync
 from p2pcrawl.network.seeding import Forward, log_verdicts, seed_with_report
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from protocol import (
-    LOAD_RPC,
+    LOAD,
+    QUIET,
     BootstrapError,
     CrawlNode,
     PeerRef,
@@ -132,8 +133,8 @@ class Peer:
             ps = cfg.peer
             self.node = CrawlNode(self.node_id, self.handler, ps.node_config())
             await self.node.listen_on(*cfg.listen)
-            self.node.serve("quiet", self.quiescence.serve_quiet)
-            self.node.serve(LOAD_RPC, serve_load(self.load_info.report))
+            self.node.serve(QUIET, self.quiescence.serve_quiet)
+            self.node.serve(LOAD, serve_load(self.load_info.report))
             self.dispatcher = Dispatcher(
                 self.node,
                 replicas=ps.replicas,

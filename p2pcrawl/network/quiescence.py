@@ -20,8 +20,8 @@ answered "not quiet" asks *it*: only a quiet peer asks, so that peer just became
 last one to do so makes everyone ask again within a tick. Asking again after each of them (as
 it once did) cost a round from every quiet peer each time one more went quiet.
 
-QUIET is served through the node's crawl RPC table (``CrawlNode.serve``); it carries no
-arguments and answers ``{"quiet": bool, "done": int}``.
+QUIET is served through the node's crawl RPC table (``CrawlNode.serve(QUIET, ...)``); it carries
+no arguments and answers ``{"quiet": bool, "done": int}`` (``protocol.QuietReply``).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from protocol import PeerRef, PeerTimeout, RemoteError
+from protocol import NoArgs, PeerRef, PeerTimeout, QuietReply, RemoteError
 
 if TYPE_CHECKING:
     from p2pcrawl.network.peer import Peer
@@ -62,13 +62,13 @@ class Quiescence:
         self._poll_gap = TICK_S
         self._waiting: set[bytes] = set()  # peers whose last answer was not "quiet"
 
-    async def serve_quiet(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
+    async def serve_quiet(self, sender: PeerRef, args: NoArgs) -> QuietReply:
         if sender.id in self._waiting:
             self._waiting.discard(sender.id)
             if not self._waiting:  # the last one we waited for: everyone may be quiet now
                 self._next_poll = 0.0
         led = self.peer.ledger
-        return {"quiet": self.quiet(), "done": led.done_count if led else 0}
+        return QuietReply(self.quiet(), led.done_count if led else 0)
 
     def quiet(self) -> bool:
         since = self._quiet_since
@@ -147,18 +147,16 @@ class Quiescence:
         assert node is not None and led is not None
         others = node.peers()
 
-        async def ask(other: PeerRef) -> dict[str, Any] | None:
+        async def ask(other: PeerRef) -> QuietReply | None:
             with contextlib.suppress(PeerTimeout, RemoteError, OSError):
-                return await node.request(other, "quiet", [])
+                return await node.quiet(other)
             return None
 
         answers = await asyncio.gather(*(ask(o) for o in others))
-        work = led.done_count + sum(int(a.get("done") or 0) for a in answers if a)
+        work = led.done_count + sum(a.done for a in answers if a)
         self._work_seen = self._work_seen or work > 0
         self._waiting = {
-            o.id
-            for o, a in zip(others, answers, strict=True)
-            if a is None or a.get("quiet") is not True
+            o.id for o, a in zip(others, answers, strict=True) if a is None or not a.quiet
         }
         if self._waiting:
             return False

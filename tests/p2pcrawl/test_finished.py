@@ -12,7 +12,7 @@ import pytest
 from p2pcrawl.crawl import urls
 from p2pcrawl.network.identity import save_identity
 from p2pcrawl.network.quiescence import TICK_S
-from protocol import PeerRef, key_for
+from protocol import NoArgs, PeerRef, key_for
 from tests.conftest import PeerFactory, WebFactory, crawl_settings_for, id_outranked_by
 from tests.protocol.conftest import eventually
 
@@ -96,9 +96,9 @@ async def test_a_quiet_peer_asks_again_once_the_last_busy_peer_went_quiet(
     q._waiting = {x.id, y.id}
     q._next_poll = float("inf")
     sent = stats.sent["quiet"]
-    await q.serve_quiet(x, [])
+    await q.serve_quiet(x, NoArgs())
     await asyncio.sleep(3 * TICK_S)
     assert stats.sent["quiet"] == sent, "asked again while still waiting for one"
-    await q.serve_quiet(y, [])
+    await q.serve_quiet(y, NoArgs())
     await eventually(lambda: stats.sent["quiet"] > sent, timeout=3 * TICK_S)
     assert q.finished.is_set()
