@@ -9,10 +9,12 @@ from __future__ import annotations
 from protocol.backoff import Backoff, backoff_delay
 from protocol.balance import bit_loads
 from protocol.errors import BootstrapError, Busy, MessageError, PeerTimeout, RemoteError
-from protocol.loadreport import LOAD_RPC, MAX_PEERS, LoadReport, serve_load
+from protocol.loadreport import LOAD, MAX_PEERS, LoadReport, serve_load
 from protocol.loans import (
+    GIVE_BACK,
     KEEPALIVE_S,
     LEASE_S,
+    LEND,
     LEND_REPLY_BUDGET,
     LEND_RPC,
     LOAN_BYTES_MOST,
@@ -23,20 +25,24 @@ from protocol.loans import (
     MAX_WANT,
     RETURN_RPC,
     GiveBack,
+    GiveBackArgs,
+    GiveBackReply,
+    LendArgs,
+    LendReply,
     LentRobots,
     Loan,
-    check_lend_request,
-    check_return_request,
-    loan_to_wire,
+    loan_reply,
     one_chunk,
-    returns_to_wire,
+    returns_reply,
 )
 from protocol.looplag import LagSnapshot, LoopLagMonitor
 from protocol.memo import Memo
 from protocol.messages import (
     MAX_URL_LENGTH,
+    QUIET,
     KeyBatch,
     PeerRef,
+    QuietReply,
     RefreshAnswer,
     StoreResult,
     TaskItem,
@@ -47,17 +53,20 @@ from protocol.model import MAX_KNOWN
 from protocol.node import CrawlHandler, CrawlNode, NodeConfig
 from protocol.ownership import closest, distance, key_for, new_node_id, owner_and_replicas
 from protocol.periodic import every
+from protocol.procedures import Args, NoArgs, Procedure, Reply
 from protocol.ratelimit import Rate, SourceLimits, TokenBucket
 from protocol.survey import Survey, survey
 from protocol.taskset import TaskSet
 from protocol.throttle import Throttle
 
 __all__ = [
+    "GIVE_BACK",
     "KEEPALIVE_S",
     "LEASE_S",
+    "LEND",
     "LEND_REPLY_BUDGET",
     "LEND_RPC",
-    "LOAD_RPC",
+    "LOAD",
     "LOAN_BYTES_MOST",
     "MAX_KNOWN",
     "MAX_LENT_ROBOTS",
@@ -67,27 +76,37 @@ __all__ = [
     "MAX_ROBOTS_TTL",
     "MAX_URL_LENGTH",
     "MAX_WANT",
+    "QUIET",
     "RETURN_RPC",
+    "Args",
     "Backoff",
     "BootstrapError",
     "Busy",
     "CrawlHandler",
     "CrawlNode",
     "GiveBack",
+    "GiveBackArgs",
+    "GiveBackReply",
     "KeyBatch",
     "LagSnapshot",
+    "LendArgs",
+    "LendReply",
     "LentRobots",
     "LoadReport",
     "Loan",
     "LoopLagMonitor",
     "Memo",
     "MessageError",
+    "NoArgs",
     "NodeConfig",
     "PeerRef",
     "PeerTimeout",
+    "Procedure",
+    "QuietReply",
     "Rate",
     "RefreshAnswer",
     "RemoteError",
+    "Reply",
     "SourceLimits",
     "StoreResult",
     "Survey",
@@ -97,19 +116,17 @@ __all__ = [
     "TokenBucket",
     "backoff_delay",
     "bit_loads",
-    "check_lend_request",
-    "check_return_request",
     "closest",
     "decode_batches",
     "distance",
     "encode_batches",
     "every",
     "key_for",
-    "loan_to_wire",
+    "loan_reply",
     "new_node_id",
     "one_chunk",
     "owner_and_replicas",
-    "returns_to_wire",
+    "returns_reply",
     "serve_load",
     "survey",
 ]

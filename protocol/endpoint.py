@@ -107,9 +107,8 @@ class Server(Protocol):
     def from_member(self, addr: tuple[str, int]) -> bool:
         """True if ``addr`` is a proven contact (higher rate, replies of any size, resends)."""
 
-    async def serve_deferred(
-        self, name: str, args: list[Any], addr: tuple[str, int]
-    ) -> dict[str, Any]: ...
+    async def serve_deferred(self, name: str, args: list[Any], addr: tuple[str, int]) -> Any:
+        """The reply to a deferred RPC: anything ``wire.packb`` writes (a reply Struct)."""
 
 
 class Endpoint(asyncio.DatagramProtocol):
@@ -200,16 +199,18 @@ class Endpoint(asyncio.DatagramProtocol):
             if copy.reply is not None:
                 self._sendto(copy.reply, addr)
             return
+        if frame.kind == REPLY:  # decoded by the call it answers, to the type it expects
+            refused = self._outstanding.answer(frame.msg_id, frame.body, addr)
+            if refused is not None:
+                self._drop(refused)
+            return
         try:
             obj = wire.unpackb(frame.body)
-        except Exception:  # msgpack raises many types: ExtraData, StackError, ValueError...
+        except Exception:  # the decoder raises many types: DecodeError, RecursionError...
             self._drop("malformed")
             return
-        if frame.kind == REPLY:
-            self._on_reply(frame.msg_id, obj, addr)
-        else:
-            self._answered.add(frame.msg_id, addr, time.monotonic())
-            self._on_request(frame.msg_id, obj, addr, budget)
+        self._answered.add(frame.msg_id, addr, time.monotonic())
+        self._on_request(frame.msg_id, obj, addr, budget)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed.set()
@@ -219,10 +220,6 @@ class Endpoint(asyncio.DatagramProtocol):
 
     def _drop(self, reason: str) -> None:
         self.stats.dropped[reason] += 1
-
-    def _on_reply(self, msg_id: bytes, obj: Any, addr: tuple[str, int]) -> None:
-        if not self._outstanding.answer(msg_id, obj, addr):
-            self._drop("unexpected_reply")
 
     def _on_request(
         self, msg_id: bytes, obj: Any, addr: tuple[str, int], budget: int | None = None
@@ -280,7 +277,7 @@ class Endpoint(asyncio.DatagramProtocol):
         budget: int | None,
     ) -> None:
         try:
-            reply = await self._server.serve_deferred(name, args, addr)
+            reply: Any = await self._server.serve_deferred(name, args, addr)
         except Busy:
             self._drop("busy")
             reply = {"error": "busy"}
@@ -330,11 +327,17 @@ class Endpoint(asyncio.DatagramProtocol):
     # --- outgoing --------------------------------------------------------------------------
 
     def call(
-        self, addr: tuple[Any, Any], rpc: str, args: list[Any], timeout: float | None = None
+        self,
+        addr: tuple[Any, Any],
+        rpc: str,
+        args: list[Any],
+        timeout: float | None = None,
+        decode: Callable[[bytes], Any] = wire.unpackb,
     ) -> asyncio.Future[tuple[bool, Any]]:
         """Send one request; the future resolves to (True, reply) or, on timeout, (False, None)
         (rpcudp's convention, which the lookups rely on). ``timeout`` overrides the RPC
-        timeout for a call whose answer itself waits on another call (PING-REQ)."""
+        timeout for a call whose answer itself waits on another call (PING-REQ); ``decode``
+        reads the reply (a typed procedure's decoder: ``procedures``)."""
         dest = sendable(addr[0], addr[1])
         if (
             dest is None
@@ -354,7 +357,7 @@ class Endpoint(asyncio.DatagramProtocol):
         # Resent only to a proven contact: a stranger's address may be forged, and one
         # request must not draw more than one datagram at it.
         future = self._outstanding.add(
-            msg_id, dest, rpc, wait, resends=self._server.from_member(dest)
+            msg_id, dest, rpc, wait, decode, resends=self._server.from_member(dest)
         )
         self.stats.sent[rpc] += 1
         self._outstanding.sent(msg_id, self._send(REQUEST, msg_id, body, dest))

@@ -24,9 +24,9 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from protocol.admission import AdmissionLimits
 from protocol.calls import CrawlCalls
@@ -40,10 +40,11 @@ from protocol.loans import GiveBack, Loan
 from protocol.lookup import NodeLookup
 from protocol.looplag import LoopLagMonitor
 from protocol.members import Members
-from protocol.messages import KeyBatch, RefreshAnswer, StoreResult
+from protocol.messages import KeyBatch, QuietReply, RefreshAnswer, StoreResult
 from protocol.model import PeerRef, check_id
 from protocol.owners import Owners
-from protocol.rpc import CrawlServer, Rpc
+from protocol.procedures import Args, Procedure, Reply, typed
+from protocol.rpc import Rpc
 from protocol.rpcstats import RpcStats
 from protocol.serving import CrawlHandler, crawl_servers
 from protocol.sockstats import widen_buffers
@@ -55,6 +56,9 @@ from protocol.valuestore import BoundedStorage, StoreLimits
 __all__ = ["CrawlHandler", "CrawlNode", "NodeConfig"]
 
 log = logging.getLogger(__name__)
+
+A = TypeVar("A", bound=Args)
+R = TypeVar("R", bound=Reply)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,10 +199,10 @@ class CrawlNode:
         await self._loops.aclose()
         await self.rpc.aclose()
 
-    def serve(self, rpc: str, server: CrawlServer) -> None:
-        """Register the server of one more crawl RPC (its first argument is the sender's
-        ID; ``server`` gets the sender and the rest)."""
-        self.rpc.serve(rpc, server)
+    def serve(self, proc: Procedure[A, R], handler: Callable[[PeerRef, A], Awaitable[R]]) -> None:
+        """Serve one more crawl RPC: ``handler`` gets the sender and the checked arguments
+        (``procedures``) and returns the reply."""
+        self.rpc.serve(proc.name, typed(proc, handler))
 
     # --- joining -------------------------------------------------------------------------
 
@@ -338,9 +342,12 @@ class CrawlNode:
     async def ping_peer(self, peer: PeerRef) -> bytes:
         return await self.calls.ping_peer(peer)
 
-    async def request(self, peer: PeerRef, rpc: str, args: list[Any]) -> dict[str, Any]:
-        """Any other crawl RPC: the reply map, or PeerTimeout / RemoteError."""
-        return await self.rpc.request(peer, rpc, args)
+    async def quiet(self, peer: PeerRef) -> QuietReply:
+        return await self.calls.quiet(peer)
+
+    async def call(self, peer: PeerRef, proc: Procedure[A, R], args: A) -> R:
+        """Any crawl RPC: its checked reply, or PeerTimeout / RemoteError."""
+        return await self.calls.call(peer, proc, args)
 
     # --- the Kademlia value store (``dht``) ----------------------------------------------
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from protocol import wire
 from protocol.rpcstats import RpcStats
 
 __all__ = ["MAX_PENDING", "RESEND_AT", "Outstanding"]
@@ -36,6 +37,7 @@ class _Pending:
     rpc: str
     sent_at: float  # loop time the request left: the latency, resends and timeout count from it
     wait: float  # its timeout
+    decode: Callable[[bytes], Any]  # reads the reply's body
     timer: asyncio.TimerHandle | None = None  # the next resend, or the timeout after the last
     resends_left: int = 0
     datagram: bytes = b""
@@ -62,14 +64,21 @@ class Outstanding:
         return len(self._pending) >= MAX_PENDING
 
     def add(
-        self, msg_id: bytes, addr: Addr, rpc: str, wait: float, *, resends: bool
+        self,
+        msg_id: bytes,
+        addr: Addr,
+        rpc: str,
+        wait: float,
+        decode: Callable[[bytes], Any],
+        *,
+        resends: bool,
     ) -> asyncio.Future[tuple[bool, Any]]:
         """Wait ``wait`` seconds for the reply to request ``msg_id``; ``resends``: send it
         again meanwhile (``sent`` says what). The future gives (True, reply) or, on timeout,
         (False, None)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[bool, Any]] = loop.create_future()
-        pending = _Pending(future, addr, rpc, loop.time(), wait)
+        pending = _Pending(future, addr, rpc, loop.time(), wait, decode)
         if resends:
             pending.resends_left = len(RESEND_AT)
         self._arm(pending, msg_id)
@@ -83,15 +92,25 @@ class Outstanding:
         if pending is not None:
             pending.datagram = datagram
 
-    def answer(self, msg_id: bytes, obj: Any, addr: Addr) -> bool:
-        """Settle the call ``msg_id`` with its reply; False if no call waits for it (or not
-        from that address). A second reply to a resent request is counted, not refused."""
+    def answer(self, msg_id: bytes, body: bytes, addr: Addr) -> str | None:
+        """Settle the call ``msg_id`` with the reply in ``body``; or the reason to drop it:
+        "malformed" (not msgpack: the call waits on), "unexpected_reply" (no call waits for
+        it, or not from that address). A second reply to a resent request is counted, not
+        refused."""
         pending = self._pending.get(msg_id)
         if pending is None or pending.addr != addr:
             if msg_id in self._settled_resent:
                 self._stats.duplicate_replies += 1  # both copies of our request were answered
-                return True
-            return False
+                return None
+            try:
+                wire.unpackb(body)
+            except Exception:
+                return "malformed"
+            return "unexpected_reply"
+        try:
+            obj = pending.decode(body)
+        except Exception:  # the decoder raises many types: DecodeError, RecursionError...
+            return "malformed"
         del self._pending[msg_id]
         pending.stop()
         if pending.resent:
@@ -101,7 +120,7 @@ class Outstanding:
         self._stats.latency(pending.rpc, asyncio.get_running_loop().time() - pending.sent_at)
         if not pending.future.done():
             pending.future.set_result((True, obj))
-        return True
+        return None
 
     def fail_all(self) -> None:
         """Every call still waiting fails now (closing)."""

@@ -18,7 +18,7 @@ The Kademlia RPCs keep kademlia's wire format, so a stock ``kademlia`` node inte
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from protocol import wire
 from protocol.admission import Admission, AdmissionLimits
@@ -28,16 +28,18 @@ from protocol.endpoint import Endpoint, InboundLimits, sendable
 from protocol.errors import MessageError, PeerTimeout, RemoteError
 from protocol.kbucket import Node
 from protocol.liveness import Detector, LivenessConfig
+from protocol.messages import PING_REQ, PingReqArgs, PingReqReply
 from protocol.model import PeerRef, check_id
+from protocol.procedures import Args, CrawlServer, Malformed, Procedure, Reply, typed
 from protocol.routing import ContactTable
 from protocol.rpcstats import RpcStats
 from protocol.taskset import TaskSet
 from protocol.valuestore import BoundedStorage
 
-__all__ = ["DHT_VALUE_TYPES", "CrawlServer", "Rpc", "peer_of"]
+__all__ = ["DHT_VALUE_TYPES", "Rpc", "peer_of"]
 
-# Serves one crawl RPC: (sender, args after the sender id) -> reply map.
-CrawlServer = Callable[[PeerRef, list[Any]], Awaitable[dict[str, Any]]]
+A = TypeVar("A", bound=Args)
+R = TypeVar("R", bound=Reply)
 
 # RPCs answered inline, with their arity. ping, store, find_node and find_value are Kademlia
 # §2.3; stun is rpcudp's; goodbye is ours.
@@ -86,7 +88,7 @@ class Rpc:
         self._silent = silent
         self._departed_ttl = departed_ttl
         self._rpc_timeout = rpc_timeout
-        self._crawl: dict[str, CrawlServer] = {"ping_req": self._serve_ping_req}
+        self._crawl: dict[str, CrawlServer] = {PING_REQ.name: typed(PING_REQ, self._serve_ping_req)}
         self._member_addrs: tuple[int, frozenset[tuple[str, int]]] = (-1, frozenset())
 
     @property
@@ -135,18 +137,16 @@ class Rpc:
             self._member_addrs = (self.router.version, addrs)
         return addr in addrs
 
-    async def serve_deferred(
-        self, name: str, args: list[Any], addr: tuple[str, int]
-    ) -> dict[str, Any]:
+    async def serve_deferred(self, name: str, args: list[Any], addr: tuple[str, int]) -> Reply:
         if not args:
             raise MessageError("missing sender id")
         sender = Node(check_id(args[0], "sender id"), addr[0], addr[1])
         self.contacts.welcome_sender(sender)  # every crawl RPC is also contact (§2.2)
         reply = await self._crawl[name](peer_of(sender), args[1:])
-        reply["id"] = self.my_id  # lets the caller spot a restarted node with a new ID
+        reply.id = self.my_id  # lets the caller spot a restarted node with a new ID
         return reply
 
-    async def _serve_ping_req(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
+    async def _serve_ping_req(self, sender: PeerRef, args: PingReqArgs) -> PingReqReply:
         """SWIM's PING-REQ: ping ``target`` for the sender and say whether it answered.
 
         Only a contact in our own table is pinged, at the address we know it by: a request
@@ -154,16 +154,14 @@ class Rpc:
         The answer comes either way (SWIM's ack, Lifeguard's nack), so the sender learns that
         we are alive even when the target is not.
         """
-        if len(args) != 1:
-            raise MessageError("ping_req takes 1 argument after the sender id")
-        target = self.router.get(check_id(args[0], "target id"))
+        target = self.router.get(args.target)
         if target is None or target.id == sender.id:
-            return {"ok": False, "known": False}
+            return PingReqReply(ok=False, known=False)
         ok, data = await self.ping((target.ip, target.port), self.my_id)
         alive = bool(ok) and data == target.id
         if alive:
             self.contacts.welcome_if_new(target, proven=True)
-        return {"ok": alive, "known": True}
+        return PingReqReply(ok=alive, known=True)
 
     async def ping_req(self, helper: Node, target: Node) -> bool | None:
         """Ask ``helper`` to ping ``target``: True (the target acked), False (the helper
@@ -171,11 +169,16 @@ class Rpc:
         itself stayed silent: Lifeguard's missed nack, a hint that *we* are the problem)."""
         peer = peer_of(helper)
         timeout = 2 * self._rpc_timeout + 0.5  # the helper's own ping must fit inside
-        ok, data = await self.endpoint.call(peer.addr, "ping_req", [self.my_id, target.id], timeout)
-        if not ok or not isinstance(data, dict) or "error" in data:
+        args = [self.my_id, *PING_REQ.args_to_wire(PingReqArgs(target.id))]
+        call = self.endpoint.call(peer.addr, PING_REQ.name, args, timeout, PING_REQ.decode_reply)
+        ok, data = await call
+        if not ok or isinstance(data, dict):  # silent, or an error reply
             return None
-        self.contacts.welcome_if_new(helper, proven=data.get("id") == helper.id)
-        return data.get("ok") is True
+        if not isinstance(data, PingReqReply):
+            self.contacts.welcome_if_new(helper)
+            return False  # it answered, but not that the target acked
+        self.contacts.welcome_if_new(helper, proven=data.id == helper.id)
+        return data.ok
 
     def rpc_stun(self, sender: tuple[str, int]) -> list[Any]:
         return list(sender)
@@ -243,14 +246,17 @@ class Rpc:
         return self.endpoint.call(address, "find_value", [nodeid, key])
 
     async def request(
-        self, peer: PeerRef, rpc: str, args: list[Any], *, record: bool = True
-    ) -> dict[str, Any]:
-        """Call crawl RPC ``rpc`` on ``peer``: the reply map, or PeerTimeout / RemoteError.
+        self, peer: PeerRef, proc: Procedure[A, R], args: A, *, record: bool = True
+    ) -> R:
+        """Call crawl RPC ``proc`` on ``peer``: its checked reply, or PeerTimeout /
+        RemoteError (a reply that breaks the rules too: the peer is alive but odd).
 
         ``record=False`` leaves liveness accounting to the caller (one multi-chunk operation
         must count as one success or failure, not one per datagram).
         """
-        ok, data = await self.endpoint.call(peer.addr, rpc, [self.my_id, *args])
+        rpc = proc.name
+        wire_args = [self.my_id, *proc.args_to_wire(args)]
+        ok, data = await self.endpoint.call(peer.addr, rpc, wire_args, decode=proc.decode_reply)
         node = Node(peer.id, peer.host, peer.port)
         if not ok:
             if record:
@@ -261,9 +267,12 @@ class Rpc:
             if record:
                 self.contacts.welcome_if_new(node)  # it answered: alive, whatever it thought of us
             raise RemoteError(peer, rpc, str(data["error"])[:200])
-        if not isinstance(data, dict):
-            raise RemoteError(peer, rpc, "malformed reply")
-        responder = data.get("id")
+        if not isinstance(data, proc.reply):
+            if record:
+                self.contacts.welcome_if_new(node)
+            why = data.error if isinstance(data, Malformed) else "not a map"
+            raise RemoteError(peer, rpc, f"malformed reply: {why}"[:300])
+        responder = data.id
         if type(responder) is bytes and len(responder) == ID_LEN and responder != peer.id:
             self.contacts.replace(node, Node(responder, peer.host, peer.port))
         elif record:

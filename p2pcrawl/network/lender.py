@@ -15,7 +15,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from p2pcrawl.crawl import Frontier, HostQueue, RobotsCache, Task, urls
 from p2pcrawl.network.loanbook import LoanBook
@@ -28,15 +28,17 @@ from protocol import (
     MAX_ROBOTS_TTL,
     MAX_WANT,
     GiveBack,
+    GiveBackArgs,
+    GiveBackReply,
     KeyBatch,
+    LendArgs,
+    LendReply,
     LentRobots,
     PeerRef,
     TaskItem,
-    check_lend_request,
-    check_return_request,
-    loan_to_wire,
+    loan_reply,
     one_chunk,
-    returns_to_wire,
+    returns_reply,
 )
 
 __all__ = ["MIN_LEND", "Lease", "Lender", "LendingCrawl"]
@@ -131,18 +133,18 @@ class Lender:
         self.leases_made = 0
         self.reports_served = 0  # GIVE_BACKs served (each reports on one or more leases)
 
-    async def serve_lend(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        want, have, hosts = check_lend_request(args)
+    async def serve_lend(self, sender: PeerRef, args: LendArgs) -> LendReply:
+        want, have, hosts = args.want, args.have, args.hosts
         # Our own queue only: borrowed tasks are not ours to lend on.
         backlog = max(0, self._queued() - len(self.lent) - len(self.crawl.in_flight))
         if not self._may_lend_to(sender):
-            return loan_to_wire(0, None, backlog)
+            return loan_reply(0, None, backlog)
         least = MIN_LEND_IDLE if have == 0 else MIN_LEND
         hq = self._host_to_lend(backlog, have, least, busy=False)
         if hq is None:
             busy = self._host_to_lend(backlog, have, least, busy=True)
             if busy is None or not await self._wait_for_request(busy, sender, least):
-                return loan_to_wire(0, None, backlog)
+                return loan_reply(0, None, backlog)
             hq = busy
         self.lends_answered += 1
         # What one answer may move in all: the rule for one host (``_host_to_lend``) for
@@ -171,7 +173,7 @@ class Lender:
             want -= len(extra.tasks)
             room -= len(extra.tasks)
             budget -= len(extra_payload) + _robots_size(extra_robots)
-        return loan_to_wire(lease.lease, payload, backlog, robots, more)
+        return loan_reply(lease.lease, payload, backlog, robots, more)
 
     def _lease(
         self, hq: HostQueue, borrower: PeerRef, want: int
@@ -292,8 +294,8 @@ class Lender:
                 frontier.unreserve(hq)
         return ready
 
-    async def serve_return(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        reports = check_return_request(args)
+    async def serve_return(self, sender: PeerRef, args: GiveBackArgs) -> GiveBackReply:
+        reports = args.reports()
         settled: dict[int, tuple[Lease, GiveBack]] = {}  # the leases we know, by lease id
         finished: list[Task] = []
         for report in reports:
@@ -320,7 +322,7 @@ class Lender:
             if (report.final or not lease.tasks) and lease.lease in self.leases:
                 self._end(lease, requeue=True)
         self.reports_served += 1
-        return returns_to_wire(
+        return returns_reply(
             [
                 (True, settled[r.lease][0].recalled) if r.lease in settled else (False, False)
                 for r in reports

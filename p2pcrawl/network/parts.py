@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from p2pcrawl.archive import WarcWriter
 from p2pcrawl.crawl import Engine, EventLog, Ledger
@@ -50,14 +50,25 @@ from p2pcrawl.network.scopesync import ScopeSync
 from p2pcrawl.network.seeding import Seeder
 from p2pcrawl.network.stall import StallResync
 from p2pcrawl.settings import CrawlSettings, PeerSettings
-from protocol import LEASE_S, LEND_RPC, LOAD_RPC, RETURN_RPC, CrawlNode, PeerRef, Rate, serve_load
+from protocol import (
+    GIVE_BACK,
+    LEASE_S,
+    LEND,
+    LOAD,
+    QUIET,
+    CrawlNode,
+    NoArgs,
+    PeerRef,
+    QuietReply,
+    Rate,
+    serve_load,
+)
 from storage import BackupStore
 
-__all__ = ["QUIET_RPC", "Parts", "State", "assemble"]
+__all__ = ["Parts", "State", "assemble"]
 
 State = Literal["joining", "active", "finished", "leaving", "stopped"]
 
-QUIET_RPC = "quiet"
 # A UDP datagram's framing on Ethernet: 14 + IP 20 + UDP 8.
 UDP_FRAMING = 42
 
@@ -303,8 +314,8 @@ def assemble(
         return now in ("joining", "active") or (now == "leaving" and leave.taking)
 
     async def ask_quiet(peer: PeerRef) -> QuietAnswer:
-        reply = await node.request(peer, QUIET_RPC, [])
-        return reply.get("quiet") is True, int(reply.get("done") or 0)
+        reply = await node.quiet(peer)
+        return reply.quiet, reply.done
 
     quiescence = Quiescence(
         engine,
@@ -353,14 +364,13 @@ def assemble(
     inbox.open(handler, roster)
     node.on_stall = stall.on_stall
 
-    async def serve_quiet(sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        quiet, done = quiescence.answer(sender.id)
-        return {"quiet": quiet, "done": done}
+    async def serve_quiet(sender: PeerRef, args: NoArgs) -> QuietReply:
+        return QuietReply(*quiescence.answer(sender.id))
 
-    node.serve(QUIET_RPC, serve_quiet)
-    node.serve(LOAD_RPC, serve_load(load_info.report))
-    node.serve(LEND_RPC, lender.serve_lend)
-    node.serve(RETURN_RPC, lender.serve_return)
+    node.serve(QUIET, serve_quiet)
+    node.serve(LOAD, serve_load(load_info.report))
+    node.serve(LEND, lender.serve_lend)
+    node.serve(GIVE_BACK, lender.serve_return)
     return Parts(
         ledger=ledger,
         backups=backups,

@@ -16,14 +16,16 @@ from protocol import (
 )
 from protocol.balance import ID_BITS, IdSpace, bit_loads, common_prefix, key_space_share
 from protocol.loadreport import (
+    LOAD,
     LOAD_RPC,
     MAX_PEERS,
     PROFILE_BYTES,
     LoadReport,
-    report_from_wire,
-    report_to_wire,
+    load_reply,
+    report_of,
     serve_load,
 )
+from protocol.procedures import parse_reply, reply_to_wire
 from protocol.survey import survey
 from tests.protocol.conftest import FAST, NodeFactory, eventually
 from tests.protocol.test_node import free_port
@@ -37,7 +39,7 @@ def serving(node: CrawlNode, report: LoadReport) -> None:
     async def answer() -> LoadReport:
         return report
 
-    node.serve(LOAD_RPC, serve_load(answer))
+    node.serve(LOAD, serve_load(answer))
 
 
 def nearest(node: CrawlNode) -> tuple[PeerRef, ...]:
@@ -51,6 +53,14 @@ async def mesh(make_node: NodeFactory, ids: list[bytes], secret: str = "") -> li
         await node.join([nodes[0].me.addr])
     await eventually(lambda: all(len(n.peers()) == len(nodes) - 1 for n in nodes))
     return nodes
+
+
+def report_to_wire(report: LoadReport) -> dict[str, object]:
+    return reply_to_wire(load_reply(report))
+
+
+def report_from_wire(raw: object) -> LoadReport:
+    return report_of(parse_reply(LOAD, raw))
 
 
 def test_a_report_round_trips_within_the_fraction_step() -> None:
@@ -68,7 +78,7 @@ def test_a_report_round_trips_within_the_fraction_step() -> None:
 @pytest.mark.parametrize(
     ("reply", "field"),
     [
-        ([1], "map"),
+        ([1], "object"),
         ({}, "load"),
         ({"load": -1}, "load"),
         ({"load": 2**60}, "load"),
@@ -111,8 +121,8 @@ async def test_a_stranger_gets_the_full_report_only_when_it_pads(
 async def test_a_bad_pad_is_refused(make_node: NodeFactory) -> None:
     a, b = await make_node(), await make_node()
     serving(a, LoadReport(0))
-    with pytest.raises(RemoteError, match="pad"):
-        await b.rpc.request(a.me, LOAD_RPC, ["not bytes"])
+    ok, reply = await b.rpc.endpoint.call(a.me.addr, LOAD_RPC, [b.id, "not bytes"])
+    assert ok and "pad" in reply["error"]
 
 
 @pytest.mark.parametrize("secret", ["", "network key"])
