@@ -21,6 +21,8 @@ from p2pcrawl.network.join import ADMISSION_RETRY_S, Join, Welcome
 from p2pcrawl.network.leave import HandoffReport, Leave
 from p2pcrawl.network.quiescence import Quiescence
 from p2pcrawl.network.rebalance import Rebalance
+from p2pcrawl.network.roster import Roster
+from p2pcrawl.network.stall import StallResync
 from protocol import (
     KeyBatch,
     PeerRef,
@@ -543,3 +545,73 @@ async def test_a_peer_holding_an_orphaned_backup_is_not_quiet() -> None:
     for _ in range(3):
         await q.tick()
     assert q.orphaned == 3 and not q.quiet() and not q.finished.is_set()
+
+
+# -- a stall, and the roster --------------------------------------------------------------
+
+
+class Pauses:
+    def __init__(self) -> None:
+        self.held: set[str] = set()
+        self.log: list[str] = []
+
+    def pause(self, reason: str) -> None:
+        self.held.add(reason)
+        self.log.append(f"pause {reason}")
+
+    def resume(self, reason: str) -> None:
+        self.held.discard(reason)
+        self.log.append(f"resume {reason}")
+
+    def wake(self) -> None:
+        self.log.append("wake")
+
+
+async def test_after_a_stall_nothing_is_fetched_until_the_neighbours_handed_back_ours() -> None:
+    a, b = id_next_to(key_for("a.test")), id_next_to(key_for("b.test"))
+    net = Net(ME, [a, b])
+    pauses = Pauses()
+    refreshed = asyncio.Event()
+    done_refreshing = asyncio.Event()
+    spawned: list[asyncio.Task[None]] = []
+
+    async def ping(to: PeerRef) -> None:
+        net.calls.append(("ping", to, None))
+
+    async def refresh() -> None:
+        refreshed.set()
+        await done_refreshing.wait()
+
+    stall = StallResync(
+        pauses,
+        EventLog(),
+        peers=net.peers,
+        ping=ping,
+        refresh=refresh,
+        park_loans=lambda: pauses.log.append("loans parked"),
+        rebalance_soon=lambda: pauses.log.append("rebalance"),
+        active=lambda: True,
+        spawn=lambda coro, name: spawned.append(asyncio.create_task(coro)),
+    )
+    stall.on_stall(12.0)
+    stall.on_stall(13.0)  # the same stall seen twice: one re-sync
+    await refreshed.wait()
+    assert pauses.held == {"stall"} and stall.resyncing and len(spawned) == 1
+    assert sorted(p.id for p, _ in net.sent("ping")) == sorted([a, b])
+    done_refreshing.set()
+    await spawned[0]
+    assert pauses.log == ["pause stall", "loans parked", "resume stall", "wake", "rebalance"]
+    assert not stall.resyncing and stall.resyncs == 1
+
+
+def test_the_roster_tells_of_a_departure_before_the_change_it_makes() -> None:
+    net = Net(ME, [OWNER])
+    events = EventLog()
+    roster = Roster(net, events)
+    heard: list[str] = []
+    roster.on_departure(lambda peer_id, why: heard.append(f"gone {why}"))
+    roster.on_change(lambda: heard.append("changed"))
+    roster.departed(net.members[OWNER], "goodbye")
+    roster.arrived(net.members[OWNER])
+    assert heard == ["gone goodbye", "changed", "changed"]
+    assert [e["kind"] for e in events.events] == ["peer_left", "peer_added"]
