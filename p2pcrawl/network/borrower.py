@@ -230,18 +230,20 @@ class Borrower:
     async def _take(self, loan: Loan, lender: PeerRef, behind: bool) -> None:
         """Queue a loan's tasks under their host, or give it straight back if it came too
         late (we stopped, the lender left) or holds nothing usable."""
-        assert loan.batch is not None
-        tasks = self._decode([loan.batch]).get(loan.batch.key, [])
+        batch = loan.batch
+        if batch is None:
+            return  # nothing lent
+        tasks = self._decode([batch]).get(batch.key, [])
         if not tasks or not self._active() or not self.members.is_member(lender.id):
             # Straight back, so the owner need not wait for the lease to lapse.
-            await self.reports.report(Borrowed(loan.lease, lender, "", loan.batch.key, set()))
+            await self.reports.report(Borrowed(loan.lease, lender, "", batch.key, set()))
             return
         crawl = self.crawl
         host = urls.host_of(tasks[0].url)
         crawl.adopt_hosts([urls.hostname_of(tasks[0].url)])  # links within it are in scope
         if loan.robots is not None:
             self._adopt_robots(loan.robots, tasks[0].url)
-        held = Borrowed(loan.lease, lender, host, loan.batch.key, {t.fp for t in tasks})
+        held = Borrowed(loan.lease, lender, host, batch.key, {t.fp for t in tasks})
         self.loans[loan.lease] = held
         for t in tasks:
             t.lease = loan.lease

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from p2pcrawl.aio import Coalescer
+from p2pcrawl.aio import Coalescer, Memo, backoff_delay
 from p2pcrawl.crawl import Task
 from p2pcrawl.network.known import KnownAtOwners
 from p2pcrawl.network.ports import StoreTask, to_batches
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 # dead owner is evicted every lookup names it again, and crawling its hosts here meanwhile
 # would fetch pages that its successor fetches too.
 GIVE_UP_AFTER_S = 120.0
+RETRY_DELAY_S = 0.1  # the first re-route waits this, each next one twice the last
 MAX_RETRY_DELAY_S = 2.0
 # An owner whose last STALE_AFTER batches from us were all links it had already is sent to
 # less often while this peer has a backlog: the spacing doubles per such batch up to
@@ -92,7 +93,7 @@ class Dispatcher:
         # Whether links may wait longer than ``flush_s`` now (this peer has a backlog).
         self._patient = patient
         # Per owner: how many batches in a row it already had every link of.
-        self._stale: dict[PeerRef, int] = {}
+        self._stale: Memo[PeerRef, int] = Memo(MAX_STALE_OWNERS)
         # Links each owner told us it holds (its STORE_TASK answers): not sent again.
         self.known = KnownAtOwners()
         # One outbox per owner: a link for an owner not written to for ``flush_s`` leaves at
@@ -191,9 +192,7 @@ class Dispatcher:
 
     def _heard(self, owner: PeerRef, result: StoreResult | None) -> None:
         if result is not None and result.new == 0 and not result.refused_keys:
-            if len(self._stale) >= MAX_STALE_OWNERS and owner not in self._stale:
-                self._stale.clear()
-            self._stale[owner] = min(self._stale.get(owner, 0) + 1, 64)
+            self._stale.remember(owner, min(self._stale.get(owner, 0) + 1, 64))
         else:
             self._stale.pop(owner, None)
 
@@ -250,7 +249,7 @@ class Dispatcher:
             self.fallback_local += len(tasks)
             await self.intake(tasks)
         else:
-            await asyncio.sleep(min(0.1 * (2 ** min(attempt, 8)), MAX_RETRY_DELAY_S))
+            await asyncio.sleep(backoff_delay(attempt + 1, RETRY_DELAY_S, MAX_RETRY_DELAY_S))
             await self.route(tasks, attempt=attempt + 1, first_try=first_try)
 
     async def flush(self) -> None:

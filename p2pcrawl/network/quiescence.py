@@ -33,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
+from p2pcrawl.aio import every
 from p2pcrawl.crawl import CrawlStats, EventLog, Task
 from protocol import PeerRef, PeerTimeout, RemoteError
 
@@ -149,12 +150,7 @@ class Quiescence:
 
     async def run(self) -> None:
         """Owned by the peer: re-evaluate every ``TICK_S`` seconds."""
-        while True:
-            await asyncio.sleep(TICK_S)
-            try:
-                await self.tick()
-            except Exception:
-                log.exception("quiescence check failed")
+        await every(TICK_S, self.tick)
 
     async def tick(self) -> None:
         await self._count_orphans()
