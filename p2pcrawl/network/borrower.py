@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from p2pcrawl.crawl import Frontier, RobotsCache, Task, policy_from_lent, urls
+from p2pcrawl.crawl import Task, policy_from_lent, urls
 from p2pcrawl.network.lender import MIN_LEND
 from p2pcrawl.network.loanbook import Borrowed, LoanBook
+from p2pcrawl.network.ports import FrontierView
 from p2pcrawl.network.reporting import Reports
-from p2pcrawl.settings import CrawlSettings
 from protocol import (
     MAX_LOANS,
     MAX_WANT,
@@ -53,26 +53,11 @@ class Members(Protocol):
     def is_member(self, peer_id: bytes) -> bool: ...
 
 
-class BorrowingCrawl(Protocol):
+class BorrowingCrawl(FrontierView, Protocol):
     """What the borrower asks of its own crawler (``crawl.Engine``)."""
 
     @property
-    def settings(self) -> CrawlSettings: ...
-
-    @property
-    def frontier(self) -> Frontier: ...
-
-    @property
-    def in_flight(self) -> Mapping[int, Task]: ...
-
-    @property
-    def robots(self) -> RobotsCache: ...
-
-    @property
     def tasks_queued(self) -> int: ...
-
-    @property
-    def paused(self) -> bool: ...
 
     @property
     def exhausted(self) -> bool: ...

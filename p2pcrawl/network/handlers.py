@@ -22,11 +22,10 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from p2pcrawl.crawl import Scope, Task, urls
+from p2pcrawl.crawl import Task, urls
 from p2pcrawl.network.intake import AcceptTasks
 from p2pcrawl.network.known import Advertised
-from p2pcrawl.network.ports import Ownership
-from p2pcrawl.settings import CrawlSettings
+from p2pcrawl.network.ports import Ownership, ScopeView
 from protocol import Busy, KeyBatch, PeerRef, Rate, RefreshAnswer, SourceLimits, StoreResult
 
 __all__ = ["HandlerCrawl", "Holding", "PeerHandler", "ScopeRefresh"]
@@ -34,17 +33,8 @@ __all__ = ["HandlerCrawl", "Holding", "PeerHandler", "ScopeRefresh"]
 SCOPE_REFRESH_GAP_S = 1.0  # at most one DHT scope lookup per second caused by strangers' tasks
 
 
-class HandlerCrawl(Protocol):
+class HandlerCrawl(ScopeView, Protocol):
     """What the checks ask of our crawler (``crawl.Engine``): our own scope and limits."""
-
-    @property
-    def settings(self) -> CrawlSettings: ...
-
-    @property
-    def scope(self) -> Scope: ...
-
-    @property
-    def scope_from_seeds(self) -> bool: ...
 
     def key_of(self, url: str) -> bytes: ...
 

@@ -13,13 +13,13 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from p2pcrawl.crawl import Frontier, HostQueue, RobotsCache, Task, urls
+from p2pcrawl.crawl import HostQueue, Task, urls
 from p2pcrawl.network.loanbook import LoanBook
-from p2pcrawl.settings import CrawlSettings
+from p2pcrawl.network.ports import FrontierView
 from protocol import (
     LEASE_S,
     LEND_REPLY_BUDGET,
@@ -66,23 +66,8 @@ def _robots_size(robots: LentRobots | None) -> int:
     return 0 if robots is None or robots.body is None else len(robots.body)
 
 
-class LendingCrawl(Protocol):
+class LendingCrawl(FrontierView, Protocol):
     """What the lender asks of its own crawler (``crawl.Engine``)."""
-
-    @property
-    def settings(self) -> CrawlSettings: ...
-
-    @property
-    def frontier(self) -> Frontier: ...
-
-    @property
-    def in_flight(self) -> Mapping[int, Task]: ...
-
-    @property
-    def robots(self) -> RobotsCache: ...
-
-    @property
-    def paused(self) -> bool: ...
 
     def excludes(self, key: bytes) -> bool: ...
 

@@ -8,13 +8,22 @@ the one place that wires them. Unit tests hand a collaborator small fakes of the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol
 
-from p2pcrawl.crawl import Task
+from p2pcrawl.crawl import Frontier, RobotsCache, Scope, Task
+from p2pcrawl.settings import CrawlSettings
 from protocol import KeyBatch, PeerRef, StoreResult, TaskItem
 
-__all__ = ["Ownership", "Spawn", "StoreTask", "owner_id", "to_batches"]
+__all__ = [
+    "FrontierView",
+    "Ownership",
+    "ScopeView",
+    "Spawn",
+    "StoreTask",
+    "owner_id",
+    "to_batches",
+]
 
 # STORE_TASK to a peer (``CrawlNode.store_task``).
 StoreTask = Callable[[PeerRef, Sequence[KeyBatch]], Awaitable[StoreResult]]
@@ -31,6 +40,38 @@ class Ownership(Protocol):
     def closest_local(
         self, key: bytes, n: int, *, with_self: bool | None = None
     ) -> list[PeerRef]: ...
+
+
+class FrontierView(Protocol):
+    """Our crawler's frontier and what it fetches now (``crawl.Engine``): lending's view."""
+
+    @property
+    def settings(self) -> CrawlSettings: ...
+
+    @property
+    def frontier(self) -> Frontier: ...
+
+    @property
+    def in_flight(self) -> Mapping[int, Task]: ...
+
+    @property
+    def robots(self) -> RobotsCache: ...
+
+    @property
+    def paused(self) -> bool: ...
+
+
+class ScopeView(Protocol):
+    """Our crawler's own scope and limits (``crawl.Engine``)."""
+
+    @property
+    def settings(self) -> CrawlSettings: ...
+
+    @property
+    def scope(self) -> Scope: ...
+
+    @property
+    def scope_from_seeds(self) -> bool: ...
 
 
 def owner_id(ownership: Ownership, key: bytes) -> bytes | None:

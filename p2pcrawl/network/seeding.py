@@ -12,10 +12,9 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
-from p2pcrawl.crawl import Ledger, LinkFilter, Scope, SeedVerdict, SeenCache, Task, check_seed, urls
+from p2pcrawl.crawl import Ledger, LinkFilter, SeedVerdict, SeenCache, Task, check_seed, urls
 from p2pcrawl.network.intake import AcceptTasks
-from p2pcrawl.network.ports import StoreTask, to_batches
-from p2pcrawl.settings import CrawlSettings
+from p2pcrawl.network.ports import ScopeView, StoreTask, to_batches
 from protocol import PeerRef, PeerTimeout, RemoteError
 
 __all__ = ["Forward", "Seeder", "log_verdicts"]
@@ -31,17 +30,8 @@ SEEDS_AT_ONCE = 16
 Forward = Callable[[bytes, str], Awaitable[dict[str, Any] | None]]
 
 
-class SeedCrawl(Protocol):
+class SeedCrawl(ScopeView, Protocol):
     """What seeding asks of our crawler (``crawl.Engine``)."""
-
-    @property
-    def settings(self) -> CrawlSettings: ...
-
-    @property
-    def scope(self) -> Scope: ...
-
-    @property
-    def scope_from_seeds(self) -> bool: ...
 
     @property
     def links(self) -> LinkFilter: ...

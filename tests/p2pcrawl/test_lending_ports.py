@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import pytest
 from p2pcrawl.crawl import Engine, Ledger, Task, urls
 from p2pcrawl.network.borrower import Borrower
 from p2pcrawl.network.lender import Lender
-from p2pcrawl.network.loanbook import LoanBook
+from p2pcrawl.network.loanbook import Borrowed, LoanBook
 from p2pcrawl.network.reporting import Reports
 from p2pcrawl.settings import CrawlSettings, ScopeSettings
 from protocol import GiveBack, GiveBackArgs, KeyBatch, LendArgs, Loan, PeerRef, PeerTimeout, key_for
@@ -117,11 +117,22 @@ class Side:
         await self.ledger.aclose()
 
 
-async def pair(tmp_path: Path) -> tuple[Side, Side]:
+@pytest.fixture
+async def loan(tmp_path: Path) -> AsyncIterator[tuple[Side, Side, Borrowed]]:
+    """An owner with two hosts queued, and a borrower that asked it for a loan."""
     owner = Side(await Ledger.open(tmp_path / "owner"), OWNER, BORROWER)
-    borrower = Side(await Ledger.open(tmp_path / "borrower"), BORROWER, OWNER)
-    borrower.lend_from = owner.lender
-    return owner, borrower
+    other = Side(await Ledger.open(tmp_path / "borrower"), BORROWER, OWNER)
+    other.lend_from = owner.lender
+    try:
+        await owner.queue(SMALL, 10)
+        await owner.queue(BIG, 20)
+        assert other.borrower.hungry()
+        await other.borrower.borrow()
+        (held,) = other.book.loans.values()
+        yield owner, other, held
+    finally:
+        await other.aclose()
+        await owner.aclose()
 
 
 def report_now(side: Side) -> None:
@@ -134,94 +145,73 @@ def borrowed_here(side: Side) -> list[Task]:
     return [t for _, t in hq.tasks] if hq is not None else []
 
 
+def fetch(side: Side, held: Borrowed, pages: int) -> list[Task]:
+    """``pages`` of the loan taken by our fetchers (as ``Frontier.slot`` would)."""
+    fetched = borrowed_here(side)[:pages]
+    side.engine.frontier.take_tasks(held.host, lambda t: t in fetched)
+    return fetched
+
+
 async def test_a_loan_goes_to_a_member_and_its_pages_are_recorded_done_at_their_owner(
-    tmp_path: Path,
+    loan: tuple[Side, Side, Borrowed],
 ) -> None:
-    owner, other = await pair(tmp_path)
-    try:
-        await owner.queue(SMALL, 10)
-        await owner.queue(BIG, 20)
-        # A stranger is lent nothing, though the owner has a backlog to lend from.
-        refused = await owner.lender.serve_lend(peer(STRANGER), LendArgs(8, 0, 1))
-        assert refused.lease == 0 and refused.backlog == 30
-        assert other.borrower.hungry()
-        await other.borrower.borrow()
-        # The host that narrows the gap most without turning it round: the small one, as
-        # much of it as the borrower asked for (four fetchers' worth); the rest waits there.
-        (held,) = other.book.loans.values()
-        on_loan = borrowed_here(other)
-        assert held.key == key_for(SMALL) and len(on_loan) == 8
-        assert all(t.lease == held.lease for t in on_loan) and other.book.borrowed == 8
-        assert set(owner.book.lent) == {t.fp for t in on_loan}
-        assert owner.ledger.queued == 30  # still queued at its owner until reported
-        # Four pages fetched here: their tails wait for the owner's word.
-        fetched = on_loan[:4]
-        other.engine.frontier.take_tasks(held.host, lambda t: t in fetched)
-        word = other.book.settle_now(fetched, finished=True)
-        assert word is not None and not word.done()
-        report_now(other)
-        await asyncio.wait_for(word, 5)
-        assert await owner.ledger.is_done(fetched) == [True] * 4
-        assert owner.ledger.queued == 26 and len(owner.book.lent) == 4
-        # The rest goes back unfetched (the borrower is leaving): the owner crawls it.
-        other.reports.give_back_unstarted()
-        report_now(other)
-        await eventually(lambda: not owner.lender.leases and not other.book.loans)
-        assert not owner.book.lent and other.book.borrowed == 0
-        back = owner.engine.frontier.hosts[held.host]
-        assert len(back) == 6 and not back.polite.busy  # fetched by the owner again
-    finally:
-        await other.aclose()
-        await owner.aclose()
+    owner, other, held = loan
+    # The host that narrows the gap most without turning it round: the small one, as much
+    # of it as the borrower asked for (four fetchers' worth); the rest waits at its owner.
+    on_loan = borrowed_here(other)
+    assert held.key == key_for(SMALL) and len(on_loan) == 8
+    assert all(t.lease == held.lease for t in on_loan) and other.book.borrowed == 8
+    assert set(owner.book.lent) == {t.fp for t in on_loan}
+    assert owner.ledger.queued == 30  # still queued at its owner until reported
+    # A stranger is lent nothing, though the owner has a backlog to lend from.
+    refused = await owner.lender.serve_lend(peer(STRANGER), LendArgs(8, 0, 1))
+    assert refused.lease == 0 and refused.backlog == 22
+    # Four pages fetched here: their tails wait for the owner's word.
+    fetched = fetch(other, held, 4)
+    word = other.book.settle_now(fetched, finished=True)
+    assert word is not None and not word.done()
+    report_now(other)
+    await asyncio.wait_for(word, 5)
+    assert await owner.ledger.is_done(fetched) == [True] * 4
+    assert owner.ledger.queued == 26 and len(owner.book.lent) == 4
+    # The rest goes back unfetched (the borrower is leaving): the owner crawls it.
+    other.reports.give_back_unstarted()
+    report_now(other)
+    await eventually(lambda: not owner.lender.leases and not other.book.loans)
+    assert not owner.book.lent and other.book.borrowed == 0
+    back = owner.engine.frontier.hosts[held.host]
+    assert len(back) == 6 and not back.polite.busy  # fetched by the owner again
 
 
 async def test_a_revoked_loan_sends_the_pages_finished_on_it_to_the_keys_new_owner(
-    tmp_path: Path,
+    loan: tuple[Side, Side, Borrowed],
 ) -> None:
-    owner, other = await pair(tmp_path)
-    try:
-        await owner.queue(SMALL, 10)
-        await owner.queue(BIG, 20)
-        await other.borrower.borrow()
-        (held,) = other.book.loans.values()
-        fetched = borrowed_here(other)[:2]
-        other.engine.frontier.take_tasks(held.host, lambda t: t in fetched)
-        owner.lender.revoke_keys({held.key})  # the key moved to a joiner
-        word = other.book.settle_now(fetched, finished=True)
-        report_now(other)
-        assert word is not None
-        await asyncio.wait_for(word, 5)
-        await eventually(lambda: bool(other.forwarded))
-        assert other.forwarded == [(held.key, [t.fp for t in fetched])]
-        assert not other.book.loans and borrowed_here(other) == []  # the rest is dropped
-    finally:
-        await other.aclose()
-        await owner.aclose()
+    owner, other, held = loan
+    fetched = fetch(other, held, 2)
+    owner.lender.revoke_keys({held.key})  # the key moved to a joiner
+    word = other.book.settle_now(fetched, finished=True)
+    report_now(other)
+    assert word is not None
+    await asyncio.wait_for(word, 5)
+    await eventually(lambda: bool(other.forwarded))
+    assert other.forwarded == [(held.key, [t.fp for t in fetched])]
+    assert not other.book.loans and borrowed_here(other) == []  # the rest is dropped
 
 
 async def test_a_borrower_whose_lender_is_silent_parks_the_loan_and_tells_its_replicas(
-    tmp_path: Path,
+    loan: tuple[Side, Side, Borrowed],
 ) -> None:
-    owner, other = await pair(tmp_path)
-    try:
-        await owner.queue(SMALL, 10)
-        await owner.queue(BIG, 20)
-        await other.borrower.borrow()
-        (held,) = other.book.loans.values()
-        fetched = borrowed_here(other)[:3]
-        other.engine.frontier.take_tasks(held.host, lambda t: t in fetched)
-        other.fail_reports = True
-        other.book.settle_now(fetched, finished=True)
-        report_now(other)
-        await eventually(lambda: bool(other.told))
-        # Nothing more of it is fetched while the lender may be dead, and its replicas know
-        # which pages were finished here before its successor could crawl them again.
-        assert borrowed_here(other) == [] and len(held.parked) == 5
-        assert other.told == [(OWNER, held.key, [t.fp for t in fetched])]
-        # It answers again: the parked pages are fetched after all.
-        other.fail_reports = False
-        report_now(other)
-        await eventually(lambda: len(borrowed_here(other)) == 5)
-    finally:
-        await other.aclose()
-        await owner.aclose()
+    _, other, held = loan
+    fetched = fetch(other, held, 3)
+    other.fail_reports = True
+    other.book.settle_now(fetched, finished=True)
+    report_now(other)
+    await eventually(lambda: bool(other.told))
+    # Nothing more of it is fetched while the lender may be dead, and its replicas know
+    # which pages were finished here before its successor could crawl them again.
+    assert borrowed_here(other) == [] and len(held.parked) == 5
+    assert other.told == [(OWNER, held.key, [t.fp for t in fetched])]
+    # It answers again: the parked pages are fetched after all.
+    other.fail_reports = False
+    report_now(other)
+    await eventually(lambda: len(borrowed_here(other)) == 5)

@@ -9,7 +9,7 @@ the stores hold afterwards.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,17 @@ from tests.conftest import id_next_to, id_outranked_by
 from tests.p2pcrawl.netfakes import FakeCrawl, Net, no_patience, open_stores, peer, tasks_of
 
 pytestmark = pytest.mark.timeout(30)
+
+Stores = tuple[Ledger, BackupStore]
+
+
+@pytest.fixture
+async def stores(tmp_path: Path) -> AsyncIterator[Stores]:
+    ledger, backups = await open_stores(tmp_path)
+    yield ledger, backups
+    await ledger.aclose()
+    await backups.aclose()
+
 
 HOST = "moving.test"
 KEY = key_for(HOST)
@@ -71,62 +82,54 @@ async def queue_with_history(ledger: Ledger, pages: int = 5, done: int = 3) -> l
 
 
 async def test_a_handoff_answered_busy_is_retried_and_its_keys_stay_parked(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
-    ledger, backups = await open_stores(tmp_path)
-    try:
-        tasks = await queue_with_history(ledger)
-        net, crawl = Net(ME, [OWNER]), FakeCrawl()
-        refusals: list[tuple[int, bool]] = []
+    ledger = stores[0]
+    tasks = await queue_with_history(ledger)
+    net, crawl = Net(ME, [OWNER]), FakeCrawl()
+    refusals: list[tuple[int, bool]] = []
 
-        async def busy_twice(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
-            if len(refusals) < 2:
-                # Each try carries the whole queue (put back after the last one failed),
-                # and meanwhile the key is not ours to crawl.
-                refusals.append((sum(len(b.tasks) for b in batches), KEY in crawl.excluded))
-                raise RemoteError(to, "store_task", "busy")
-            return StoreResult(sum(len(b.tasks) for b in batches), 0, [])
+    async def busy_twice(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
+        if len(refusals) < 2:
+            # Each try carries the whole queue (put back after the last one failed),
+            # and meanwhile the key is not ours to crawl.
+            refusals.append((sum(len(b.tasks) for b in batches), KEY in crawl.excluded))
+            raise RemoteError(to, "store_task", "busy")
+        return StoreResult(sum(len(b.tasks) for b in batches), 0, [])
 
-        net.store_task_answer = busy_twice
-        handoff = handoff_for(net, ledger, crawl)
-        sent = await handoff.hand_over(net.members[OWNER], [KEY])
-        assert sent == len(tasks)
-        assert refusals == [(len(tasks), True), (len(tasks), True)]
-        assert KEY not in crawl.ever_included  # never crawled here meanwhile
-        to, batches = net.sent("store_task")[-1]
-        assert to.id == OWNER and isinstance(batches, list)
-        (batch,) = batches
-        assert {t.url for t in batch.tasks} == {t.url for t in tasks}
-        assert len(batch.done) == 3  # the history went with the queue
-        assert [p.id for p, _ in net.sent("copy_for")] == [OWNER] * 3  # and to its replicas
-        assert ledger.queued == 0
-    finally:
-        await ledger.aclose()
-        await backups.aclose()
+    net.store_task_answer = busy_twice
+    handoff = handoff_for(net, ledger, crawl)
+    sent = await handoff.hand_over(net.members[OWNER], [KEY])
+    assert sent == len(tasks)
+    assert refusals == [(len(tasks), True), (len(tasks), True)]
+    assert KEY not in crawl.ever_included  # never crawled here meanwhile
+    to, batches = net.sent("store_task")[-1]
+    assert to.id == OWNER and isinstance(batches, list)
+    (batch,) = batches
+    assert {t.url for t in batch.tasks} == {t.url for t in tasks}
+    assert len(batch.done) == 3  # the history went with the queue
+    assert [p.id for p, _ in net.sent("copy_for")] == [OWNER] * 3  # and to its replicas
+    assert ledger.queued == 0
 
 
 async def test_a_handoff_to_a_peer_that_no_longer_owns_the_keys_gives_them_back(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
-    ledger, backups = await open_stores(tmp_path)
-    try:
-        tasks = await queue_with_history(ledger)
-        net, crawl = Net(ME, [OWNER]), FakeCrawl()
-        rebalances: list[int] = []
+    ledger = stores[0]
+    tasks = await queue_with_history(ledger)
+    net, crawl = Net(ME, [OWNER]), FakeCrawl()
+    rebalances: list[int] = []
 
-        async def gone(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
-            net.members.pop(OWNER, None)  # declared dead while we tried
-            raise PeerTimeout(to, to.addr, "store_task")
+    async def gone(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
+        net.members.pop(OWNER, None)  # declared dead while we tried
+        raise PeerTimeout(to, to.addr, "store_task")
 
-        net.store_task_answer = gone
-        handoff = handoff_for(net, ledger, crawl, rebalance_soon=lambda: rebalances.append(1))
-        assert await handoff.hand_over(peer(OWNER, 2), [KEY]) is None
-        assert len(net.sent("store_task")) == 1  # not offered again to a non-owner
-        assert KEY not in crawl.excluded and rebalances  # ours to crawl, or to pass on
-        assert ledger.queued == len(tasks)
-    finally:
-        await ledger.aclose()
-        await backups.aclose()
+    net.store_task_answer = gone
+    handoff = handoff_for(net, ledger, crawl, rebalance_soon=lambda: rebalances.append(1))
+    assert await handoff.hand_over(peer(OWNER, 2), [KEY]) is None
+    assert len(net.sent("store_task")) == 1  # not offered again to a non-owner
+    assert KEY not in crawl.excluded and rebalances  # ours to crawl, or to pass on
+    assert ledger.queued == len(tasks)
 
 
 # -- a join, both sides ---------------------------------------------------------------------
@@ -211,9 +214,9 @@ class Newcomers:
 
 
 async def test_a_neighbour_hands_a_joiner_its_keys_only_once_it_may_own_them(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
-    ledger, backups = await open_stores(tmp_path)
+    ledger = stores[0]
     spawned: list[Coroutine[Any, Any, None]] = []
     try:
         tasks = await queue_with_history(ledger)
@@ -251,52 +254,46 @@ async def test_a_neighbour_hands_a_joiner_its_keys_only_once_it_may_own_them(
     finally:
         for coro in spawned:
             coro.close()
-        await ledger.aclose()
-        await backups.aclose()
 
 
 # -- a takeover ------------------------------------------------------------------------------
 
 
 async def test_a_takeover_hands_done_history_before_rerouting_the_backups(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
     """The successor may not have declared the old owner dead yet (it refuses), and must
     not take the backups without the history: it would fetch finished pages again."""
-    ledger, backups = await open_stores(tmp_path)
+    ledger, backups = stores
     gone = OWNER
     successor = id_outranked_by(OWNER, KEY)
     me = id_outranked_by(successor, KEY)
-    try:
-        held = tasks_of(HOST, 5)
-        await backups.add(gone, [to_stored(t) for t in held])
-        await ledger.done.add([(t.key, t.fp) for t in held[:2]])  # told as a replica
-        net = Net(me, [successor])
-        order: list[str] = []
+    held = tasks_of(HOST, 5)
+    await backups.add(gone, [to_stored(t) for t in held])
+    await ledger.done.add([(t.key, t.fp) for t in held[:2]])  # told as a replica
+    net = Net(me, [successor])
+    order: list[str] = []
 
-        async def refuse_once(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
-            order.append("history")
-            refused = [KEY] if order.count("history") == 1 else []
-            return StoreResult(0, 0, refused)
+    async def refuse_once(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
+        order.append("history")
+        refused = [KEY] if order.count("history") == 1 else []
+        return StoreResult(0, 0, refused)
 
-        routed: list[Task] = []
+    routed: list[Task] = []
 
-        async def route(tasks: list[Task]) -> None:
-            order.append("route")
-            routed.extend(tasks)
+    async def route(tasks: list[Task]) -> None:
+        order.append("route")
+        routed.extend(tasks)
 
-        net.store_task_answer = refuse_once
-        rebalance = _rebalance(net, ledger, backups, route)
-        rebalance.owner_gone(gone, "unresponsive")
-        await rebalance.pass_once()
-        assert order == ["history", "history", "route"]
-        for _, batches in net.sent("store_task"):
-            assert all(not b.tasks and len(b.done) == 2 for b in batches)  # type: ignore[attr-defined]
-        assert sorted(t.url for t in routed) == sorted(t.url for t in held[2:])
-        assert await backups.count() == 0
-    finally:
-        await ledger.aclose()
-        await backups.aclose()
+    net.store_task_answer = refuse_once
+    rebalance = _rebalance(net, ledger, backups, route)
+    rebalance.owner_gone(gone, "unresponsive")
+    await rebalance.pass_once()
+    assert order == ["history", "history", "route"]
+    for _, batches in net.sent("store_task"):
+        assert all(not b.tasks and len(b.done) == 2 for b in batches)  # type: ignore[attr-defined]
+    assert sorted(t.url for t in routed) == sorted(t.url for t in held[2:])
+    assert await backups.count() == 0
 
 
 def _rebalance(net: Net, ledger: Ledger, backups: BackupStore, route: Any) -> Rebalance:
@@ -379,94 +376,82 @@ def _leave(
 
 
 async def test_a_leave_says_goodbye_then_hands_every_task_and_backup_to_its_owner(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
-    ledger, backups = await open_stores(tmp_path)
+    ledger, backups = stores
     other_host = "other.test"
     a, b = OWNER, id_next_to(key_for(other_host))
-    try:
-        await queue_with_history(ledger)
-        await ledger.accept(tasks_of(other_host, 3))
-        held = tasks_of("held.test", 4)
-        await backups.add(b"\x01" * 20, [to_stored(t) for t in held])
-        net = Net(ME, [a, b])
-        order: list[str] = []
+    await queue_with_history(ledger)
+    await ledger.accept(tasks_of(other_host, 3))
+    held = tasks_of("held.test", 4)
+    await backups.add(b"\x01" * 20, [to_stored(t) for t in held])
+    net = Net(ME, [a, b])
+    order: list[str] = []
 
-        async def taken(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
-            order.append("store_task")
-            return StoreResult(sum(len(x.tasks) for x in batches), 0, [])
+    async def taken(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
+        order.append("store_task")
+        return StoreResult(sum(len(x.tasks) for x in batches), 0, [])
 
-        net.store_task_answer = taken
-        leave = _leave(net, ledger, backups, order)
-        report = await leave.leave()
-        assert order[:5] == ["recall", "give back", "stop", "reported", "leases back"]
-        goodbyes = [p.id for p, _ in net.sent("goodbye")]
-        assert sorted(goodbyes) == sorted([a, b])
-        first_store = next(i for i, (n, _, _) in enumerate(net.calls) if n == "store_task")
-        assert all(n == "goodbye" for n, _, _ in net.calls[:2]) and first_store == 2
-        to_owner = {p.id: batches for p, batches in net.sent("store_task")}
-        assert {x.key for x in to_owner[a]} >= {KEY}  # type: ignore[attr-defined]
-        assert report.tasks == report.queue_at_leave == 8 and report.failed == 0
-        assert report.done == 3 and report.backups == 4
-        assert ledger.queued == 0 and await backups.count() == 0
-    finally:
-        await ledger.aclose()
-        await backups.aclose()
+    net.store_task_answer = taken
+    leave = _leave(net, ledger, backups, order)
+    report = await leave.leave()
+    assert order[:5] == ["recall", "give back", "stop", "reported", "leases back"]
+    goodbyes = [p.id for p, _ in net.sent("goodbye")]
+    assert sorted(goodbyes) == sorted([a, b])
+    first_store = next(i for i, (n, _, _) in enumerate(net.calls) if n == "store_task")
+    assert all(n == "goodbye" for n, _, _ in net.calls[:2]) and first_store == 2
+    to_owner = {p.id: batches for p, batches in net.sent("store_task")}
+    assert {x.key for x in to_owner[a]} >= {KEY}  # type: ignore[attr-defined]
+    assert report.tasks == report.queue_at_leave == 8 and report.failed == 0
+    assert report.done == 3 and report.backups == 4
+    assert ledger.queued == 0 and await backups.count() == 0
 
 
 async def test_a_leave_counts_the_store_tasks_taken_before_its_door_closed(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
     """A STORE_TASK taken while the door was open may still be storing its task when the
     leave counts its queue: the leave waits for it, and hands it off with the rest."""
-    ledger, backups = await open_stores(tmp_path)
-    try:
-        await queue_with_history(ledger)
-        late = tasks_of(HOST, range(50, 51))
+    ledger, backups = stores
+    await queue_with_history(ledger)
+    late = tasks_of(HOST, range(50, 51))
 
-        async def store_late() -> None:
-            await asyncio.sleep(0.1)
-            await ledger.accept(late)
+    async def store_late() -> None:
+        await asyncio.sleep(0.1)
+        await ledger.accept(late)
 
-        storing = asyncio.create_task(store_late())
+    storing = asyncio.create_task(store_late())
 
-        async def stored(timeout: float) -> None:
-            await asyncio.wait_for(asyncio.shield(storing), timeout)
+    async def stored(timeout: float) -> None:
+        await asyncio.wait_for(asyncio.shield(storing), timeout)
 
-        net = Net(ME, [OWNER])
-        leave = _leave(net, ledger, backups, [], stored=stored)
-        report = await leave.leave()
-        await storing
-        assert report.tasks == report.queue_at_leave == 6
-        assert ledger.queued == 0
-    finally:
-        await ledger.aclose()
-        await backups.aclose()
+    net = Net(ME, [OWNER])
+    leave = _leave(net, ledger, backups, [], stored=stored)
+    report = await leave.leave()
+    await storing
+    assert report.tasks == report.queue_at_leave == 6
+    assert ledger.queued == 0
 
 
 async def test_a_leave_counts_its_queue_after_a_handoff_under_way_put_tasks_back(
-    tmp_path: Path,
+    stores: Stores,
 ) -> None:
-    ledger, backups = await open_stores(tmp_path)
-    try:
-        await queue_with_history(ledger)
-        net = Net(ME, [OWNER])
-        leave = _leave(net, ledger, backups, [])
-        lock = leave.handoff.lock
-        await lock.acquire()  # a rebalance pass, its send failing: the tasks come back
+    ledger, backups = stores
+    await queue_with_history(ledger)
+    net = Net(ME, [OWNER])
+    leave = _leave(net, ledger, backups, [])
+    lock = leave.handoff.lock
+    await lock.acquire()  # a rebalance pass, its send failing: the tasks come back
 
-        async def put_back() -> None:
-            await asyncio.sleep(0.1)
-            await ledger.accept(tasks_of(HOST, range(60, 62)))
-            lock.release()
+    async def put_back() -> None:
+        await asyncio.sleep(0.1)
+        await ledger.accept(tasks_of(HOST, range(60, 62)))
+        lock.release()
 
-        back = asyncio.create_task(put_back())
-        report = await leave.leave()
-        await back
-        assert report.tasks == report.queue_at_leave == 7 and ledger.queued == 0
-    finally:
-        await ledger.aclose()
-        await backups.aclose()
+    back = asyncio.create_task(put_back())
+    report = await leave.leave()
+    await back
+    assert report.tasks == report.queue_at_leave == 7 and ledger.queued == 0
 
 
 # -- finished -------------------------------------------------------------------------------
@@ -482,6 +467,24 @@ class Idle:
         self.stats = CrawlStats()
 
 
+def quiescence(net: Net, ask: Any, *, held: dict[bytes, int], done: int) -> Quiescence:
+    async def owners() -> dict[bytes, int]:
+        return held
+
+    return Quiescence(
+        Idle(),
+        net,
+        EventLog(),
+        me=ME,
+        done_count=lambda: done,
+        in_transit=lambda: 0,
+        backup_owners=owners,
+        steady=lambda: True,
+        ask=ask,
+        settle=0.0,
+    )
+
+
 async def test_the_network_is_not_finished_while_a_peer_says_it_is_not_quiet() -> None:
     a, b = id_next_to(key_for("a.test")), id_next_to(key_for("b.test"))
     net = Net(ME, [a, b])
@@ -493,21 +496,7 @@ async def test_the_network_is_not_finished_while_a_peer_says_it_is_not_quiet() -
             raise answer
         return answer  # type: ignore[no-any-return]
 
-    async def owners() -> dict[bytes, int]:
-        return {}
-
-    q = Quiescence(
-        Idle(),
-        net,
-        EventLog(),
-        me=ME,
-        done_count=lambda: 0,
-        in_transit=lambda: 0,
-        backup_owners=owners,
-        steady=lambda: True,
-        ask=ask,
-        settle=0.0,
-    )
+    q = quiescence(net, ask, held={}, done=0)
     await q.tick()  # quiet from now on: nothing changed since
     await q.tick()
     assert q.quiet() and not q.finished.is_set()  # b is not quiet
@@ -524,24 +513,11 @@ async def test_the_network_is_not_finished_while_a_peer_says_it_is_not_quiet() -
 async def test_a_peer_holding_an_orphaned_backup_is_not_quiet() -> None:
     net = Net(ME, [])
 
-    async def orphaned() -> dict[bytes, int]:
-        return {OWNER: 3}  # backups of an owner not in our table: a takeover is due
-
     async def ask(to: PeerRef) -> tuple[bool, int]:
         raise AssertionError("nobody to ask")
 
-    q = Quiescence(
-        Idle(),
-        net,
-        EventLog(),
-        me=ME,
-        done_count=lambda: 5,
-        in_transit=lambda: 0,
-        backup_owners=orphaned,
-        steady=lambda: True,
-        ask=ask,
-        settle=0.0,
-    )
+    # Backups of an owner not in our table: a takeover is due.
+    q = quiescence(net, ask, held={OWNER: 3}, done=5)
     for _ in range(3):
         await q.tick()
     assert q.orphaned == 3 and not q.quiet() and not q.finished.is_set()
