@@ -22,29 +22,10 @@ DOC = ROOT / "docs" / "architecture.md"
 PRODUCT = ("p2pcrawl", "protocol", "storage")
 MAX_CIRCLE = 3
 
-# What the network half of issue 33 removes from p2pcrawl/network/ (its collaborators reached
-# each other through the Peer). Each entry must still be true: once it is not, delete it.
-KNOWN_BYPASSES: set[tuple[str, str]] = {
-    ("p2pcrawl.network.borrower", "p2pcrawl.crawl.robots"),
-    ("p2pcrawl.network.known", "p2pcrawl.crawl.seen"),
-    ("p2pcrawl.network.lender", "p2pcrawl.crawl.frontier"),
-}
-KNOWN_CIRCLES: list[set[str]] = [
-    {
-        f"p2pcrawl.network.{m}"
-        for m in (
-            "borrower",
-            "handlers",
-            "healing",
-            "lender",
-            "lending",
-            "membership",
-            "peer",
-            "quiescence",
-            "seeding",
-        )
-    }
-]
+# Faces bypassed and circles larger than MAX_CIRCLE that are known and tolerated for now.
+# Each entry must still be true: once it is not, delete it.
+KNOWN_BYPASSES: set[tuple[str, str]] = set()
+KNOWN_CIRCLES: list[set[str]] = []
 
 
 @dataclass(frozen=True, slots=True)

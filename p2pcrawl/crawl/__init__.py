@@ -9,7 +9,7 @@ URL's owner. docs/architecture.md follows one URL through these modules.
 from __future__ import annotations
 
 from p2pcrawl.crawl import urls
-from p2pcrawl.crawl.engine import TAILS_PER_FETCH, Engine, LocalRouter, Router
+from p2pcrawl.crawl.engine import TAILS_PER_FETCH, Engine
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult, ForbiddenAddress
 from p2pcrawl.crawl.frontier import Frontier, HostQueue, HostSlot, Task
 from p2pcrawl.crawl.ledger import Ledger, from_stored, to_stored
@@ -18,7 +18,8 @@ from p2pcrawl.crawl.parse import ParsedPage, extract_links
 from p2pcrawl.crawl.parsebound import Flattened, flatten_deep_nesting
 from p2pcrawl.crawl.parseproc import BoundedParse, ParseWorkers, needs_worker, parse_bounded
 from p2pcrawl.crawl.patterns import UrlPatterns
-from p2pcrawl.crawl.robots import RobotsCache, RobotsPolicy, policy_from_response
+from p2pcrawl.crawl.ports import NO_LOANS, FinishedHook, LoanPort, LocalRouter, Router
+from p2pcrawl.crawl.robots import RobotsCache, RobotsPolicy, policy_from_lent, policy_from_response
 from p2pcrawl.crawl.runner import CrawlSummary, crawl
 from p2pcrawl.crawl.scope import Scope, is_forbidden_address, normalise_domain
 from p2pcrawl.crawl.seeds import SeedVerdict, check_seed, scheme_hint
@@ -26,6 +27,7 @@ from p2pcrawl.crawl.seen import SeenCache
 from p2pcrawl.crawl.stats import CrawlStats, EventLog, Histogram
 
 __all__ = [
+    "NO_LOANS",
     "TAILS_PER_FETCH",
     "BoundedParse",
     "CrawlStats",
@@ -34,6 +36,7 @@ __all__ = [
     "EventLog",
     "FetchResult",
     "Fetcher",
+    "FinishedHook",
     "Flattened",
     "ForbiddenAddress",
     "Frontier",
@@ -42,6 +45,7 @@ __all__ = [
     "HostSlot",
     "Ledger",
     "LinkFilter",
+    "LoanPort",
     "LocalRouter",
     "ParseWorkers",
     "ParsedPage",
@@ -63,6 +67,7 @@ __all__ = [
     "needs_worker",
     "normalise_domain",
     "parse_bounded",
+    "policy_from_lent",
     "policy_from_response",
     "repeats_a_segment",
     "scheme_hint",

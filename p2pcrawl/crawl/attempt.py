@@ -24,7 +24,7 @@ __all__ = ["RETRYABLE_ERRORS", "Outcome", "attempt"]
 
 RETRYABLE_ERRORS = frozenset({"timeout", "connect", "protocol", "disconnect"})
 # A borrowed task held back (its loan is too far ahead of its lender's word) is tried again
-# after this long: about half a report interval (network/borrower.py).
+# after this long: about half a report interval (network/reporting.py).
 BORROWED_WAIT_S = 0.05
 
 
@@ -38,8 +38,7 @@ class Outcome(enum.Enum):
 
 async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, FetchResult | None]:
     ledger = engine.ledger
-    gate = engine.may_fetch_borrowed
-    if task.lease and gate is not None and not gate(task):
+    if task.lease and not engine.loans.may_fetch(task, engine.in_flight):
         slot.requeue(task)
         slot.after(0.0, BORROWED_WAIT_S)
         return Outcome.WAITING, None

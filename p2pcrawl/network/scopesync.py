@@ -11,12 +11,14 @@ loopback). An open network off loopback must give every peer ``--allow-domain``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
+import logging
+from collections.abc import Iterable
+from typing import Any, Protocol
 
-from p2pcrawl.crawl import Engine
-from protocol import CrawlNode, PeerTimeout, RemoteError, key_for
+from p2pcrawl.aio import every
+from protocol import PeerRef, PeerTimeout, RemoteError, key_for
 
 __all__ = ["MAX_SCOPE_HOSTS", "SCOPE_KEY", "ScopeSync", "parse_scope"]
 
@@ -26,10 +28,40 @@ SCOPE_REFRESH_S = 5.0
 MAX_SCOPE_HOSTS = 10_000
 
 
+class Values(Protocol):
+    """A local copy of a value (``storage``), and the DHT's value store (``CrawlNode``)."""
+
+    def __setitem__(self, key: bytes, value: Any) -> None: ...
+
+    def get(self, key: bytes, default: Any = None) -> Any: ...
+
+
+class Dht(Protocol):
+    """Kademlia's value store as the node serves it (``protocol.CrawlNode``)."""
+
+    @property
+    def storage(self) -> Values: ...
+
+    def peers(self) -> list[PeerRef]: ...
+
+    async def get(self, key: str | bytes) -> Any: ...
+
+    async def set(self, key: str | bytes, value: Any) -> bool: ...
+
+
+class ScopeCrawl(Protocol):
+    """Our crawler's scope (``crawl.Engine``)."""
+
+    @property
+    def scope_from_seeds(self) -> bool: ...
+
+    def adopt_hosts(self, hostnames: Iterable[str]) -> None: ...
+
+
 class ScopeSync:
-    def __init__(self, node: CrawlNode, engine: Engine, *, trusted: bool) -> None:
+    def __init__(self, node: Dht, crawl: ScopeCrawl, *, trusted: bool) -> None:
         self.node = node
-        self.engine = engine
+        self.crawl = crawl
         self.trusted = trusted
 
     async def publish(self, hosts: set[str]) -> None:
@@ -54,14 +86,13 @@ class ScopeSync:
         return parse_scope(raw)
 
     async def refresh(self) -> None:
-        if self.engine.scope_from_seeds and self.trusted:
-            self.engine.adopt_hosts(await self.fetch())
+        if self.crawl.scope_from_seeds and self.trusted:
+            self.crawl.adopt_hosts(await self.fetch())
 
     async def run(self) -> None:
-        while True:
-            with contextlib.suppress(Exception):
-                await self.refresh()
-            await asyncio.sleep(SCOPE_REFRESH_S)
+        """Owned by the peer: read the scope now and every ``SCOPE_REFRESH_S`` seconds (a
+        peer that stops answers only after a timeout: such failures are expected)."""
+        await every(SCOPE_REFRESH_S, self.refresh, first=0.0, failures=logging.DEBUG)
 
 
 def parse_scope(raw: object) -> list[str]:

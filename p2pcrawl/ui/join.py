@@ -163,9 +163,7 @@ async def run_join(opts: dict[str, Any]) -> int:
         progress.spawn(_progress_loop(peer, interval, sys.stderr.isatty()), "progress")
         running = asyncio.ensure_future(peer.run())
         finished = (
-            asyncio.ensure_future(peer.quiescence.finished.wait())
-            if opts.get("exit_when_finished")
-            else None
+            asyncio.ensure_future(peer.finished.wait()) if opts.get("exit_when_finished") else None
         )
         try:
             waits = [running] if finished is None else [running, finished]
@@ -191,7 +189,7 @@ async def run_join(opts: dict[str, Any]) -> int:
             log.info("the network is finished; exiting")
             # Nothing to hand off, but the others should not spend a suspicion timeout
             # finding out that we are gone (a peer still confirming the finish waits on it).
-            await peer.membership.say_goodbye()
+            await peer.say_goodbye()
             print(json.dumps({"finished": True, **done}), flush=True)
             return 0
         report = running.result()

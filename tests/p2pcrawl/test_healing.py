@@ -7,8 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from p2pcrawl.network import Peer, PeerConfig
-from p2pcrawl.network.healing import CONTACTS_FILE, read_contacts
+from p2pcrawl.network import CONTACTS_FILE, Peer, PeerConfig, read_contacts
 from p2pcrawl.settings import PeerSettings
 from protocol import CrawlNode
 from protocol.kbucket import Node
@@ -69,7 +68,7 @@ async def test_a_split_merges_within_the_bound(make_peer: Any) -> None:
     )
     # The merge is a's rejoin: the tables fill while its join still runs (the lookup of its
     # own ID), and the rejoin counts itself once the join returns.
-    await wait_for(lambda: a.healing.rejoins >= 1, 3 * HEAL.rpc_timeout + 1.0)
+    await wait_for(lambda: a.parts.healing.rejoins >= 1, 3 * HEAL.rpc_timeout + 1.0)
     print(f"merged in {took:.2f} s (bound {MERGE_BOUND_S:.2f} s)")
 
 
