@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from p2pcrawl.aio import TaskSet
 from p2pcrawl.testing.cluster import Cluster, PeerProc
 from p2pcrawl.testing.web import TestWeb, TestWebConfig
 
@@ -39,6 +40,13 @@ DUP_SHARE = 0.005  # duplicates allowed beyond what each killed peer had under w
 # default) and up to ``TAILS_PER_FETCH`` (2) page tails per fetch slot (docs/membership.md).
 IN_FLIGHT_PER_KILL = 32 * 3
 POLL_S = 0.25
+# A joiner whose neighbour died mid-join waits for it (today up to the handoff timeout, 30 s)
+# before its ready line: the cluster's usual 20 s would end the case instead of measuring it.
+STARTUP_S = 60.0
+# No page of the ground truth fetched for this long while some are missing: the crawl has
+# stalled (with the defaults a crash costs its detection time, a few seconds; the failures
+# this catches stood still for 30 s to minutes), and the run ends there.
+STALL_S = 30.0
 # A call sent just before its target was declared dead or said goodbye may still fail after
 # it (the RPC timeout, 2 s), and log lines carry whole seconds.
 FORGET_GRACE_S = 3.0
@@ -81,6 +89,8 @@ class Outcome:
     elapsed: float = 0.0  # seed to every peer finished (or to the give-up)
     finished: bool = False  # every live peer reported ``finished``
     premature: list[str] = field(default_factory=list)  # "finished" while pages were unfetched
+    stalled: bool = False  # ended early: nothing new fetched for STALL_S with pages missing
+    longest_stall: float = 0.0  # the longest wait between new pages before the last one
     detections: list[float] = field(default_factory=list)  # kill -> peer_lost, per survivor
     # Calls that still waited on a peer after it was declared dead or said goodbye, and
     # joins that gave up on a neighbour instead of taking its keys from the replicas.
@@ -98,7 +108,9 @@ class Outcome:
             out.append(f"{self.lost} of {self.pages} pages never fetched")
         if self.duplicates > self.dup_bound:
             out.append(f"{self.duplicates} duplicate fetches, over {self.dup_bound:.0f}")
-        if not self.finished:
+        if self.stalled:
+            out.append(f"stalled: no new page for {STALL_S:.0f} s with pages unfetched")
+        elif not self.finished:
             out.append("not every live peer reached finished")
         out += [f"finished too early: {p}" for p in self.premature]
         if self.lingering:
@@ -110,7 +122,8 @@ class Outcome:
         det = ", ".join(f"{d:.1f}" for d in sorted(self.detections)) or "-"
         return (
             f"{what}: {self.pages} pages, lost {self.lost}, duplicates {self.duplicates} "
-            f"(bound {self.dup_bound:.0f}), crawl {self.elapsed:.1f} s{ratio}, detection s "
+            f"(bound {self.dup_bound:.0f}), crawl {self.elapsed:.1f} s{ratio}, longest stall "
+            f"{self.longest_stall:.1f} s, detection s "
             f"[{det}], finished {self.finished}; events {' '.join(self.events)}"
         )
 
@@ -120,13 +133,19 @@ class Scenario:
 
     def __init__(self, cluster: Cluster, web: TestWeb) -> None:
         self.cluster = cluster
+        cluster.startup_timeout = max(cluster.startup_timeout, STARTUP_S)
         self.web = web
         self.truth = web.ground_truth()
         self.started = 0.0
         self.outcome = Outcome(pages=len(self.truth))
         self._kills: list[tuple[str, str, float]] = []  # (name, node id prefix, wall time)
         self._names = 0
+        self._progress = (0, 0.0)  # (ground-truth pages fetched, when that count was reached)
+        self._watch = TaskSet("scenario")
         web.request_counts.clear()
+
+    async def aclose(self) -> None:
+        await self._watch.aclose()
 
     # -- the network -------------------------------------------------------------------------
 
@@ -180,7 +199,24 @@ class Scenario:
 
     async def seed(self, peer: PeerProc) -> None:
         self.started = time.monotonic()
+        self._progress = (self.fetched(), self.started)
+        self._watch.spawn(self._watch_progress(), "progress")
         await self.cluster.api(peer, "/api/seed", "POST", {"urls": [self.web.hub_url]})
+
+    async def _watch_progress(self) -> None:
+        """Sample the server's count of pages fetched: the longest wait for a new one (while
+        some were missing) shows a stall however the crawl ended."""
+        while True:
+            await asyncio.sleep(0.1)
+            now, n = time.monotonic(), self.fetched()
+            count, since = self._progress
+            if n != count:
+                self.outcome.longest_stall = max(self.outcome.longest_stall, now - since)
+                self._progress = (n, now)
+
+    def idle_for(self) -> float:
+        """Seconds since a page of the ground truth was last fetched for the first time."""
+        return time.monotonic() - self._progress[1]
 
     # -- progress, from the server's side ------------------------------------------------------
 
@@ -237,23 +273,32 @@ class Scenario:
     # -- the end ---------------------------------------------------------------------------
 
     async def finish(self, timeout: float) -> Outcome:
-        """Wait until every live peer reports ``finished`` (or ``timeout``), watching that
-        none does while a page of the ground truth is unfetched; then count."""
+        """Wait until every live peer reports ``finished`` (at most ``timeout`` seconds from
+        the seed; less if the crawl stalls for ``STALL_S``), watching that none does while a
+        page of the ground truth is unfetched or a backup is orphaned; then count."""
         out = self.outcome
-        deadline = time.monotonic() + timeout
+        deadline = self.started + timeout
+        missing = len(self.truth) - self.fetched()
         while time.monotonic() < deadline:
             statuses = await self.cluster.statuses()
             missing = len(self.truth) - self.fetched()
             done = [s for s in statuses if s.get("state") == "finished"]
-            if done and missing:
+            orphans = sum(int(s.get("backups_orphaned", 0)) for s in statuses)
+            if done and (missing or orphans):
                 who = ",".join(str(s.get("node_id", "?"))[:8] for s in done)
-                out.premature.append(f"{who} with {missing} pages unfetched")
+                out.premature.append(f"{who}, {missing} pages unfetched, {orphans} orphans")
                 break
             if statuses and len(statuses) == len(self.live()) and len(done) == len(statuses):
                 out.finished = True
                 break
+            if missing and self.idle_for() > STALL_S:
+                out.stalled = True
+                break
             await asyncio.sleep(POLL_S)
         out.elapsed = time.monotonic() - self.started
+        await self._watch.aclose()
+        if missing:  # the wait that never ended counts too
+            out.longest_stall = max(out.longest_stall, self.idle_for())
         counts = self.web.request_counts
         out.lost = len(self.truth - set(counts))
         out.duplicates = sum(n - 1 for u, n in counts.items() if u in self.truth)
