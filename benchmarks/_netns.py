@@ -85,7 +85,9 @@ class Topology:
         """The bridge-side veth of attachment ``index`` (web 0, ctl 1, peer i at i + 2)."""
         return f"{self.tag}{index}b"
 
-    def _attach(self, name: str, index: int, addr: str, cap_mbit: float | None) -> None:
+    def _attach(
+        self, name: str, index: int, addr: str, cap_mbit: float | None, cuttable: bool = False
+    ) -> None:
         ns, br = self.ns(name), self.ns("br")
         a, b = f"{self.tag}{index}a", self.bridge_end(index)
         run("ip", "link", "add", a, "type", "veth", "peer", "name", b)
@@ -103,7 +105,7 @@ class Topology:
                 *tc, "qdisc", "add", "dev", b, "root", "tbf",
                 "rate", f"{cap_mbit}mbit", "burst", "64kb", "latency", "200ms",
             )  # fmt: skip
-        else:
+        elif cuttable:
             # A classful root for the filters of a cut (tbf takes none): everything goes to
             # 1:20, unshaped; a cut sends the other group's packets to 1:10, a black hole
             # (8 bit/s behind a one-packet queue: the kernel here has no drop action).
@@ -125,7 +127,7 @@ class Topology:
         self._attach("ctl", 1, CTL_ADDR, None)
         for i in range(self.peers):
             ns = self._add_ns(f"p{i}")
-            self._attach(f"p{i}", i + 2, peer_addr(i), self.rate_mbit)
+            self._attach(f"p{i}", i + 2, peer_addr(i), self.rate_mbit, cuttable=True)
             run("ip", "-n", ns, "route", "add", "198.19.0.0/16", "via", WEB_ADDR)
 
     def cut(self, a: list[int], b: list[int], *, both: bool = True) -> None:
