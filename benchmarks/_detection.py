@@ -60,6 +60,7 @@ class DetectionRun:
     detections: list[float] = field(default_factory=list)  # seconds, one per survivor per kill
     missed: int = 0  # survivors that never declared a victim dead
     false_deaths: list[str] = field(default_factory=list)
+    stalls: int = 0  # "stalled" events: a peer's loop stood still for half the timeout
 
     def row(self) -> dict[str, Any]:
         d = sorted(self.detections)
@@ -72,6 +73,7 @@ class DetectionRun:
             "max_s": round(d[-1], 2) if d else None,
             "missed": self.missed,
             "false_deaths": len(self.false_deaths),
+            "stalls": self.stalls,
         }
 
 
@@ -89,9 +91,13 @@ def hog() -> list[subprocess.Popen[bytes]]:
     ]
 
 
-async def lost_events(cluster: Cluster, peer: PeerProc) -> list[tuple[str, float]]:
+async def lost_events(
+    cluster: Cluster, peer: PeerProc, stalls: dict[str, int] | None = None
+) -> list[tuple[str, float]]:
     with contextlib.suppress(Exception):
         doc = await cluster.api(peer, "/api/events")
+        if stalls is not None:
+            stalls[peer.name] = sum(1 for e in doc["events"] if e.get("kind") == "stalled")
         return [
             (str(e["peer"]), float(e["t"])) for e in doc["events"] if e.get("kind") == "peer_lost"
         ]
@@ -128,6 +134,7 @@ async def one(root: Path, web: TestWeb, peers: int, load: str, kills: int) -> De
             killed: dict[str, float] = {}
             ids = {p.node_id[:8] for p in cluster.peers}
             seen: dict[tuple[str, str], float] = {}  # (survivor, victim) -> declared at
+            stalls: dict[str, int] = {}
             for i in range(kills):
                 victim = cluster.peers[1 + i * (peers - 1) // max(1, kills)]
                 killed[victim.node_id[:8]] = time.time()
@@ -137,8 +144,9 @@ async def one(root: Path, web: TestWeb, peers: int, load: str, kills: int) -> De
                 # Read now: a survivor may be the next victim.
                 for p in cluster.peers:
                     if p.alive:
-                        for who, t in await lost_events(cluster, p):
+                        for who, t in await lost_events(cluster, p, stalls):
                             seen.setdefault((p.name, who), t)
+            run.stalls = sum(stalls.values())
             for (name, who), t in seen.items():
                 if who in killed and t >= killed[who]:
                     run.detections.append(t - killed[who])
@@ -174,7 +182,8 @@ async def detection(tmp: Path, sizes: list[int], loads: list[str], kills: int) -
                 print(
                     f"detection N={n} {load}: median {row['median_s']} s, p90 {row['p90_s']} s, "
                     f"max {row['max_s']} s over {row['detections']} ({row['missed']} missed); "
-                    f"false deaths {row['false_deaths']} {run.false_deaths[:3]}",
+                    f"false deaths {row['false_deaths']} {run.false_deaths[:3]}; "
+                    f"stalls {row['stalls']}",
                     flush=True,
                 )
     return {

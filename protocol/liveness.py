@@ -164,17 +164,19 @@ class Detector:
     refuted: int = 0  # suspicions cleared because the suspect was heard from
     declared: int = 0  # contacts declared dead
 
-    def failed(self, node_id: bytes) -> None:
+    def failed(self, node_id: bytes, waited: float | None = None) -> None:
         """A call to ``node_id`` went unanswered: suspect it (once; later failures only count).
 
-        The silence is counted from when that call left (``call_timeout`` ago), or from the
-        last message heard from it if that came later: a peer that died while we were
-        waiting on it has been silent since, not since our timer ran out."""
+        The silence is counted from when that call left (``waited`` seconds ago; by default
+        ``call_timeout``), or from the last message heard from it if that came later: a
+        peer that died while we were waiting on it has been silent since, not since our
+        timer ran out."""
         s = self._suspects.get(node_id)
         if s is None:
             now = self.clock()
             last = self._heard.get(node_id, -math.inf)
-            since = min(now, max(last, now - self.config.call_timeout))
+            wait = self.config.call_timeout if waited is None else waited
+            since = min(now, max(last, now - wait))
             self._suspects[node_id] = _Suspicion(since)
         else:
             s.failed_calls += 1

@@ -127,6 +127,13 @@ def test_silence_counts_from_the_unanswered_call_or_the_last_message() -> None:
     assert not d.dead(other)
     clock.now += 0.2
     assert d.dead(other)
+    third = b"t" * 20
+    d.failed(third, waited=0.5)  # a probe with a short timeout: it left 0.5 s ago
+    d.probe_failed(third)
+    clock.now += 2.4
+    assert not d.dead(third)
+    clock.now += 0.2
+    assert d.dead(third)
 
 
 def test_the_timeout_grows_with_log_n_and_shrinks_with_confirmations() -> None:
