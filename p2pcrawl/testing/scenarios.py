@@ -113,8 +113,6 @@ class Outcome:
         elif not self.finished:
             out.append("not every live peer reached finished")
         out += [f"finished too early: {p}" for p in self.premature]
-        if self.lingering:
-            out.append(f"{len(self.lingering)} waits on a forgotten peer: {self.lingering[:3]}")
         return out
 
     def line(self, what: str, steady: float | None = None) -> str:
@@ -124,7 +122,8 @@ class Outcome:
             f"{what}: {self.pages} pages, lost {self.lost}, duplicates {self.duplicates} "
             f"(bound {self.dup_bound:.0f}), crawl {self.elapsed:.1f} s{ratio}, longest stall "
             f"{self.longest_stall:.1f} s, detection s "
-            f"[{det}], finished {self.finished}; events {' '.join(self.events)}"
+            f"[{det}], finished {self.finished}, calls to forgotten peers {len(self.lingering)}; "
+            f"events {' '.join(self.events)}"
         )
 
 
