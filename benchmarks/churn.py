@@ -10,6 +10,7 @@ Prints the median and range over the seeds; the last line is one JSON object.
     python benchmarks/churn.py                 # 5 seeds, 16 hosts x 40 pages, 8 events
     python benchmarks/churn.py --quick         # 2 seeds, 4 events
     python benchmarks/churn.py --runs 3 --seed 7
+    python benchmarks/churn.py --detection     # detection time and false deaths, defaults
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _detection import LOADS, detection
 
 from p2pcrawl.testing import FAST_DETECTION, Cluster, PeerProc, TestWeb, TestWebConfig
 
@@ -119,7 +122,21 @@ async def main() -> int:
     ap.add_argument("--delay", type=float, default=0.3, help="per-host politeness gap")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="2 seeds, 4 churn events")
+    ap.add_argument(
+        "--detection",
+        action="store_true",
+        help="measure failure detection at the default timers instead (_detection.py)",
+    )
+    ap.add_argument("--sizes", default="4,8,16", help="--detection: network sizes")
+    ap.add_argument("--loads", default=",".join(LOADS), help="--detection: idle,crawl,hog")
+    ap.add_argument("--kills", type=int, default=3, help="--detection: victims per network")
     args = ap.parse_args()
+    if args.detection:
+        with tempfile.TemporaryDirectory(prefix="p2pcrawl-detect-") as tmp:
+            sizes = [int(x) for x in args.sizes.split(",")]
+            out = await detection(Path(tmp), sizes, args.loads.split(","), args.kills)
+        print(json.dumps(out))
+        return 0 if out["false_deaths"] == 0 else 1
     if args.quick:
         args.runs, args.events = 2, 4
     cfg = TestWebConfig(

@@ -42,12 +42,10 @@ import argparse
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import random
 import secrets
-import shutil
 import signal
 import statistics
 import subprocess
@@ -60,108 +58,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from _netns import WEB_ADDR, Topology, netns_available, peer_addr
 from _zipfweb import ZipfWeb
 
 from p2pcrawl.crawl.scheduling import POLICIES
 from protocol.balance import key_space_share
 
 BENCH = Path(__file__).resolve().parent
-WEB_ADDR, CTL_ADDR = "198.18.0.1", "198.18.0.2"
-CLONE_NEWNET = 0x40000000
-
-
-def peer_addr(i: int) -> str:
-    return f"198.18.0.{10 + i}"
-
-
-def run(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-
-
-def netns_available() -> str | None:
-    """None if network namespaces work here, else why not."""
-    if os.geteuid() != 0:
-        return "needs root (ip netns)"
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        return "ip or tc not installed"
-    name = f"p2scprobe{os.getpid()}"
-    try:
-        run("ip", "netns", "add", name)
-    except (subprocess.CalledProcessError, OSError) as exc:
-        return f"ip netns add failed: {getattr(exc, 'stderr', exc)}"
-    with contextlib.suppress(subprocess.CalledProcessError):
-        run("ip", "netns", "del", name)
-    return None
-
-
-class Topology:
-    """The namespaces, bridge, veths and caps; ``close`` removes every one it made."""
-
-    def __init__(self, peers: int, rate_mbit: float) -> None:
-        self.tag = f"ps{os.getpid() % 100000}"  # short: interface names have 15 characters
-        self.prefix = f"p2sc-{self.tag}-"
-        self.peers = peers
-        self.rate_mbit = rate_mbit
-        self.made: list[str] = []
-
-    def ns(self, name: str) -> str:
-        return self.prefix + name
-
-    def _add_ns(self, name: str) -> str:
-        full = self.ns(name)
-        run("ip", "netns", "add", full)
-        self.made.append(full)
-        run("ip", "-n", full, "link", "set", "lo", "up")
-        return full
-
-    def _attach(self, name: str, index: int, addr: str, cap_mbit: float | None) -> None:
-        ns, br = self.ns(name), self.ns("br")
-        a, b = f"{self.tag}{index}a", f"{self.tag}{index}b"
-        run("ip", "link", "add", a, "type", "veth", "peer", "name", b)
-        run("ip", "link", "set", a, "netns", ns)
-        run("ip", "link", "set", b, "netns", br)
-        run("ip", "-n", ns, "link", "set", a, "name", "eth0")
-        run("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
-        run("ip", "-n", ns, "link", "set", "eth0", "up")
-        run("ip", "-n", br, "link", "set", b, "master", "br0")
-        run("ip", "-n", br, "link", "set", b, "up")
-        if cap_mbit:
-            # Egress of the bridge-side end is the peer's download: the pages it fetches.
-            run(
-                "ip", "netns", "exec", br, "tc", "qdisc", "add", "dev", b, "root", "tbf",
-                "rate", f"{cap_mbit}mbit", "burst", "64kb", "latency", "200ms",
-            )  # fmt: skip
-
-    def open(self) -> None:
-        br = self._add_ns("br")
-        run("ip", "-n", br, "link", "add", "br0", "type", "bridge")
-        run("ip", "-n", br, "link", "set", "br0", "up")
-        web = self._add_ns("web")
-        self._attach("web", 0, WEB_ADDR, None)
-        run("ip", "-n", web, "route", "add", "local", "198.19.0.0/16", "dev", "lo")
-        self._add_ns("ctl")
-        self._attach("ctl", 1, CTL_ADDR, None)
-        for i in range(self.peers):
-            ns = self._add_ns(f"p{i}")
-            self._attach(f"p{i}", i + 2, peer_addr(i), self.rate_mbit)
-            run("ip", "-n", ns, "route", "add", "198.19.0.0/16", "via", WEB_ADDR)
-
-    def close(self) -> None:
-        # Deleting a namespace deletes the veth ends inside it, and with them their peers.
-        for full in reversed(self.made):
-            with contextlib.suppress(subprocess.CalledProcessError, OSError):
-                run("ip", "netns", "del", full)
-        self.made.clear()
-
-    def enter(self, name: str) -> None:
-        """Move this thread (the event loop's) into namespace ``name``: its sockets live there."""
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(f"/run/netns/{self.ns(name)}", os.O_RDONLY)
-        try:
-            if libc.setns(fd, CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "setns failed")
-        finally:
-            os.close(fd)
 
 
 def proc_cpu_s(pid: int) -> float:

@@ -389,17 +389,20 @@ class PeerSettings:
     )
     rpc_timeout: float = option(2.0, "RPC reply timeout", gt=0, max=300, metavar="S", group=_NET)
     failures_before_evict: int = option(
-        3,
+        1,
         "failed probe rounds (direct and indirect) before a peer may be declared dead",
         min=1,
         max=1000,
         metavar="N",
         group=_NET,
     )
+    # memberlist's defaults, anchored at a 1 s probe interval (protocol/liveness.py): a dead
+    # peer is declared dead about 3-5 s after it died in networks of up to 16 peers.
     suspicion_timeout: float = option(
-        10.0,
-        "seconds a peer must stay unreachable before it is declared dead; stretched while "
-        "this peer itself is overloaded",
+        3.0,
+        "seconds a peer must stay unreachable before it is declared dead, in a network of "
+        "up to 10 peers (x log10 N beyond); stretched while no other peer confirms it and "
+        "while this peer itself is overloaded",
         gt=0,
         max=DAY,
         metavar="S",
@@ -408,7 +411,7 @@ class PeerSettings:
     # Helpers asked to probe a suspect (SWIM's PING-REQ).
     indirect_probes: int = option(3, "helpers probing a suspect", min=0, max=32, flag=False)
     # Intervals have floors: 0 would make an idle peer spin a core.
-    ping_interval: float = option(5.0, "liveness pings", min=0.05, max=DAY, metavar="S", group=_NET)
+    ping_interval: float = option(1.0, "liveness pings", min=0.05, max=DAY, metavar="S", group=_NET)
     refresh_interval: float = option(
         60.0, "routing-table refresh", min=0.5, max=DAY, metavar="S", group=_NET
     )

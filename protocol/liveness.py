@@ -13,9 +13,14 @@ when all of this holds:
 
 * it is a **suspect**: some call to it failed. Anything heard from it -- a reply, a request,
   an indirect ack -- clears the suspicion at once (SWIM §4.2: suspicion is refuted);
-* it stayed silent for ``suspicion_timeout`` seconds since it was first suspected (time, not a
-  count of failures, so a burst of lost datagrams is one event, not three strikes), and for at
-  least ``min_failed_rounds`` probe rounds;
+* it stayed silent for a **suspicion timeout** (time, not a count of failures, so a burst of
+  lost datagrams is one event, not three strikes), counted from when the first call it left
+  unanswered was sent, and through at least ``min_failed_rounds`` probe rounds. The timeout
+  follows memberlist: ``suspicion_timeout`` x max(1, log10 N) for a network of N peers
+  (more peers, more chance that one of them is briefly slow), and Lifeguard's *dynamic
+  suspicion* (§4.2): while no other peer confirms the silence it starts at
+  ``max_timeout_mult`` times that and shrinks, logarithmically, with each helper that
+  could not reach the suspect either;
 * each of those rounds probed it directly and then **indirectly** through ``k`` other peers
   (SWIM §3.2, PING-REQ): a peer that others can reach is alive, whatever we hear;
 * the timeout is multiplied by ``1 + local health score`` (Lifeguard §4): the score rises
@@ -31,6 +36,7 @@ when all of this holds:
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Callable
@@ -51,9 +57,25 @@ JUNK_PER_ROUND = 200  # datagrams dropped as junk in one round that mean "floode
 
 @dataclass(frozen=True, slots=True)
 class LivenessConfig:
-    suspicion_timeout: float = 10.0
-    min_failed_rounds: int = 3
+    """The detector's rules. The defaults follow memberlist's (HashiCorp's implementation of
+    SWIM and Lifeguard) scaled to a 1 s probe interval: a suspect that stays silent is
+    declared dead after ``suspicion_timeout`` x max(1, log10 N) seconds once independent
+    probes confirm it, and up to ``max_timeout_mult`` times that while nobody does."""
+
+    # The shortest suspicion, for a network of up to 10 peers (memberlist: SuspicionMult 4 x
+    # a 1 s interval, with a 0.5 s probe timeout; our calls wait 2 s, so 3 s of silence
+    # counted from the unanswered call take about as long).
+    suspicion_timeout: float = 3.0
+    min_failed_rounds: int = 1  # whole probe rounds (direct, then indirect) that failed
     indirect_probes: int = 3
+    # How long an unanswered call waited (the RPC timeout): the silence began when it left.
+    call_timeout: float = 2.0
+    # Lifeguard's dynamic suspicion: with no independent confirmation a suspect waits this
+    # many times the shortest suspicion; each confirmation shortens it, logarithmically,
+    # down to the shortest at ``confirmations`` (memberlist: SuspicionMaxTimeoutMult 6 and
+    # SuspicionMult - 2 confirmations).
+    max_timeout_mult: float = 6.0
+    confirmations: int = 2
 
 
 class LocalHealth:
@@ -110,37 +132,65 @@ class LocalHealth:
 
 @dataclass(slots=True)
 class _Suspicion:
-    since: float
+    since: float  # when the silence began: the first unanswered call left, or last heard
     failed_rounds: int = 0
     failed_calls: int = 1
+    confirmed: int = 0  # most helpers in one round that could not reach it either
+
+
+HEARD_MAX = 4096  # contacts whose last message we remember (a routing table holds fewer)
 
 
 @dataclass(slots=True)
 class Detector:
-    """Which contacts are suspected, since when, and whether one may now be declared dead."""
+    """Which contacts are suspected, since when, and whether one may now be declared dead.
+
+    A suspect is declared dead once it has been silent, counted from the first call it left
+    unanswered, for ``timeout`` seconds (``timeout()``: the shortest suspicion scaled by
+    log10 of the network's size, stretched while no other peer confirms the silence and
+    while this peer is itself unhealthy), through ``min_failed_rounds`` whole probe rounds.
+    """
 
     config: LivenessConfig = field(default_factory=LivenessConfig)
     clock: Callable[[], float] = time.monotonic
     health: LocalHealth = field(default_factory=LocalHealth)
+    # The network's size as the node knows it (None: the contacts heard from, plus us).
+    network_size: Callable[[], int] | None = None
     _suspects: dict[bytes, _Suspicion] = field(default_factory=dict)
+    _heard: dict[bytes, float] = field(default_factory=dict)  # last message, oldest first
     refuted: int = 0  # suspicions cleared because the suspect was heard from
     declared: int = 0  # contacts declared dead
 
-    def failed(self, node_id: bytes) -> None:
-        """A call to ``node_id`` went unanswered: suspect it (once; later failures only count)."""
+    def failed(self, node_id: bytes, waited: float | None = None) -> None:
+        """A call to ``node_id`` went unanswered: suspect it (once; later failures only count).
+
+        The silence is counted from when that call left (``waited`` seconds ago; by default
+        ``call_timeout``), or from the last message heard from it if that came later: a
+        peer that died while we were waiting on it has been silent since, not since our
+        timer ran out."""
         s = self._suspects.get(node_id)
         if s is None:
-            self._suspects[node_id] = _Suspicion(self.clock())
+            now = self.clock()
+            last = self._heard.get(node_id, -math.inf)
+            wait = self.config.call_timeout if waited is None else waited
+            since = min(now, max(last, now - wait))
+            self._suspects[node_id] = _Suspicion(since)
         else:
             s.failed_calls += 1
 
     def heard(self, node_id: bytes) -> None:
         """Anything from ``node_id`` (or an ack relayed for it) refutes the suspicion."""
+        heard = self._heard
+        heard.pop(node_id, None)
+        heard[node_id] = self.clock()
+        if len(heard) > HEARD_MAX:
+            del heard[next(iter(heard))]
         if self._suspects.pop(node_id, None) is not None:
             self.refuted += 1
 
     def forget(self, node_id: bytes) -> None:
         self._suspects.pop(node_id, None)
+        self._heard.pop(node_id, None)
 
     def is_suspect(self, node_id: bytes) -> bool:
         return node_id in self._suspects
@@ -148,19 +198,52 @@ class Detector:
     def suspects(self) -> list[bytes]:
         return list(self._suspects)
 
-    def probe_failed(self, node_id: bytes) -> None:
-        """A whole probe round (direct, then indirect) got no ack."""
+    def size(self) -> int:
+        """The network's size: as the node says, or the contacts heard from plus us."""
+        if self.network_size is not None:
+            return max(1, self.network_size())
+        return len(self._heard) + 1
+
+    def probe_failed(self, node_id: bytes, confirmations: int | None = None) -> None:
+        """A whole probe round (direct, then indirect) got no ack. ``confirmations``: how
+        many helpers answered that they could not reach it either (independent suspicions,
+        Lifeguard §4.2); None where the caller does not tell them apart from silent helpers,
+        taken as every helper the round could ask (a silent helper also raises our local
+        health score, which stretches the timeout by more than it saves)."""
         s = self._suspects.get(node_id)
         if s is None:
             s = self._suspects[node_id] = _Suspicion(self.clock(), failed_calls=0)
         s.failed_rounds += 1
+        if confirmations is None:
+            confirmations = min(self.config.indirect_probes, max(0, self.size() - 2))
+        s.confirmed = max(s.confirmed, confirmations)
+
+    def timeout(self, node_id: bytes) -> float | None:
+        """Seconds of silence after which the suspect may be declared dead, at today's local
+        health: memberlist's ``suspicionTimeout`` and Lifeguard's dynamic suspicion."""
+        s = self._suspects.get(node_id)
+        if s is None:
+            return None
+        cfg = self.config
+        n = self.size()
+        shortest = cfg.suspicion_timeout * max(1.0, math.log10(max(1, n)))
+        longest = shortest * max(1.0, cfg.max_timeout_mult)
+        # Confirmations that could come: none in a network too small to have helpers.
+        k = cfg.confirmations if n - 2 >= cfg.confirmations else 0
+        if k <= 0 or s.confirmed >= k:
+            base = shortest
+        else:
+            frac = math.log(s.confirmed + 1) / math.log(k + 1)
+            base = max(shortest, longest - (longest - shortest) * frac)
+        return base * self.health.multiplier
 
     def deadline(self, node_id: bytes) -> float | None:
         """When the suspect may be declared dead, at today's local health."""
         s = self._suspects.get(node_id)
-        if s is None:
+        timeout = self.timeout(node_id)
+        if s is None or timeout is None:
             return None
-        return s.since + self.config.suspicion_timeout * self.health.multiplier
+        return s.since + timeout
 
     def dead(self, node_id: bytes) -> bool:
         """True once the suspect has been silent long enough, through enough probe rounds."""
@@ -172,15 +255,22 @@ class Detector:
 
     def declare(self, node_id: bytes) -> None:
         self._suspects.pop(node_id, None)
+        self._heard.pop(node_id, None)
         self.declared += 1
 
     def snapshot(self) -> dict[str, object]:
         now = self.clock()
         return {
             "suspects": {
-                k.hex()[:8]: {"for_s": round(now - s.since, 1), "failed_rounds": s.failed_rounds}
+                k.hex()[:8]: {
+                    "for_s": round(now - s.since, 1),
+                    "failed_rounds": s.failed_rounds,
+                    "confirmed": s.confirmed,
+                    "timeout_s": round(self.timeout(k) or 0.0, 1),
+                }
                 for k, s in self._suspects.items()
             },
+            "network_size": self.size(),
             "health_score": self.health.score,
             "health_signals": dict(self.health.signals),
             "refuted": self.refuted,

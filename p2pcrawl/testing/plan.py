@@ -56,6 +56,9 @@ class TestWebConfig:
 
     hosts: int = 5
     pages_per_host: int = 60
+    # Host 0 (the hub's) has this many pages instead (0: as many as the others): one big
+    # site beside small ones, as a real crawl meets, so one owner carries most of the work.
+    big_host_pages: int = 0
     seed: int = 1
     mean_links: float = 40.0  # lognormal: median ~ mean / 2, capped at 10x the mean
     cross_host_ratio: float = 0.2  # share of random links to other hosts
@@ -71,8 +74,8 @@ class TestWebConfig:
     hostile_config: HostileConfig | None = None
 
     def __post_init__(self) -> None:
-        if self.hosts < 1 or self.pages_per_host < 1:
-            raise ValueError("hosts and pages_per_host must be >= 1")
+        if self.hosts < 1 or self.pages_per_host < 1 or self.big_host_pages < 0:
+            raise ValueError("hosts and pages_per_host must be >= 1, big_host_pages >= 0")
         # 127.0.0.250 is the out-of-scope loopback host the pages link to.
         if self.first_ip < 1 or self.first_ip + self.hosts > 250:
             raise ValueError("hosts must fit in 127.0.0.1 .. 127.0.0.249")
@@ -102,7 +105,8 @@ class SitePlan:
         self._slow_index = n - 1 if features and n >= 2 else -1
         self._crawl_delay_index = 1 % n if features else -1
         self._no_robots_index = 2 if features and n >= 3 else -1
-        self._page_paths = ["/"] + [f"/s{j % 8}/p{j}.html" for j in range(1, config.pages_per_host)]
+        most = max(config.pages_per_host, config.big_host_pages)
+        self._page_paths = ["/"] + [f"/s{j % 8}/p{j}.html" for j in range(1, most)]
         self._page_index = {p: j for j, p in enumerate(self._page_paths)}
         self._mu = lognormal_mu(config.mean_links)
         self._cap = max(1, min(LINK_CAP, round(10 * config.mean_links)))
@@ -240,9 +244,14 @@ class SitePlan:
         authority, _, rest = url[7:].partition("/")
         return self._authority_index[authority], "/" + rest
 
+    def pages_of(self, index: int) -> int:
+        """How many regular pages host ``index`` has."""
+        big = self.config.big_host_pages
+        return big if index == 0 and big else self.config.pages_per_host
+
     def _resource(self, index: int, target: str) -> Resource | None:
         page = self._page_index.get(target)
-        if page is not None:
+        if page is not None and page < self.pages_of(index):
             return self._plan(index, page)
         special = self._special.get((index, target))
         if special is not None:
@@ -261,7 +270,7 @@ class SitePlan:
         cfg = self.config
         rng = random.Random(f"{cfg.seed}:{index}:{page}")
         count = self._link_count(rng)
-        pages, hosts = cfg.pages_per_host, cfg.hosts
+        pages, hosts = self.pages_of(index), cfg.hosts
         # Children 2j+1 and 2j+2 make every page reachable within log2(pages) hops,
         # far below any crawler's max depth, whatever the random links do.
         children = [(index, c) for c in (2 * page + 1, 2 * page + 2) if c < pages]
@@ -270,7 +279,8 @@ class SitePlan:
         for _ in range(count - len(children)):
             if hosts > 1 and draw() < cfg.cross_host_ratio:
                 other = int(draw() * (hosts - 1))
-                targets.append((other + (other >= index), int(draw() * pages)))
+                other += other >= index
+                targets.append((other, int(draw() * self.pages_of(other))))
             else:
                 targets.append((index, int(draw() * pages)))
         targets[len(targets) // 2 : len(targets) // 2] = children

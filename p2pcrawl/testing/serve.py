@@ -25,6 +25,7 @@ def _parse_args(argv: list[str] | None) -> TestWebConfig:
     d = TestWebConfig()
     parser.add_argument("--hosts", type=int, default=d.hosts)
     parser.add_argument("--pages", type=int, default=d.pages_per_host, help="pages per host")
+    parser.add_argument("--big-host-pages", type=int, default=d.big_host_pages, help="host 0's")
     parser.add_argument("--page-bytes", type=int, default=d.page_bytes)
     parser.add_argument("--mean-links", type=float, default=d.mean_links)
     parser.add_argument("--cross-host-ratio", type=float, default=d.cross_host_ratio)
@@ -41,6 +42,7 @@ def _parse_args(argv: list[str] | None) -> TestWebConfig:
     return TestWebConfig(
         hosts=a.hosts,
         pages_per_host=a.pages,
+        big_host_pages=a.big_host_pages,
         seed=a.seed,
         mean_links=a.mean_links,
         cross_host_ratio=a.cross_host_ratio,

@@ -105,6 +105,74 @@ def test_local_health_rises_on_each_sign_and_recovers_on_clean_rounds() -> None:
     assert h.score == 8 and h.multiplier == 9
 
 
+def test_silence_counts_from_the_unanswered_call_or_the_last_message() -> None:
+    # A peer that died while we waited on it has been silent since our call left, not
+    # since the call's timer ran out; if it spoke after the call left, from then.
+    clock = Clock()
+    cfg = LivenessConfig(suspicion_timeout=3.0, call_timeout=2.0)
+    d = Detector(cfg, clock)
+    peer, other = b"p" * 20, b"o" * 20
+    d.failed(peer)
+    d.probe_failed(peer)
+    clock.now += 0.9
+    assert not d.dead(peer)
+    clock.now += 0.2  # 3 s after the call left at 98
+    assert d.dead(peer)
+    d.heard(other)
+    clock.now += 1.5
+    d.failed(other)  # the call left at now - 2, before we last heard it
+    d.probe_failed(other)
+    clock.now += 1.4
+    assert not d.dead(other)
+    clock.now += 0.2
+    assert d.dead(other)
+    third = b"t" * 20
+    d.failed(third, waited=0.5)  # a probe with a short timeout: it left 0.5 s ago
+    d.probe_failed(third)
+    clock.now += 2.4
+    assert not d.dead(third)
+    clock.now += 0.2
+    assert d.dead(third)
+
+
+def test_the_timeout_grows_with_log_n_and_shrinks_with_confirmations() -> None:
+    clock = Clock()
+    size = [4]
+    cfg = LivenessConfig(suspicion_timeout=3.0, max_timeout_mult=6.0, confirmations=2)
+    d = Detector(cfg, clock, network_size=lambda: size[0])
+    peer = b"p" * 20
+    d.failed(peer)
+    d.probe_failed(peer, confirmations=0)
+    assert d.timeout(peer) == 18.0, "nobody else confirms: the longest suspicion"
+    d.probe_failed(peer, confirmations=1)
+    one = d.timeout(peer)
+    assert one is not None and 3.0 < one < 18.0
+    d.probe_failed(peer, confirmations=2)
+    assert d.timeout(peer) == 3.0, "enough independent suspicions: the shortest"
+    size[0] = 100
+    assert d.timeout(peer) == 6.0, "log10(100) x the shortest"
+    size[0] = 3  # one helper at most: no confirmation to wait for
+    d.forget(peer)
+    d.failed(peer)
+    d.probe_failed(peer, confirmations=0)
+    assert d.timeout(peer) == 3.0
+
+
+def test_without_a_count_every_helper_the_round_could_ask_confirms() -> None:
+    # The size is the contacts heard from, plus us; helpers are the others.
+    clock = Clock()
+    d = Detector(LivenessConfig(suspicion_timeout=3.0), clock)
+    peer = b"p" * 20
+    for i in range(5):
+        d.heard(bytes([i]) * 20)
+    d.failed(peer)
+    d.probe_failed(peer)
+    assert d.size() == 6 and d.timeout(peer) == 3.0
+    assert d.snapshot()["network_size"] == 6
+    d.forget(bytes(20))
+    assert d.size() == 5
+
+
 # --- on the wire -----------------------------------------------------------------------------
 
 LIVE: dict[str, Any] = {
