@@ -15,6 +15,12 @@ The rule holds for this node about itself too: while it joins (``hold_ownership`
 old owner until that owner has handed them over; otherwise the newcomer would crawl a host
 while its old owner, which does not count the newcomer yet, crawls it too.
 
+A contact too young to own keys may still hold copies: ``contacts`` lists every contact of
+the table, young or established, and is where a key's replicas are drawn from (the age rule
+keeps a new ID from *owning* keys, never from *replicating* them: docs/membership.md, "No
+window without redundancy"). ``on_contact`` hears of a young contact as it enters the table,
+``on_removed`` of every contact that leaves it, young or established.
+
 ``version`` changes whenever any of this may have changed (the table's contacts or
 addresses, an establishment, the hold): caches of answers derived from the members
 (``owners.Owners``) are valid while it stays the same.
@@ -44,12 +50,15 @@ class Members:
         *,
         on_added: Callable[[PeerRef], None],
         on_removed: Callable[[PeerRef, str], None],
+        on_contact: Callable[[PeerRef], None] = lambda peer: None,
     ) -> None:
-        """``on_added`` / ``on_removed``: a contact became a member, or a member left."""
+        """``on_added``: a contact became a member; ``on_contact``: a contact entered the
+        table too young to be one; ``on_removed``: a contact left the table, member or not."""
         self._table = table
         self._min_age = min_owner_age
         self._on_added = on_added
         self._on_removed = on_removed
+        self._on_contact = on_contact
         self._admitted: dict[bytes, asyncio.TimerHandle | None] = {}  # None once established
         self._admitted_at: dict[bytes, float] = {}  # loop time a contact entered the table
         self._changes = 0
@@ -58,6 +67,7 @@ class Members:
         # IDs established before, most recent last (bounded: an attacker's IDs are new ones).
         self._proven: OrderedDict[bytes, None] = OrderedDict()
         self._cache: tuple[int, dict[bytes, Node]] = (-1, {})
+        self._contacts: tuple[int, dict[bytes, Node]] = (-1, {})
 
     @property
     def version(self) -> int:
@@ -76,6 +86,19 @@ class Members:
             }
             self._cache = (self.version, members)
         return members
+
+    def contacts(self) -> dict[bytes, Node]:
+        """Every contact of the routing table by ID, young or established (cached until
+        ``version`` changes; do not modify): the candidates for a key's copies."""
+        version, contacts = self._contacts
+        if version != self.version:
+            contacts = {n.id: n for n in self._table.members()}
+            self._contacts = (self.version, contacts)
+        return contacts
+
+    def in_table(self, peer_id: bytes) -> bool:
+        """In the routing table, young or established: a peer our calls may still reach."""
+        return peer_id in self.contacts()
 
     def peers(self) -> list[PeerRef]:
         """Every member (never this node)."""
@@ -110,17 +133,19 @@ class Members:
             self._establish(peer)
         elif peer.id not in self._admitted:
             self._admitted[peer.id] = loop.call_later(self._min_age, self._establish, peer)
+            self._on_contact(peer)
 
     def contact_removed(self, peer: PeerRef, reason: str) -> None:
         self._admitted_at.pop(peer.id, None)
         if peer.id not in self._admitted:
             return
         timer = self._admitted.pop(peer.id)
-        if timer is None:  # the crawler only hears of contacts it was told about
+        if timer is None:
             self._changes += 1
-            self._on_removed(peer, reason)
         else:
             timer.cancel()
+        # Young or established, it may hold copies and be owed news: the crawler lets go.
+        self._on_removed(peer, reason)
 
     def establish_early(self, peer_id: bytes) -> bool:
         """Make sure a contact that has reached the minimum age counts as a member now, even

@@ -67,12 +67,13 @@ class NodeConfig:
     alpha: int = 3
     rpc_timeout: float = 2.0
     # Liveness (``liveness``): a suspect is declared dead after this many failed probe
-    # rounds *and* ``suspicion_timeout`` seconds (times the local health multiplier).
-    failures_before_evict: int = 3
-    suspicion_timeout: float = 10.0
+    # rounds *and* ``suspicion_timeout`` seconds (scaled as ``liveness`` says). The same
+    # defaults as the command line's (``p2pcrawl.settings.PeerSettings``).
+    failures_before_evict: int = 1
+    suspicion_timeout: float = 3.0
     indirect_probes: int = 3
     secret: str = ""
-    ping_interval: float = 5.0
+    ping_interval: float = 1.0
     refresh_interval: float = 60.0
     min_owner_age: float = 0.0  # seconds a new contact must stay live before it owns keys
     store_limits: StoreLimits = field(default_factory=StoreLimits)
@@ -121,6 +122,7 @@ class CrawlNode:
             cfg.min_owner_age,
             on_added=handler.peer_added,
             on_removed=handler.peer_removed,
+            on_contact=handler.contact_added,
         )
         self.owners = Owners(self.members, lambda: self.me, self._lookup, cfg.ksize)
         self.calls = CrawlCalls(self.rpc)
@@ -285,6 +287,14 @@ class CrawlNode:
 
     def closest_local(self, key: bytes, n: int, *, with_self: bool | None = None) -> list[PeerRef]:
         return self.owners.closest_local(key, n, with_self=with_self)
+
+    def closest_contacts(self, key: bytes, n: int) -> list[PeerRef]:
+        """Where a key's copies go: the nearest contacts, young ones too (``owners``)."""
+        return self.owners.closest_contacts(key, n)
+
+    def in_table(self, peer_id: bytes) -> bool:
+        """In the routing table, young or established."""
+        return self.members.in_table(peer_id)
 
     async def closest(self, key: bytes, n: int) -> list[PeerRef]:
         return await self.owners.closest(key, n)

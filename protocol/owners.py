@@ -2,13 +2,16 @@
 
 The owner of a key is the member XOR-closest to it, this node included (Kademlia §2.1;
 ``members.Members`` says who counts, and whether this node owns anything yet); its replicas
-are the next closest. Two ways to ask:
+are the next closest contacts, young ones included. Three ways to ask:
 
 * ``closest_local``: among the members this node knows. Asked per key for every page
   finished and every batch stored or copied, so its answers are remembered;
-* ``closest``: the same while the table may know everyone (fewer than ``ksize`` members);
-  beyond that an iterative FIND_NODE (§2.3) is merged in first. ``owner`` is its first
-  answer, remembered per key: a link's owner is asked for every link found.
+* ``closest_contacts``: among every contact of the table, young ones included, and this
+  node: where a key's copies go (a young ID is kept from owning, never from replicating);
+* ``closest``: the same as ``closest_local`` while the table may know everyone (fewer
+  than ``ksize`` members); beyond that an iterative FIND_NODE (§2.3) is merged in first.
+  ``owner`` is its first answer, remembered per key: a link's owner is asked for every
+  link found.
 
 The contract of the cache: an answer is kept while the members' ``version`` stays the same
 (no contact came, went, moved or was established, and this node's ownership hold did not
@@ -52,12 +55,14 @@ class Owners:
         self._ksize = ksize
         self._tag: tuple[int, PeerRef | None] = (-1, None)
         self._cache: Memo[_Key, tuple[PeerRef, ...]] = Memo(CACHE_ENTRIES)
+        self._near: Memo[tuple[bytes, int], tuple[PeerRef, ...]] = Memo(CACHE_ENTRIES)
 
     def _valid(self) -> Memo[_Key, tuple[PeerRef, ...]]:
         tag = (self._members.version, self._me())
         if tag != self._tag:
             self._tag = tag
             self._cache.clear()
+            self._near.clear()
         return self._cache
 
     def closest_local(self, key: bytes, n: int, *, with_self: bool | None = None) -> list[PeerRef]:
@@ -72,6 +77,19 @@ class Owners:
             ids = closest_ids(key, [*members, me.id] if mine else list(members), n)
             hit = tuple(me if i == me.id else peer_of(members[i]) for i in ids)
             cache.remember((key, n, mine, False), hit)
+        return list(hit)
+
+    def closest_contacts(self, key: bytes, n: int) -> list[PeerRef]:
+        """The ``n`` contacts XOR-closest to ``key``, young ones included, this node too
+        (joining or not): the candidates for its copies."""
+        self._valid()
+        hit = self._near.get((key, n))
+        if hit is None:
+            contacts = self._members.contacts()
+            me = self._me()
+            ids = closest_ids(key, [*contacts, me.id], n)
+            hit = tuple(me if i == me.id else peer_of(contacts[i]) for i in ids)
+            self._near.remember((key, n), hit)
         return list(hit)
 
     async def closest(self, key: bytes, n: int, *, fresh: bool = False) -> list[PeerRef]:

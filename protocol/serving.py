@@ -63,11 +63,16 @@ class CrawlHandler(Protocol):
         ...
 
     def peer_added(self, peer: PeerRef) -> None:
-        """A node entered the routing table."""
+        """A node became a member: it may own keys (``members``)."""
+        ...
+
+    def contact_added(self, peer: PeerRef) -> None:
+        """A node entered the routing table, too young to own keys: it may hold copies."""
         ...
 
     def peer_removed(self, peer: PeerRef, reason: str) -> None:
-        """A node left the routing table: "unresponsive", "goodbye" or "replaced"."""
+        """A node left the routing table, member or not: "unresponsive", "goodbye" or
+        "replaced"."""
         ...
 
 
@@ -92,6 +97,9 @@ class NoWork:
         return RefreshAnswer(0)
 
     def peer_added(self, peer: PeerRef) -> None:
+        pass
+
+    def contact_added(self, peer: PeerRef) -> None:
         pass
 
     def peer_removed(self, peer: PeerRef, reason: str) -> None:

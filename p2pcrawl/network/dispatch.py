@@ -82,9 +82,11 @@ class Dispatcher:
         batch: int = 256,
         flush_s: float = 0.2,
         patient: Callable[[], bool] = lambda: False,
+        gone: Callable[[bytes], bool] = lambda peer_id: False,
     ) -> None:
         """``send``: STORE_TASK (``CrawlNode.store_task``); ``intake``: tasks this peer owns
-        (``Intake.accept``); ``patient``: whether links may wait longer now."""
+        (``Intake.accept``); ``patient``: whether links may wait longer now; ``gone``:
+        whether a peer left the table since (``Roster.gone``)."""
         self.owners = owners
         self._send_to = send
         self.intake = intake
@@ -92,6 +94,7 @@ class Dispatcher:
         self.flush_s = flush_s
         # Whether links may wait longer than ``flush_s`` now (this peer has a backlog).
         self._patient = patient
+        self._gone = gone
         # Per owner: how many batches in a row it already had every link of.
         self._stale: Memo[PeerRef, int] = Memo(MAX_STALE_OWNERS)
         # Links each owner told us it holds (its STORE_TASK answers): not sent again.
@@ -207,14 +210,18 @@ class Dispatcher:
     async def _send(self, owner: PeerRef, items: list[_Item]) -> list[asyncio.Task[None] | None]:
         tasks = [it.task for it in items]
         result: StoreResult | None = None
-        try:
-            # The owner copies what is new to it to its replicas before it answers
-            # (``Replication.copy_new``), so once this returns the copies are there too.
-            result = await self._send_to(owner, to_batches(tasks))
-            self.sent_rpcs += 1
-            self.sent_urls += len(tasks)
-        except (PeerTimeout, RemoteError, OSError) as exc:
-            log.info("STORE_TASK to %s failed (%s); re-routing %d URLs", owner, exc, len(tasks))
+        if self._gone(owner.id):
+            # Dead or gone since these were queued: re-routed now, not after a timeout.
+            result = StoreResult(0, 0, list({t.key for t in tasks}))
+        else:
+            try:
+                # The owner copies what is new to it to its replicas before it answers
+                # (``Replication.copy_new``), so once this returns the copies are there too.
+                result = await self._send_to(owner, to_batches(tasks))
+                self.sent_rpcs += 1
+                self.sent_urls += len(tasks)
+            except (PeerTimeout, RemoteError, OSError) as exc:
+                log.info("STORE_TASK to %s failed (%s); re-routing %d URLs", owner, exc, len(tasks))
         self._heard(owner, result)
         if result is not None and result.known:
             self.known.learn(owner.id, result.known)

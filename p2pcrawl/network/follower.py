@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
 from p2pcrawl.crawl import Ledger, Task
@@ -37,9 +37,13 @@ class ReplicaBook:
     """Per owned key: the replica set it was last brought up to date with, and every peer
     it was copied to since (they may hold copies until told the work is done)."""
 
-    def __init__(self, *, enroll_new: bool) -> None:
+    def __init__(
+        self, *, enroll_new: bool, gone: Callable[[bytes], bool] = lambda peer_id: False
+    ) -> None:
         """``enroll_new``: this peer held no task and no done page when it started, so a
-        key it has seen nothing of this run has nothing anywhere here (``fresh``)."""
+        key it has seen nothing of this run has nothing anywhere here (``fresh``);
+        ``gone``: whether a peer left the table (``Roster.gone``)."""
+        self._gone = gone
         self.synced: dict[bytes, frozenset[PeerRef]] = {}
         self.holders: dict[bytes, dict[PeerRef, None]] = defaultdict(dict)
         self.dirty: set[bytes] = set()
@@ -82,6 +86,10 @@ class ReplicaBook:
             self.enrolled_keys += 1
 
     def holder(self, key: bytes, rep: PeerRef) -> None:
+        """``rep`` was sent copies of ``key``: tell it when pages finish. Asked after a copy
+        was awaited too, so a peer forgotten meanwhile is not put back."""
+        if self._gone(rep.id):
+            return
         held = self.holders[key]
         held.pop(rep, None)
         held[rep] = None
@@ -110,13 +118,20 @@ class ReplicaBook:
         """A peer left the routing table. It is no longer told of finished pages: each
         DELETE_BACKUP to it would wait out a timeout, and the page's finish with it. If it
         comes back with copies, it re-routes them to their owner, whose done record drops
-        them."""
+        them; and it no longer counts as holding any key, so if it comes back as a replica
+        it is sent the keys again."""
         for key in list(self.holders):
             held = self.holders[key]
             for rep in [r for r in held if r.id == peer_id]:
                 del held[rep]
             if not held:
                 del self.holders[key]
+        for key, reps in self.synced.items():
+            if any(r.id == peer_id for r in reps):
+                self.synced[key] = frozenset(r for r in reps if r.id != peer_id)
+
+    def gone(self, peer_id: bytes) -> bool:
+        return self._gone(peer_id)
 
     def membership_changed(self) -> None:
         self.epoch += 1
@@ -187,14 +202,17 @@ class Follower:
             async with limit:
                 return await self._resync(key, fresh)
 
+        epoch = book.epoch
         results = await asyncio.gather(*(one(k, f) for k, _, f in todo), return_exceptions=True)
         resynced = 0
         for (key, reps, _), ok in zip(todo, results, strict=True):
             if ok is True:
-                book.synced[key] = reps
+                book.synced[key] = frozenset(r for r in reps if not book.gone(r.id))
                 resynced += 1
-            else:
-                book.dirty.add(key)  # a replica missed it: again on the next pass
+            if ok is not True or epoch != book.epoch:
+                # A replica missed it, or the replica set changed while it was sent (one of
+                # them left, a nearer one came): again on the next pass.
+                book.dirty.add(key)
         self.resynced_keys += resynced
         for ok in results:
             if isinstance(ok, BaseException):

@@ -39,6 +39,8 @@ class Arrivals(Protocol):
 
     def arrived(self, peer: PeerRef) -> None: ...
 
+    def contact_arrived(self, peer: PeerRef) -> None: ...
+
     def departed(self, peer: PeerRef, reason: str) -> None: ...
 
 
@@ -76,6 +78,10 @@ class Inbox:
     def peer_added(self, peer: PeerRef) -> None:
         if self._arrivals is not None:
             self._arrivals.arrived(peer)
+
+    def contact_added(self, peer: PeerRef) -> None:
+        if self._arrivals is not None:
+            self._arrivals.contact_arrived(peer)
 
     def peer_removed(self, peer: PeerRef, reason: str) -> None:
         if self._arrivals is not None:

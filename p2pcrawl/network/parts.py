@@ -145,7 +145,9 @@ def assemble(
     lending_on = ps.lend and ps.partition == "host"
 
     # -- the engine, and what it sends through ------------------------------------------
-    replica_book = ReplicaBook(enroll_new=ledger.queued == 0 and ledger.done_count == 0)
+    replica_book = ReplicaBook(
+        enroll_new=ledger.queued == 0 and ledger.done_count == 0, gone=roster.gone
+    )
     replication = Replication(
         node,
         replica_book,
@@ -164,6 +166,7 @@ def assemble(
         batch=ps.dispatch_batch,
         flush_s=ps.dispatch_flush_s,
         patient=lambda: patience(),
+        gone=roster.gone,
     )
     loans = LoanBook(orphaned=lambda key, fps: reports.forward(key, fps))
     rpc = node.rpc_stats
@@ -233,6 +236,7 @@ def assemble(
         history,
         events,
         peers=roster.peers,
+        in_table=node.in_table,
         route=dispatcher.route,
         active=active,
         due=rebalance_due,
@@ -357,6 +361,7 @@ def assemble(
         rebalance_due.set,
     ):
         roster.on_change(changed)
+    roster.on_contacts(replica_book.membership_changed)
     inbox.open(handler, roster)
     node.on_stall = stall.on_stall
 

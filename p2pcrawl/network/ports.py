@@ -41,6 +41,11 @@ class Ownership(Protocol):
         self, key: bytes, n: int, *, with_self: bool | None = None
     ) -> list[PeerRef]: ...
 
+    def closest_contacts(self, key: bytes, n: int) -> list[PeerRef]:
+        """The ``n`` contacts nearest ``key``, young ones and this node included: a key's
+        replica candidates (a young ID is kept from owning, never from replicating)."""
+        ...
+
 
 class FrontierView(Protocol):
     """Our crawler's frontier and what it fetches now (``crawl.Engine``): lending's view."""

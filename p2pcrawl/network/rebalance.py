@@ -63,14 +63,16 @@ class Rebalance:
         events: EventLog,
         *,
         peers: Callable[[], list[PeerRef]],
+        in_table: Callable[[bytes], bool],
         route: Callable[[list[Task]], Awaitable[None]],
         active: Callable[[], bool],
         due: asyncio.Event,
         replicas: int,
         republish_interval: float,
     ) -> None:
-        """``route``: tasks to their owners (``Dispatcher.route``); ``due``: set when a pass
-        is due (membership changed)."""
+        """``in_table``: whether a peer is in the routing table, young or established
+        (``CrawlNode.in_table``); ``route``: tasks to their owners (``Dispatcher.route``);
+        ``due``: set when a pass is due (membership changed)."""
         self.ledger = ledger
         self.backups = backups
         self.ownership = ownership
@@ -78,6 +80,7 @@ class Rebalance:
         self.history = history
         self.events = events
         self._peers = peers
+        self._in_table = in_table
         self._route = route
         self._active = active
         self.due = due
@@ -182,8 +185,13 @@ class Rebalance:
             after = rows[-1][0]
             stale: dict[bytes, list[Task]] = defaultdict(list)
             for _, owner, s in rows:
-                ids = [p.id for p in self.ownership.closest_local(s.key, 1 + self.replicas)]
-                healthy = owner in live and ids and ids[0] == owner and me in ids[1:]
+                if owner not in live and self._in_table(owner):
+                    continue  # too young to count as an owner here yet: alive, wait for it
+                found = self.ownership.closest_local(s.key, 1)
+                # Copies go to the nearest contacts, young ones included (``replication``).
+                near = self.ownership.closest_contacts(s.key, 1 + self.replicas)
+                reps = [p.id for p in near if p.id != owner][: self.replicas]
+                healthy = owner in live and found and found[0].id == owner and me in reps
                 if not healthy:
                     stale[owner].append(_task(s))
             for owner, tasks in stale.items():

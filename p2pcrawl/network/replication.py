@@ -88,7 +88,8 @@ class Replication:
         patient: Callable[[], bool] = lambda: False,
     ) -> None:
         """``store_backup``, ``delete_backup``: the RPCs (``CrawlNode``); ``replicas``: r;
-        ``patient``: whether the news of finished pages may wait longer now."""
+        ``patient``: whether the news of finished pages may wait longer now. A peer the
+        book counts as gone (``ReplicaBook.gone``) is sent nothing more."""
         self.ownership = ownership
         self.book = book
         self.ledger = ledger
@@ -136,8 +137,10 @@ class Replication:
     # -- copies ------------------------------------------------------------------------------
 
     def replicas_for(self, owner: bytes, key: bytes) -> list[PeerRef]:
-        """The r nodes nearest ``key`` after ``owner``, as this peer sees the network."""
-        found = self.ownership.closest_local(key, self.replicas + 1)
+        """The r contacts nearest ``key`` after ``owner``, young ones included, as this peer
+        sees the network: a young ID may not own keys yet, but it holds copies from the
+        moment it is in the table (docs/membership.md, "No window without redundancy")."""
+        found = self.ownership.closest_contacts(key, self.replicas + 1)
         return [p for p in found if p.id != owner][: self.replicas]
 
     async def copy_for(
@@ -224,6 +227,8 @@ class Replication:
                 by_key.setdefault(t.key, []).append(t)
             items = [_KeyCopy(k, kts, (done or {}).get(k, [])) for k, kts in by_key.items()]
             return all(await self._copies.submit(rep, items, within=self._within(hurry)))
+        if self.book.gone(rep.id):
+            return False
         try:
             await self._store_backup(rep, owner, to_batches(ts, done))
             return True
@@ -232,6 +237,12 @@ class Replication:
             return False
 
     async def _send_copies(self, rep: PeerRef, items: list[_KeyCopy]) -> list[bool]:
+        if self.book.gone(rep.id):
+            # Left the table (dead, gone) since these were queued: not waited on; the
+            # follower gives its keys to the replicas there are now.
+            self.missed_copies += 1
+            self.book.missed(rep, {it.key for it in items})
+            return [False] * len(items)
         tasks = [t for it in items for t in it.tasks]
         done: dict[bytes, list[int]] = defaultdict(list)
         for it in items:
@@ -334,6 +345,8 @@ class Replication:
         await asyncio.gather(*(one(r) for r in self.replicas_for(owner, key)))
 
     async def _send_deletes(self, rep: PeerRef, pairs: list[tuple[bytes, int]]) -> list[None]:
+        if self.book.gone(rep.id):
+            return [None] * len(pairs)  # left the table: a copy it kept is re-routed, deduped
         done: dict[bytes, list[int]] = defaultdict(list)
         for key, fp in pairs:
             done[key].append(fp)

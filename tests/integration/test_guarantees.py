@@ -85,12 +85,6 @@ async def test_a_steady_crawl_at_full_speed(tmp_path_factory: pytest.TempPathFac
     await steady_seconds(tmp_path_factory)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="replicas are drawn from the established contacts only (Replication.replicas_for "
-    "-> CrawlNode.closest_local), so while the joiners are younger than --min-peer-age the "
-    "founder copies its queue to nobody, and its crash loses every page not yet fetched",
-)
 async def test_a_crash_in_the_first_seconds(check: Check) -> None:
     await check("first_seconds")
 

@@ -61,6 +61,8 @@ class Net:
         for m in members:
             self.add(m)
         self.owner_ready = True  # False while "joining": this peer owns nothing
+        # Contacts in the table too young to own keys: they may hold copies.
+        self.young: dict[bytes, PeerRef] = {}
         self.calls: list[tuple[str, PeerRef, object]] = []
         self.store_task_answer: StoreTaskAnswer = _take_all
         self.refresh_answer: Callable[[PeerRef], Awaitable[RefreshAnswer]] = _nothing_more
@@ -81,6 +83,9 @@ class Net:
     def is_member(self, peer_id: bytes) -> bool:
         return peer_id in self.members
 
+    def in_table(self, peer_id: bytes) -> bool:
+        return peer_id in self.members or peer_id in self.young
+
     def member(self, peer_id: bytes) -> PeerRef | None:
         return self.members.get(peer_id)
 
@@ -90,6 +95,10 @@ class Net:
     def closest_local(self, key: bytes, n: int, *, with_self: bool | None = None) -> list[PeerRef]:
         mine = self.owner_ready if with_self is None else with_self
         pool = {**self.members, **({self.me.id: self.me} if mine else {})}
+        return [pool[i] for i in closest(key, pool, n)]
+
+    def closest_contacts(self, key: bytes, n: int) -> list[PeerRef]:
+        pool = {**self.members, **self.young, self.me.id: self.me}
         return [pool[i] for i in closest(key, pool, n)]
 
     def take_ownership(self) -> bool:

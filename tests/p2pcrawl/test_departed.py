@@ -37,7 +37,7 @@ async def test_a_peer_that_said_goodbye_is_not_readmitted_while_it_hands_off(
     while not a.node.is_member(b.node_id):
         assert loop.time() < deadline, "b never joined a"
         await asyncio.sleep(0.05)
-    await b.membership.leave()  # GOODBYE, then the hand-off; b's process would exit after
+    await b.leave()  # GOODBYE, then the hand-off; b's process would exit after
     assert not a.node.is_member(b.node_id)
     # A hand-off that lasts a few ping intervals (a large queue, a loaded machine).
     await asyncio.sleep(3 * settings.ping_interval + 0.5)

@@ -312,6 +312,7 @@ def _rebalance(net: Net, ledger: Ledger, backups: BackupStore, route: Any) -> Re
         history,
         EventLog(),
         peers=net.peers,
+        in_table=net.in_table,
         route=route,
         active=lambda: True,
         due=asyncio.Event(),

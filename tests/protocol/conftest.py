@@ -86,6 +86,9 @@ class MemoryHandler:
     def peer_added(self, peer: PeerRef) -> None:
         self.added.append(peer)
 
+    def contact_added(self, peer: PeerRef) -> None:
+        pass
+
     def peer_removed(self, peer: PeerRef, reason: str) -> None:
         self.removed.append((peer, reason))
 
