@@ -479,4 +479,7 @@ class PeerSettings:
             ping_interval=self.ping_interval,
             refresh_interval=self.refresh_interval,
             min_owner_age=self.min_peer_age,
+            # A leave stops fetching, settles loans, then hands off key by key: each
+            # handoff is bounded by ``handoff_timeout``, the whole by a few of them.
+            departed_ttl=max(120.0, self.refresh_interval, 4 * self.handoff_timeout),
         )

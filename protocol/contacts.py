@@ -14,6 +14,9 @@ three calls it makes itself (a ping, a STORE, an admission probe).
   with a new ID (the ghost is replaced) or the claim was false.
 * A new contact, or a known one at a new address, enters the table only with proof of its ID
   at that address; without it, ``admission.Admission`` challenges the claim first.
+* A node that said GOODBYE (``depart``) sends nothing on its own any more: no admission
+  challenge, no check of a ghost, no indirect probe. Each is a ping, and a ping from it
+  would tell the others it is still around while it only hands off its keys.
 * A missed reply makes a suspect, never an eviction; anything heard from a suspect clears
   it. The probe loop (``upkeep.probe_suspects``) declares a suspect dead on the rules of
   ``liveness`` (time, indirect probes, local health), and only then is it removed.
@@ -81,6 +84,7 @@ class Contacts:
             on_full=self.check_alive,
         )
         self._checking: set[bytes] = set()
+        self.departing = False  # said GOODBYE: only the handoff is sent from here on
         self.admission = Admission(
             probe, self._admit, self._move, tasks, admission or AdmissionLimits()
         )
@@ -113,6 +117,8 @@ class Contacts:
         if known is not None and (known.ip, known.port) == (node.ip, node.port):
             self.liveness.heard(node.id)  # SWIM: any message from a suspect refutes it
             self.router.add_contact(node)  # §2.2: move to the tail as most recently seen
+            return
+        if self.departing:
             return
         if not proven:
             self.admission.challenge(node, known)
@@ -186,7 +192,7 @@ class Contacts:
 
     def check_alive(self, node: Node) -> None:
         """Ping ``node`` in an owned task, at most one check per contact at a time."""
-        if node.id in self._checking:
+        if node.id in self._checking or self.departing:
             return
         self._checking.add(node.id)
 

@@ -76,6 +76,9 @@ class NodeConfig:
     ping_interval: float = 1.0
     refresh_interval: float = 60.0
     min_owner_age: float = 0.0  # seconds a new contact must stay live before it owns keys
+    # How long a node that said GOODBYE stays out unless it joins again (a lookup of its own
+    # ID): at least as long as its handoff may take, so none of that traffic re-admits it.
+    departed_ttl: float = 120.0
     store_limits: StoreLimits = field(default_factory=StoreLimits)
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     inbound: InboundLimits = field(default_factory=InboundLimits)
@@ -110,7 +113,7 @@ class CrawlNode:
             secret=cfg.secret,
             on_added=lambda peer: self.members.contact_added(peer),
             on_removed=lambda peer, why: self.members.contact_removed(peer, why),
-            departed_ttl=max(cfg.refresh_interval, 30.0),
+            departed_ttl=cfg.departed_ttl,
             admission=cfg.admission,
             inbound=cfg.inbound,
             silent=silent,
@@ -278,6 +281,12 @@ class CrawlNode:
 
     def establish_early(self, peer_id: bytes) -> bool:
         return self.members.establish_early(peer_id)
+
+    def depart(self) -> None:
+        """About to say GOODBYE: from now on this node sends only what its handoff sends
+        (no liveness round, lookup, admission challenge or indirect probe)."""
+        self.upkeep.stop()
+        self.rpc.contacts.departing = True
 
     def hold_ownership(self) -> None:
         self.members.hold_ownership()

@@ -155,7 +155,7 @@ class Rpc:
         we are alive even when the target is not.
         """
         target = self.router.get(args.target)
-        if target is None or target.id == sender.id:
+        if target is None or target.id == sender.id or self.contacts.departing:
             return PingReqReply(ok=False, known=False)
         ok, data = await self.ping((target.ip, target.port), self.my_id)
         alive = bool(ok) and data == target.id
@@ -184,9 +184,9 @@ class Rpc:
         return list(sender)
 
     def rpc_ping(self, sender: tuple[str, int], nodeid: object) -> bytes:
-        node_id = check_id(nodeid, "node id")
-        self.router.clear_departed(node_id)  # a ping is how a node (re)joins
-        self.contacts.welcome_sender(Node(node_id, *sender))
+        # A ping does not bring back a node that said GOODBYE: a leaver still handing off
+        # (or its liveness round, once) would be made an owner and a replica again.
+        self.contacts.welcome_sender(Node(check_id(nodeid, "node id"), *sender))
         return self.my_id
 
     def rpc_store(
@@ -201,6 +201,10 @@ class Rpc:
     def rpc_find_node(self, sender: tuple[str, int], nodeid: object, key: object) -> list[Any]:
         source = Node(check_id(nodeid, "node id"), *sender)
         target = Node(check_id(key, "key"))
+        if target.id == source.id:
+            # A lookup of its own ID is how a node (re)joins (§2.3): one that said GOODBYE
+            # comes back only this way, never by a stray ping.
+            self.router.clear_departed(source.id)
         self.contacts.welcome_sender(source)
         neighbors = self.router.find_neighbors(target, exclude=source)
         found = [[n.id, n.ip, n.port] for n in neighbors]

@@ -166,12 +166,25 @@ class Upkeep:
         self.last_round = ProbeRound()
         self.ping_rounds = 0
         self.refresh_runs = 0
+        self._rounds: list[asyncio.Task[Any]] = []
 
     async def start(self, sock: socket.socket, loops: TaskSet) -> None:
         await self.socket.attach(sock)
         loops.spawn(self.lag.run(), "lag")
-        loops.spawn(every(self._ping_interval, self.ping_round), "ping")
-        loops.spawn(every(self._refresh_interval, self.refresh), "refresh")
+        for name, interval, job in (
+            ("ping", self._ping_interval, self.ping_round),
+            ("refresh", self._refresh_interval, self.refresh),
+        ):
+            task = loops.spawn(every(interval, job), name)
+            if task is not None:
+                self._rounds.append(task)
+
+    def stop(self) -> None:
+        """No more pings, probes or lookups (this node said GOODBYE): each of them would put
+        it back into the tables it just left. The owning TaskSet still awaits them."""
+        for task in self._rounds:
+            task.cancel()
+        self._rounds = []
 
     async def ping_round(self) -> None:
         """Ping, probe the suspects, then fold what this round saw into our local health."""

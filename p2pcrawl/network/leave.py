@@ -91,12 +91,14 @@ class Leave:
         leases: Leases,
         loans: Loans,
         peers: Callable[[], list[PeerRef]],
+        depart: Callable[[], None],
         goodbye: Callable[[PeerRef], Awaitable[None]],
         flush_links: Callable[[], Awaitable[None]],
         stored: Callable[[float], Awaitable[None]],
         hurry: Callable[[], None],
     ) -> None:
-        """``goodbye``: GOODBYE (``CrawlNode.goodbye``); ``flush_links``: send what waits
+        """``depart``: send nothing but the handoff from now on (``CrawlNode.depart``);
+        ``goodbye``: GOODBYE (``CrawlNode.goodbye``); ``flush_links``: send what waits
         in the dispatcher; ``stored``: wait (bounded) for the STORE_TASKs taken to be
         stored (``PeerHandler.stored``); ``hurry``: our RPC lanes send now."""
         self.ledger = ledger
@@ -108,6 +110,7 @@ class Leave:
         self.leases = leases
         self.loans = loans
         self._peers = peers
+        self._depart = depart
         self._goodbye = goodbye
         self._flush_links = flush_links
         self._stored = stored
@@ -182,7 +185,13 @@ class Leave:
 
     async def say_goodbye(self) -> list[PeerRef]:
         """GOODBYE to every peer we know, at once (each bounded by the RPC timeout): they
-        drop us from their tables now instead of suspecting us for a while. Returns them."""
+        drop us from their tables now instead of suspecting us for a while. Returns them.
+
+        From here on this peer sends only its handoff: a liveness ping or a lookup from it
+        would tell the others it is still around, and they would make it an owner and a
+        replica again while it exits (docs/membership.md, "A dead or departed peer is
+        forgotten everywhere")."""
+        self._depart()
         others = self._peers()
 
         async def one(p: PeerRef) -> None:

@@ -301,6 +301,7 @@ def assemble(
         leases=lender,
         loans=reports,
         peers=roster.peers,
+        depart=node.depart,
         goodbye=node.goodbye,
         flush_links=dispatcher.flush,
         stored=handler.stored,

@@ -129,6 +129,10 @@ class Net:
     async def goodbye(self, to: PeerRef) -> None:
         self.calls.append(("goodbye", to, None))
 
+    def depart(self) -> None:
+        """From now on this peer sends only its handoff (``CrawlNode.depart``)."""
+        self.calls.append(("depart", self.me, None))
+
 
 async def _take_all(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
     return StoreResult(sum(len(b.tasks) for b in batches), 0, [])

@@ -4,26 +4,21 @@ After its GOODBYE a leaving peer still hands off its keys, and while it does, no
 it back into the others' routing tables: a peer re-admitted there is made an owner and a
 replica again, is sent tasks, copies and the news of finished pages, and once its process
 has exited every one of those calls waits out the RPC timeout until the failure detector
-declares it dead. A ping is how a node rejoins (``rpc_ping`` clears the departed mark), and
-the leaver's own liveness round pings each neighbour that has been silent towards it for a
-ping interval, which after its goodbye they all are.
+declares it dead. A ping was how a node rejoined (``rpc_ping`` cleared the departed mark),
+and the leaver's own liveness round pinged each neighbour that had been silent towards it
+for a ping interval, which after its goodbye they all were. Now a node that said GOODBYE
+sends only its handoff (``CrawlNode.depart``), and only a lookup of its own ID (a join)
+brings it back.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from p2pcrawl.settings import PeerSettings
 from tests.conftest import TEST_MIN_PEER_AGE, PeerFactory
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a leaving peer's liveness round keeps pinging after its GOODBYE, and a ping "
-    "clears the departed mark (rpc_ping): the neighbours re-admit the leaver",
-)
 async def test_a_peer_that_said_goodbye_is_not_readmitted_while_it_hands_off(
     make_peer: PeerFactory,
 ) -> None:

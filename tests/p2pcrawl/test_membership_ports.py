@@ -365,6 +365,7 @@ def _leave(
         "leases": parted,
         "loans": parted,
         "peers": net.peers,
+        "depart": net.depart,
         "goodbye": net.goodbye,
         "flush_links": nothing,
         "stored": nothing,
@@ -400,7 +401,9 @@ async def test_a_leave_says_goodbye_then_hands_every_task_and_backup_to_its_owne
     goodbyes = [p.id for p, _ in net.sent("goodbye")]
     assert sorted(goodbyes) == sorted([a, b])
     first_store = next(i for i, (n, _, _) in enumerate(net.calls) if n == "store_task")
-    assert all(n == "goodbye" for n, _, _ in net.calls[:2]) and first_store == 2
+    # It stops probing before its goodbyes, and sends only its handoff after them.
+    assert net.calls[0][0] == "depart"
+    assert all(n == "goodbye" for n, _, _ in net.calls[1:3]) and first_store == 3
     to_owner = {p.id: batches for p, batches in net.sent("store_task")}
     assert {x.key for x in to_owner[a]} >= {KEY}  # type: ignore[attr-defined]
     assert report.tasks == report.queue_at_leave == 8 and report.failed == 0

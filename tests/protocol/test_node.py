@@ -35,6 +35,7 @@ from protocol import (
     key_for,
     new_node_id,
 )
+from protocol.messages import PING_REQ, PingReqArgs
 from tests.protocol.conftest import (
     BOOM,
     FAST,
@@ -245,12 +246,29 @@ async def test_goodbye_removes_at_once(make_node: NodeFactory) -> None:
     await b.goodbye(a.me)
     assert b.me not in a.peers()
     assert handler_of(a).removed == [(b.me, "goodbye")]
-    # Hand-off traffic after the goodbye does not re-add the leaver...
+    # Hand-off traffic after the goodbye does not re-add the leaver, nor does a ping (a
+    # leaver's liveness round once did: it was made an owner again while it exited)...
     assert (await b.store_task(a.me, [batch("late.example", 2)])).new == 2
-    assert b.me not in a.peers()
-    # ...but a rejoin (ping) does.
+    assert await b.ping_peer(a.me) == a.me.id
+    assert b.me not in a.peers() and not a.in_table(b.me.id)
+    # ...but a rejoin (a lookup of its own ID) does.
     await b.join([a.me.addr])
     assert b.me in a.peers()
+
+
+async def test_a_departing_node_sends_nothing_of_its_own(make_node: NodeFactory) -> None:
+    """After ``depart`` (about to say GOODBYE) a node challenges nobody, probes nobody for
+    others and runs no liveness round: only its handoff leaves it."""
+    a, b = await pair(make_node, ping_interval=0.2)
+    c = await make_node()
+    b.depart()
+    sent = b.stats()["rpc_sent"].get("ping", 0)  # type: ignore[attr-defined]
+    assert await c.ping_peer(b.me) == b.me.id  # a stranger: once, b would challenge it
+    answer = await c.call(b.me, PING_REQ, PingReqArgs(a.me.id))
+    assert not answer.known  # b pings nobody on another's behalf either
+    await asyncio.sleep(5 * b.config.ping_interval)  # no liveness round runs
+    assert b.stats()["rpc_sent"].get("ping", 0) == sent  # type: ignore[attr-defined]
+    assert not b.in_table(c.me.id)
 
 
 async def test_closest_includes_self(make_node: NodeFactory) -> None:
