@@ -18,16 +18,18 @@ has one crawler while it changes hands:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from p2pcrawl.crawl import EventLog, Ledger
 from p2pcrawl.network.handoff import Handoff
 from p2pcrawl.network.ports import Ownership, Spawn, owner_id
-from protocol import PeerRef, PeerTimeout, RefreshAnswer, RemoteError
+from protocol import PeerRef, PeerTimeout, RefreshAnswer, RemoteError, TaskSet, closest
 
 __all__ = ["Join", "Newcomers", "Welcome"]
 
@@ -38,7 +40,20 @@ log = logging.getLogger(__name__)
 ADMISSION_RETRY_S = 0.1
 MIN_RETRY_S = 0.02
 HANDOFF_POLL_S = 0.2  # how often a joiner asks whether a handoff to it is complete
+# A neighbour that died during our join left its keys with its replicas, which take them
+# over once they declare it dead too: the ones among our neighbours are asked again after
+# this, for what of those keys is ours.
+REASK_S = 1.0
 HISTORY_REQUESTERS = 64
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What a join's neighbours answered so far."""
+
+    counted: set[bytes] = field(default_factory=set)  # answered with a count at least once
+    promised: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Join:
@@ -55,10 +70,12 @@ class Join:
         owners_changed: Callable[[], None],
         ksize: int,
         give_up_after: float,
+        replicas: int = 2,
     ) -> None:
         """``ask``: REFRESH_TASK (``CrawlNode.refresh_task``); ``take_ownership``: own our
         keys from now on (``CrawlNode.take_ownership``; True if that is a change);
-        ``give_up_after``: the minimum owner age plus the handoff timeout."""
+        ``give_up_after``: the minimum owner age plus the handoff timeout; ``replicas``: r,
+        how many neighbours hold copies of a neighbour that dies during the join."""
         self.ownership = ownership
         self._peers = peers
         self.events = events
@@ -67,7 +84,11 @@ class Join:
         self._owners_changed = owners_changed
         self.ksize = ksize
         self.give_up_after = give_up_after
+        self._replicas = replicas
         self._asked: set[bytes] = set()  # neighbours we asked for our keys
+        self._asked_of: dict[bytes, PeerRef] = {}
+        self._asking: dict[bytes, asyncio.Task[Any]] = {}  # neighbours not through yet
+        self._again: Callable[[PeerRef], None] | None = None  # ask a neighbour once more
 
     def expecting(self, sender: bytes) -> bool:
         """Whether we asked ``sender`` for our keys (join or re-sync) and wait for them."""
@@ -76,6 +97,24 @@ class Join:
     def _own(self) -> None:
         if self._take_ownership():
             self._owners_changed()
+
+    def neighbour_gone(self, peer_id: bytes, reason: str = "") -> None:
+        """A peer left our table (``Roster.on_departure``). If a join waits for it, it waits
+        no more: nothing will come from it. Its keys are on its replicas, which take them
+        over; those among our neighbours are asked once more, after ``REASK_S``, for what
+        is ours of them."""
+        asking = self._asking.pop(peer_id, None)
+        if asking is None:
+            return
+        asking.cancel()
+        if self._again is None:
+            return
+        dead = self._asked_of.get(peer_id)
+        if dead is None:
+            return
+        left = [p for i, p in self._asked_of.items() if i != peer_id and i not in self._asking]
+        for rep in closest(dead.id, {p.id: p for p in left}, self._replicas):
+            self._again(self._asked_of[rep])
 
     async def refresh(self) -> None:
         """Ask neighbours to send what is now closer to us, and wait (bounded) until they
@@ -87,59 +126,79 @@ class Join:
         answered with a count, this node takes ownership of its keys: from then on the
         others' handoffs and newly routed tasks are ours, though the engine stays paused
         until every neighbour has said it has nothing more -- so nothing is fetched before
-        the history that would have deduplicated it.
+        the history that would have deduplicated it. A neighbour that dies meanwhile is
+        waited for no longer than its declaration (``neighbour_gone``).
         """
         me = self.ownership.me.id
         neighbours = [
             p for p in self.ownership.closest_local(me, self.ksize, with_self=False) if p.id != me
         ]
         self._asked = {p.id for p in neighbours}
+        self._asked_of = {p.id: p for p in neighbours}
         asked = time.monotonic()
-        give_up = asked + self.give_up_after
-        counted: set[bytes] = set()  # neighbours that answered with a count at least once
-        promised = 0
+        tally = _Tally()
+        owned = TaskSet("join")
+
+        def ask(p: PeerRef, after: float = 0.0) -> None:
+            if p.id not in self._asking and time.monotonic() - asked < self.give_up_after:
+                task = owned.spawn(self._until_all(p, tally, after), "refresh-ask")
+                if task is not None:
+                    self._asking[p.id] = task
+
+        self._again = lambda p: ask(p, REASK_S)
         try:
-            due = {p.id: asked for p in neighbours}  # when to ask each neighbour (again)
-            by_id = {p.id: p for p in neighbours}
-            while due:
-                now = time.monotonic()
-                ask = [by_id[i] for i, t in due.items() if t <= now]
-                answers = await asyncio.gather(*(self._answer(p) for p in ask))
-                for p, answer in zip(ask, answers, strict=True):
-                    if answer is None and p.id not in {q.id for q in self._peers()}:
-                        del due[p.id]  # declared dead meanwhile: nothing will come from it
-                        continue
-                    if answer is not None and not answer.retry_after:
-                        counted.add(p.id)
-                        promised += answer.keys
-                        if not answer.keys:
-                            del due[p.id]  # all it had for us has arrived
-                            continue
-                    if answer is None:  # a peer still in our table: after a stall it
-                        wait = ADMISSION_RETRY_S  # may be the one that took our hosts
-                    elif answer.retry_after:
-                        wait = answer.retry_after
-                    else:
-                        wait = HANDOFF_POLL_S  # a handoff began: ask when it is through
-                    due[p.id] = time.monotonic() + wait
+            for p in neighbours:
+                ask(p)
+            while self._asking:
+                tally.changed.clear()
                 # Every neighbour still sending counts us as an owner: its keys are ours.
-                if set(due) <= counted:
+                if set(self._asking) <= tally.counted:
                     self._own()
-                if due:
-                    left = give_up - time.monotonic()
-                    if left <= 0:
-                        log.warning("join: %d neighbours never handed over all; going on", len(due))
-                        break
-                    await asyncio.sleep(max(0.0, min(min(due.values()) - time.monotonic(), left)))
+                left = asked + self.give_up_after - time.monotonic()
+                if left <= 0:
+                    log.warning(
+                        "join: %d neighbours never handed over all; going on", len(self._asking)
+                    )
+                    break
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await tally.changed.wait()
             self._own()
         finally:
-            self._asked = set()
+            self._asked, self._asked_of, self._asking, self._again = set(), {}, {}, None
+            await owned.aclose()
         self.events.add(
             "refreshed",
-            neighbours=len(counted),
-            keys=promised,
+            neighbours=len(tally.counted),
+            keys=tally.promised,
             waited_s=round(time.monotonic() - asked, 2),
         )
+
+    async def _until_all(self, p: PeerRef, tally: _Tally, after: float) -> None:
+        """Ask ``p`` until it has sent all it has for us, or is no longer in our table."""
+        try:
+            await asyncio.sleep(after)
+            while True:
+                answer = await self._answer(p)
+                if answer is None and p.id not in {q.id for q in self._peers()}:
+                    return  # declared dead meanwhile: nothing will come from it
+                if answer is not None and not answer.retry_after:
+                    tally.counted.add(p.id)
+                    tally.promised += answer.keys
+                    if not answer.keys:
+                        return  # all it had for us has arrived
+                tally.changed.set()
+                if answer is None:  # a peer still in our table: after a stall it
+                    wait = ADMISSION_RETRY_S  # may be the one that took our hosts
+                elif answer.retry_after:
+                    wait = answer.retry_after
+                else:
+                    wait = HANDOFF_POLL_S  # a handoff began: ask when it is through
+                await asyncio.sleep(wait)
+        finally:
+            if self._asking.get(p.id) is asyncio.current_task():
+                del self._asking[p.id]
+            tally.changed.set()
 
     async def _answer(self, p: PeerRef) -> RefreshAnswer | None:
         """The neighbour's answer; None if it did not answer. One that answers with an

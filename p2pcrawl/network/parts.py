@@ -226,6 +226,7 @@ def assemble(
         owners_changed=roster.owners_changed,
         ksize=ps.ksize,
         give_up_after=ps.min_peer_age + ps.handoff_timeout,
+        replicas=ps.replicas,
     )
     welcome = Welcome(ledger, node, node, handoff, events, active=active, spawn=spawn)
     rebalance = Rebalance(
@@ -353,7 +354,13 @@ def assemble(
     )
 
     # -- who hears what ---------------------------------------------------------------------
-    for gone in (rebalance.owner_gone, welcome.forget, replica_book.forget_peer, lending.peer_gone):
+    for gone in (
+        rebalance.owner_gone,
+        welcome.forget,
+        replica_book.forget_peer,
+        lending.peer_gone,
+        join.neighbour_gone,
+    ):
         roster.on_departure(gone)
     for changed in (
         advertised.forget,

@@ -17,7 +17,7 @@ import pytest
 
 from p2pcrawl.crawl import CrawlStats, EventLog, Ledger, Task, to_stored
 from p2pcrawl.network.handoff import Handoff, History
-from p2pcrawl.network.join import ADMISSION_RETRY_S, Join, Welcome
+from p2pcrawl.network.join import ADMISSION_RETRY_S, REASK_S, Join, Welcome
 from p2pcrawl.network.leave import HandoffReport, Leave
 from p2pcrawl.network.quiescence import Quiescence
 from p2pcrawl.network.rebalance import Rebalance
@@ -30,6 +30,7 @@ from protocol import (
     RefreshAnswer,
     RemoteError,
     StoreResult,
+    closest,
     key_for,
 )
 from storage import BackupStore
@@ -199,6 +200,45 @@ async def test_a_neighbour_declared_dead_during_a_join_is_not_waited_for() -> No
     async with asyncio.timeout(2):
         await join.refresh()
     assert len(net.sent("refresh_task")) == 1
+
+
+async def test_a_join_goes_on_once_a_silent_neighbour_is_declared_dead() -> None:
+    """A neighbour that dies mid-join leaves its REFRESH_TASK unanswered; the join drops it
+    when it is declared dead (an event, not the next timeout), and asks the dead one's
+    nearest neighbours, its replicas, once more for what they took over of ours."""
+    dead, b, c, far = (id_next_to(key_for(f"{h}.test")) for h in ("d", "b", "c", "f"))
+    net = Net(ME, [dead, b, c, far])
+    never = asyncio.Event()
+
+    async def answer(to: PeerRef) -> RefreshAnswer:
+        if to.id == dead:
+            await never.wait()  # the RPC timeout is far away
+        return RefreshAnswer(0)
+
+    net.refresh_answer = answer
+    join = Join(
+        net,
+        net.peers,
+        EventLog(),
+        ask=net.refresh_task,
+        take_ownership=net.take_ownership,
+        owners_changed=lambda: None,
+        ksize=20,
+        give_up_after=30.0,
+        replicas=2,
+    )
+    task = asyncio.create_task(join.refresh())
+    await asyncio.sleep(0.2)
+    assert not task.done()
+    del net.members[dead]
+    join.neighbour_gone(dead, "unresponsive")
+    async with asyncio.timeout(REASK_S + 1.0):
+        await task
+    asked = [p.id for p, _ in net.sent("refresh_task")]
+    reps = set(closest(dead, [b, c, far], 2))
+    assert all(asked.count(r) == 2 for r in reps)  # asked again once the dead one went
+    once = {i for i in asked if asked.count(i) == 1}
+    assert once == {dead} | {i for i in (b, c, far) if i not in reps}
 
 
 class Newcomers:
