@@ -94,11 +94,12 @@ class Contacts:
         node_id: bytes = self.source_node.id
         return node_id
 
-    def contact_failed(self, node: Node) -> None:
-        """A call went unanswered: a suspect, not yet a corpse (``liveness``)."""
+    def contact_failed(self, node: Node, waited: float | None = None) -> None:
+        """A call went unanswered (after ``waited`` seconds; by default the RPC timeout): a
+        suspect, not yet a corpse (``liveness``)."""
         if self.router.knows(node.id):
             self.router.record_failure(node)
-            self.liveness.failed(node.id)
+            self.liveness.failed(node.id, waited)
 
     def declare_dead(self, node: Node) -> None:
         """The failure detector's verdict: drop the contact (its keys move to others)."""

@@ -427,7 +427,11 @@ class CrawlNode:
             dht_refused=self.storage.refused,
             ping_rounds=upkeep.ping_rounds,
             refresh_runs=upkeep.refresh_runs,
-            liveness=rpc.liveness.snapshot(),
+            liveness={
+                **rpc.liveness.snapshot(),
+                "dead_notices_sent": upkeep.notices_sent,
+                "declared_on_notice": upkeep.noticed_dead,
+            },
             loop_stalls=upkeep.lag.stalls,
         )
         return out

@@ -6,14 +6,23 @@ on its own: a dead neighbour is only noticed when a lookup happens to hit it. He
 
 * ``ping_round`` (every ``ping_interval``): ping the closest neighbours -- the likely owners and
   replicas of our keys -- that were silent for a whole interval, plus the contacts silent for
-  longest. A failure makes a suspect (``liveness``).
-* ``probe_suspects`` (same round): SWIM's probe of each suspect, directly and then through
-  ``k`` helpers (PING-REQ); a suspect nobody reaches for the suspicion timeout (stretched by
-  our local health score) and enough rounds is declared dead. A crashed owner is noticed
-  within about ``max(suspicion_timeout, min_failed_rounds * ping_interval)`` plus a round.
+  longest. Each ping waits SWIM's probe timeout (``rpc.PROBE_TIMEOUT``, 0.5 s), not the RPC
+  timeout; a failure makes a suspect (``liveness``), silent since the ping left.
+* ``probe_suspects`` (the same round, beside the pings): SWIM's probe of each suspect,
+  directly and then through ``k`` helpers (PING-REQ); a suspect nobody reaches for the
+  suspicion timeout (shortened by the helpers that could not reach it either, stretched by
+  our local health score) is declared dead.
+* ``spread`` and ``noticed``: a peer that declares a contact dead tells the members nearest
+  it (memberlist's "dead" message, over the DEAD RPC); each pings the contact itself and, if
+  it is silent to it too and its own health is good, declares it at once and tells its own
+  neighbours. Peers that had no reason to call the dead one thus learn of it within a probe
+  timeout of the first verdict, not when their own rounds reach it.
 * ``refresh_once`` (every ``refresh_interval``): Kademlia §2.3 bucket refresh -- a lookup of a
   random ID in each bucket idle that long -- plus a lookup of our own ID, which finds new
   close neighbours; then republish stored values older than an hour (§2.5).
+
+A crashed member is declared dead about ``suspicion_timeout`` after the first call it left
+unanswered, plus a probe round; docs/membership.md has the figures.
 """
 
 from __future__ import annotations
@@ -43,6 +52,9 @@ log = logging.getLogger(__name__)
 
 NEIGHBOUR_PINGS = 8  # closest contacts checked each round
 STALE_PINGS = 16  # at most this many long-silent contacts checked per round
+# Members told of a contact we declared dead, its nearest first: its replicas and the owners
+# next to it, which take its keys over, and the rest of a small network.
+NOTICE_FANOUT = 32
 
 
 @dataclass(slots=True)
@@ -70,14 +82,17 @@ async def ping_round(
     targets = [n for n in near if silent_for(n) >= ping_interval]
     stale = sorted((n for n in members.values() if silent_for(n) > stale_after), key=silent_for)
     targets += [n for n in reversed(stale[-STALE_PINGS:]) if n not in targets]
-    results = await asyncio.gather(*(proto.call_ping(n) for n in targets))
-    for n, (ok, _) in zip(targets, results, strict=True):
+    results = await asyncio.gather(*(proto.probe_ping(n) for n in targets))
+    for n, ok in zip(targets, results, strict=True):
         (seen.ok if ok else seen.failed).add(n.id)
 
 
-async def probe_suspects(proto: Rpc, helpers: int, seen: ProbeRound) -> None:
+async def probe_suspects(
+    proto: Rpc, helpers: int, seen: ProbeRound, declared: Callable[[Node], None]
+) -> None:
     """SWIM §3.1-3.2 for every suspect at once: a direct ping, then PING-REQ through up to
-    ``helpers`` other contacts; then declare the ones that stayed silent long enough."""
+    ``helpers`` other contacts; then declare the ones that stayed silent long enough (and
+    tell ``declared``)."""
     detector = proto.liveness
     router = proto.router
 
@@ -86,8 +101,7 @@ async def probe_suspects(proto: Rpc, helpers: int, seen: ProbeRound) -> None:
         if node is None:
             detector.forget(node_id)
             return
-        ok, _ = await proto.call_ping(node)
-        if ok:
+        if await proto.probe_ping(node):
             seen.ok.add(node_id)
             return
         # Helpers: contacts not under suspicion themselves, most recently heard first, with
@@ -105,10 +119,12 @@ async def probe_suspects(proto: Rpc, helpers: int, seen: ProbeRound) -> None:
         seen.missed_nacks += sum(a is None for a in answers)
         if not detector.is_suspect(node_id):
             return  # heard from meanwhile (a request of its own arrived)
-        detector.probe_failed(node_id)
+        # Helpers that answered but could not reach it either: independent suspicions.
+        detector.probe_failed(node_id, sum(a is False for a in answers))
         if detector.dead(node_id):
             seen.declared += 1
             proto.contacts.declare_dead(node)
+            declared(node)
 
     await asyncio.gather(*(one(i) for i in detector.suspects()))
 
@@ -167,8 +183,14 @@ class Upkeep:
         self.ping_rounds = 0
         self.refresh_runs = 0
         self._rounds: list[asyncio.Task[Any]] = []
+        self._loops: TaskSet | None = None
+        self._checking: set[bytes] = set()  # contacts others declared dead, checked now
+        self.notices_sent = 0
+        self.noticed_dead = 0  # contacts declared dead here on another member's notice
+        rpc.on_dead_notice = self.noticed
 
     async def start(self, sock: socket.socket, loops: TaskSet) -> None:
+        self._loops = loops
         await self.socket.attach(sock)
         loops.spawn(self.lag.run(), "lag")
         for name, interval, job in (
@@ -190,8 +212,11 @@ class Upkeep:
         """Ping, probe the suspects, then fold what this round saw into our local health."""
         rpc = self._rpc
         seen = ProbeRound()
-        await ping_round(rpc, self._ping_interval, self._refresh_interval, seen)
-        await probe_suspects(rpc, self._helpers, seen)
+        # Side by side: a round's pings must not hold back the probes of its suspects.
+        await asyncio.gather(
+            ping_round(rpc, self._ping_interval, self._refresh_interval, seen),
+            probe_suspects(rpc, self._helpers, seen, self.spread),
+        )
         rpc.liveness.health.round(
             loop_lag=self.lag.take(),
             socket_drops=await self.socket.new_drops(),
@@ -202,6 +227,47 @@ class Upkeep:
         )
         self.last_round = seen
         self.ping_rounds += 1
+
+    def spread(self, dead: Node) -> None:
+        """We declared ``dead`` dead: tell the members nearest it (memberlist's "dead"
+        message). A peer with no reason to call it would otherwise learn of it only when
+        its own rounds reach it; each checks it for itself before it believes us."""
+        rpc = self._rpc
+        members = {n.id: n for n in rpc.router.members() if n.id != dead.id}
+        told = [members[i] for i in closest(dead.id, members, NOTICE_FANOUT)]
+        if self._loops is None or not told:
+            return
+        self.notices_sent += len(told)
+
+        async def tell() -> None:
+            await asyncio.gather(*(rpc.tell_dead(n, dead.id) for n in told))
+
+        self._loops.spawn(tell(), "dead-notice")
+
+    def noticed(self, target: Node) -> None:
+        """A member says it declared ``target`` dead: check it now, once at a time."""
+        if target.id in self._checking or self._loops is None:
+            return
+        self._checking.add(target.id)
+        self._loops.spawn(self._check(target), "dead-check")
+
+    async def _check(self, target: Node) -> None:
+        """Our own ping decides: answered, it lives for us (a partition between it and the
+        declarer is not ours). Unanswered, the declaration is the confirmation the shortest
+        suspicion waits for: a healthy peer declares it now and passes the word on; one
+        whose own health is in doubt leaves it to its probe rounds."""
+        rpc = self._rpc
+        detector = rpc.liveness
+        try:
+            if await rpc.probe_ping(target) or not detector.is_suspect(target.id):
+                return
+            detector.noticed(target.id)
+            if detector.health.score == 0 and rpc.router.get(target.id) is not None:
+                self.noticed_dead += 1
+                rpc.contacts.declare_dead(target)
+                self.spread(target)
+        finally:
+            self._checking.discard(target.id)
 
     async def refresh(self) -> None:
         await refresh_once(

@@ -273,3 +273,38 @@ async def test_a_long_stall_is_reported(make_node: NodeFactory) -> None:
     time.sleep(0.5)  # noqa: ASYNC251 -- the stall under test
     await eventually(lambda: bool(stalls), timeout=2.0)
     assert stalls[0] >= 0.2
+
+
+async def test_a_death_notice_reaches_a_peer_that_never_calls_the_victim(
+    make_node: NodeFactory,
+) -> None:
+    """memberlist's "dead" message: b runs no liveness round of its own (its interval is a
+    minute), so it would keep a dead peer for as long as nothing else made it call it. The
+    peer that declares it tells b, b's own ping finds it silent too, and b declares it."""
+    a = await make_node(**LIVE)
+    b = await make_node(**{**LIVE, "ping_interval": 60.0})
+    c = await make_node(**LIVE)
+    v = await make_node(**{**LIVE, "ping_interval": 60.0})
+    for n in (b, c, v):
+        await n.join([a.me.addr])
+    await eventually(lambda: all(len(n.peers()) == 3 for n in (a, b, c, v)), timeout=5.0)
+    await v.aclose()
+    await eventually(lambda: v.me not in a.peers(), timeout=8.0)
+    declared_by_a = time.monotonic()
+    await eventually(lambda: v.me not in b.peers(), timeout=3.0)
+    assert time.monotonic() - declared_by_a < 2.0
+    assert b.upkeep.noticed_dead == 1 and (v.me, "unresponsive") in handler_of(b).removed
+    assert a.stats()["liveness"]["dead_notices_sent"] >= 2  # type: ignore[index]
+
+
+async def test_a_death_notice_of_a_live_peer_is_not_believed(make_node: NodeFactory) -> None:
+    a, b, c = await trio(make_node, **LIVE)
+    # a says c is dead: b checks c itself, hears it, and keeps it; told it is dead itself,
+    # c answers the teller (a ping), which puts it back where it had been dropped.
+    await a.rpc.tell_dead(Node(b.me.id, *b.me.addr), c.me.id)
+    a.rpc.router.remove_contact(Node(c.me.id, *c.me.addr), "unresponsive")
+    await a.rpc.tell_dead(Node(c.me.id, *c.me.addr), c.me.id)
+    await eventually(lambda: c.me in a.peers(), timeout=3.0)
+    await asyncio.sleep(0.5)
+    assert c.me in b.peers() and b.upkeep.noticed_dead == 0
+    assert (c.me, "unresponsive") not in handler_of(b).removed
