@@ -110,6 +110,9 @@ class Server(Protocol):
     async def serve_deferred(self, name: str, args: list[Any], addr: tuple[str, int]) -> Any:
         """The reply to a deferred RPC: anything ``wire.packb`` writes (a reply Struct)."""
 
+    def late_reply(self, addr: tuple[str, int]) -> None:
+        """A reply to one of our calls came from ``addr`` after the call had timed out."""
+
 
 class Endpoint(asyncio.DatagramProtocol):
     def __init__(
@@ -137,7 +140,7 @@ class Endpoint(asyncio.DatagramProtocol):
         self._secret_warning = Throttle(burst=1, window=30.0)
         self._closed = asyncio.Event()  # set by connection_lost
         self.stats = RpcStats()
-        self._outstanding = Outstanding(self.stats, self._sendto)
+        self._outstanding = Outstanding(self.stats, self._sendto, late=server.late_reply)
         self.tasks = tasks  # the deferred handlers; ``aclose`` closes it
 
     # --- incoming --------------------------------------------------------------------------

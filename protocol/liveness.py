@@ -218,13 +218,6 @@ class Detector:
             confirmations = min(self.config.indirect_probes, max(0, self.size() - 2))
         s.confirmed = max(s.confirmed, confirmations)
 
-    def noticed(self, node_id: bytes) -> None:
-        """Another member declared the suspect dead: as many confirmations as the shortest
-        suspicion needs (memberlist spreads such a verdict as its "dead" message)."""
-        s = self._suspects.get(node_id)
-        if s is not None:
-            s.confirmed = max(s.confirmed, self.config.confirmations)
-
     def timeout(self, node_id: bytes) -> float | None:
         """Seconds of silence after which the suspect may be declared dead, at today's local
         health: memberlist's ``suspicionTimeout`` and Lifeguard's dynamic suspicion."""

@@ -49,7 +49,6 @@ from protocol.model import (
 from protocol.procedures import Args, Count, Id, NoArgs, Procedure, Reply
 
 __all__ = [
-    "DEAD",
     "DELETE_BACKUP",
     "FPS_PER_CHUNK",
     "GOODBYE",
@@ -62,8 +61,6 @@ __all__ = [
     "STORE_BACKUP",
     "STORE_TASK",
     "BackupArgs",
-    "DeadArgs",
-    "DeadReply",
     "GoodbyeReply",
     "KeyBatch",
     "PeerRef",
@@ -153,25 +150,12 @@ class GoodbyeReply(Reply):
     ok: bool
 
 
-class DeadArgs(Args):
-    """A death notice (memberlist's "dead" message): the sender declared ``target`` dead."""
-
-    target: Id
-
-
-class DeadReply(Reply):
-    """``checking``: the receiver knows the target and checks it now."""
-
-    checking: bool
-
-
 STORE_TASK = Procedure("store_task", StoreTaskArgs, StoreTaskReply)
 STORE_BACKUP = Procedure("store_backup", BackupArgs, Count)
 DELETE_BACKUP = Procedure("delete_backup", BackupArgs, Count)
 REFRESH_TASK = Procedure("refresh_task", NoArgs, RefreshReply)
 QUIET = Procedure("quiet", NoArgs, QuietReply)
 PING_REQ = Procedure("ping_req", PingReqArgs, PingReqReply)
-DEAD = Procedure("dead", DeadArgs, DeadReply)
 # Served inline with the Kademlia RPCs (``rpc.Rpc.rpc_goodbye``); its one argument is the
 # sender's ID, as for every crawl RPC.
 GOODBYE = Procedure("goodbye", NoArgs, GoodbyeReply)

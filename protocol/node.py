@@ -201,6 +201,7 @@ class CrawlNode:
     async def aclose(self) -> None:
         """Cancel and await every task the node owns, then close the socket."""
         self.members.close()
+        self.upkeep.close()
         await self._loops.aclose()
         await self.rpc.aclose()
 
@@ -427,11 +428,7 @@ class CrawlNode:
             dht_refused=self.storage.refused,
             ping_rounds=upkeep.ping_rounds,
             refresh_runs=upkeep.refresh_runs,
-            liveness={
-                **rpc.liveness.snapshot(),
-                "dead_notices_sent": upkeep.notices_sent,
-                "declared_on_notice": upkeep.noticed_dead,
-            },
+            liveness=rpc.liveness.snapshot(),
             loop_stalls=upkeep.lag.stalls,
         )
         return out

@@ -26,6 +26,7 @@ MAX_PENDING = 16_384  # our own calls awaiting a reply; beyond this a call fails
 # well beyond both, so a slow answer seldom costs a needless one.
 RESEND_AT = (0.25, 0.5)
 SETTLED_MAX = 1024  # ids of our resent calls already answered: a late copy of the reply
+EXPIRED_MAX = 4096  # calls that timed out lately, by id: a reply to one says its peer lives
 
 Addr = tuple[str, int]
 
@@ -49,12 +50,21 @@ class _Pending:
 
 
 class Outstanding:
-    def __init__(self, stats: RpcStats, resend: Callable[[bytes, Addr], None]) -> None:
-        """``resend(datagram, addr)`` sends a request again."""
+    def __init__(
+        self,
+        stats: RpcStats,
+        resend: Callable[[bytes, Addr], None],
+        *,
+        late: Callable[[Addr], None] = lambda addr: None,
+    ) -> None:
+        """``resend(datagram, addr)`` sends a request again; ``late(addr)``: a reply came
+        from ``addr`` after its call had timed out."""
         self._stats = stats
         self._resend_datagram = resend
+        self._late = late
         self._pending: dict[bytes, _Pending] = {}
         self._settled_resent: dict[bytes, None] = {}
+        self._expired: dict[bytes, Addr] = {}
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -101,6 +111,11 @@ class Outstanding:
         if pending is None or pending.addr != addr:
             if msg_id in self._settled_resent:
                 self._stats.duplicate_replies += 1  # both copies of our request were answered
+                return None
+            if self._expired.get(msg_id) == addr:
+                del self._expired[msg_id]
+                self._stats.late_replies += 1
+                self._late(addr)
                 return None
             try:
                 wire.unpackb(body)
@@ -165,5 +180,8 @@ class Outstanding:
             return
         pending.stop()
         self._stats.failed[pending.rpc] += 1
+        self._expired[msg_id] = pending.addr
+        if len(self._expired) > EXPIRED_MAX:
+            del self._expired[next(iter(self._expired))]
         if not pending.future.done():
             pending.future.set_result((False, None))

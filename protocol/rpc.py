@@ -28,7 +28,7 @@ from protocol.endpoint import Endpoint, InboundLimits, sendable
 from protocol.errors import MessageError, PeerTimeout, RemoteError
 from protocol.kbucket import Node
 from protocol.liveness import Detector, LivenessConfig
-from protocol.messages import DEAD, PING_REQ, DeadArgs, DeadReply, PingReqArgs, PingReqReply
+from protocol.messages import PING_REQ, PingReqArgs, PingReqReply
 from protocol.model import PeerRef, check_id
 from protocol.procedures import Args, CrawlServer, Malformed, Procedure, Reply, typed
 from protocol.routing import ContactTable
@@ -92,12 +92,7 @@ class Rpc:
         self._silent = silent
         self._departed_ttl = departed_ttl
         self._rpc_timeout = rpc_timeout
-        self._crawl: dict[str, CrawlServer] = {
-            PING_REQ.name: typed(PING_REQ, self._serve_ping_req),
-            DEAD.name: typed(DEAD, self._serve_dead),
-        }
-        # A member told us it declared a contact dead (``upkeep.Upkeep`` checks it).
-        self.on_dead_notice: Callable[[Node], None] | None = None
+        self._crawl: dict[str, CrawlServer] = {PING_REQ.name: typed(PING_REQ, self._serve_ping_req)}
         self._member_addrs: tuple[int, frozenset[tuple[str, int]]] = (-1, frozenset())
 
     @property
@@ -166,39 +161,17 @@ class Rpc:
         target = self.router.get(args.target)
         if target is None or target.id == sender.id or self.contacts.departing:
             return PingReqReply(ok=False, known=False)
-        # Our own ping, our own evidence: unanswered, the target is our suspect too.
-        alive = await self.probe_ping(target)
+        # Our own ping, our own evidence: unanswered, the target is our suspect too. It
+        # waits twice the probe timeout: the indirect path is the benefit of the doubt.
+        alive = await self.probe_ping(target, 2 * PROBE_TIMEOUT)
         return PingReqReply(ok=alive, known=True)
-
-    async def _serve_dead(self, sender: PeerRef, args: DeadArgs) -> DeadReply:
-        """A member declared ``target`` dead. We check it ourselves (``on_dead_notice``): a
-        notice alone never removes a contact. If the target is us, our ping tells the
-        sender otherwise (its table takes us back through admission)."""
-        known = self.router.get(sender.id) is not None
-        if not known or self.contacts.departing:
-            return DeadReply(checking=False)
-        if args.target == self.my_id:
-            self.tasks.spawn(self.call_ping(Node(sender.id, *sender.addr)), "refute")
-            return DeadReply(checking=False)
-        target = self.router.get(args.target)
-        if target is None or self.on_dead_notice is None:
-            return DeadReply(checking=False)
-        self.on_dead_notice(target)
-        return DeadReply(checking=True)
-
-    async def tell_dead(self, peer: Node, target: bytes) -> None:
-        """Tell ``peer`` we declared ``target`` dead (best effort, one probe timeout)."""
-        args = [self.my_id, *DEAD.args_to_wire(DeadArgs(target))]
-        await self.endpoint.call(
-            (peer.ip, peer.port), DEAD.name, args, PROBE_TIMEOUT, DEAD.decode_reply
-        )
 
     async def ping_req(self, helper: Node, target: Node) -> bool | None:
         """Ask ``helper`` to ping ``target``: True (the target acked), False (the helper
         answered, but the target did not or the helper does not know it), None (the helper
         itself stayed silent: Lifeguard's missed nack, a hint that *we* are the problem)."""
         peer = peer_of(helper)
-        timeout = 2 * PROBE_TIMEOUT + 0.5  # the helper's own ping must fit inside
+        timeout = 3 * PROBE_TIMEOUT + 0.5  # the helper's own ping must fit inside
         args = [self.my_id, *PING_REQ.args_to_wire(PingReqArgs(target.id))]
         call = self.endpoint.call(peer.addr, PING_REQ.name, args, timeout, PING_REQ.decode_reply)
         ok, data = await call
@@ -313,20 +286,26 @@ class Rpc:
             self.contacts.welcome_if_new(node, proven=responder == peer.id)
         return data
 
-    async def probe_ping(self, node: Node) -> bool:
-        """SWIM's direct probe: a ping that waits ``PROBE_TIMEOUT``. Unanswered, the contact
-        is a suspect whose silence began when the ping left (``liveness``)."""
-        ok, data = await self.endpoint.call(
-            (node.ip, node.port), "ping", [self.my_id], PROBE_TIMEOUT
-        )
+    async def probe_ping(self, node: Node, timeout: float = PROBE_TIMEOUT) -> bool:
+        """SWIM's direct probe: a ping that waits ``timeout``. Unanswered, the contact is a
+        suspect whose silence began when the ping left (``liveness``); a reply that comes
+        after all refutes it (``late_reply``)."""
+        ok, data = await self.endpoint.call((node.ip, node.port), "ping", [self.my_id], timeout)
         if ok and data == node.id:
             self.contacts.welcome_if_new(node, proven=True)
             return True
         if ok and type(data) is bytes and len(data) == ID_LEN:
             self.contacts.replace(node, Node(data, node.ip, node.port))  # someone else lives there
             return False
-        self.contacts.contact_failed(node, waited=PROBE_TIMEOUT)
+        self.contacts.contact_failed(node, waited=timeout)
         return False
+
+    def late_reply(self, addr: tuple[str, int]) -> None:
+        """A reply came after its call had timed out (``endpoint``): whoever lives at that
+        address is alive, only slow (Lifeguard: a late ack is an ack for liveness)."""
+        node = self.router.by_address(*addr)
+        if node is not None:
+            self.liveness.heard(node.id)
 
     async def call_ping(self, node_to_ask: Node) -> tuple[bool, Any]:
         ok, data = await self.ping((node_to_ask.ip, node_to_ask.port), self.my_id)

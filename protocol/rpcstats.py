@@ -37,6 +37,7 @@ class RpcStats:
         self.requests_resent = 0
         self.duplicate_requests = 0
         self.duplicate_replies = 0
+        self.late_replies = 0  # replies to calls that had timed out: slow peers, not dead
 
     def latency(self, rpc: str, seconds: float) -> None:
         self._latency_sum[rpc] = self._latency_sum.get(rpc, 0.0) + seconds
@@ -60,4 +61,5 @@ class RpcStats:
             "requests_resent": self.requests_resent,
             "duplicate_requests": self.duplicate_requests,
             "duplicate_replies": self.duplicate_replies,
+            "late_replies": self.late_replies,
         }

@@ -4,25 +4,24 @@ kademlia schedules ``refresh_table`` with ``call_later`` and, after the first ru
 interval it was given (it reschedules itself with the default hour), and it never pings anyone
 on its own: a dead neighbour is only noticed when a lookup happens to hit it. Here:
 
-* ``ping_round`` (every ``ping_interval``): ping the closest neighbours -- the likely owners and
-  replicas of our keys -- that were silent for a whole interval, plus the contacts silent for
-  longest. Each ping waits SWIM's probe timeout (``rpc.PROBE_TIMEOUT``, 0.5 s), not the RPC
-  timeout; a failure makes a suspect (``liveness``), silent since the ping left.
+* ``ping_round`` (every ``ping_interval``): ping the members not heard from for half an
+  interval, the closest first -- the likely owners and replicas of our keys -- then the most
+  silent, up to ``PINGS_PER_ROUND``: in a network of that size every peer checks every
+  other each second, and notices a death by itself whether or not it had reason to call the
+  dead one. Each ping waits SWIM's probe timeout (``rpc.PROBE_TIMEOUT``, 0.5 s), not the
+  RPC timeout; a failure makes a suspect (``liveness``), silent since the ping left, and a
+  reply that comes later still refutes it.
 * ``probe_suspects`` (the same round, beside the pings): SWIM's probe of each suspect,
-  directly and then through ``k`` helpers (PING-REQ); a suspect nobody reaches for the
-  suspicion timeout (shortened by the helpers that could not reach it either, stretched by
-  our local health score) is declared dead.
-* ``spread`` and ``noticed``: a peer that declares a contact dead tells the members nearest
-  it (memberlist's "dead" message, over the DEAD RPC); each pings the contact itself and, if
-  it is silent to it too and its own health is good, declares it at once and tells its own
-  neighbours. Peers that had no reason to call the dead one thus learn of it within a probe
-  timeout of the first verdict, not when their own rounds reach it.
+  directly and then through ``k`` helpers (PING-REQ); one nobody reaches goes to ``judge``,
+  which declares it dead once it has been silent for the suspicion timeout (shortened by
+  the helpers that could not reach it either, stretched by our local health score), at
+  that moment rather than at the next round (Lifeguard's suspicion timer).
 * ``refresh_once`` (every ``refresh_interval``): Kademlia §2.3 bucket refresh -- a lookup of a
   random ID in each bucket idle that long -- plus a lookup of our own ID, which finds new
   close neighbours; then republish stored values older than an hour (§2.5).
 
 A crashed member is declared dead about ``suspicion_timeout`` after the first call it left
-unanswered, plus a probe round; docs/membership.md has the figures.
+unanswered; docs/membership.md has the figures.
 """
 
 from __future__ import annotations
@@ -50,11 +49,12 @@ __all__ = ["ProbeRound", "Upkeep", "ping_round", "probe_suspects", "refresh_once
 
 log = logging.getLogger(__name__)
 
-NEIGHBOUR_PINGS = 8  # closest contacts checked each round
-STALE_PINGS = 16  # at most this many long-silent contacts checked per round
-# Members told of a contact we declared dead, its nearest first: its replicas and the owners
-# next to it, which take its keys over, and the rest of a small network.
-NOTICE_FANOUT = 32
+NEIGHBOUR_PINGS = 8  # closest contacts, checked first each round: our keys' neighbours
+# Members checked per round at most: the nearest, then the most silent. In a network this
+# size or smaller every member not heard from within half an interval is pinged each round,
+# so every peer notices a death by itself, whether or not it had reason to call the dead
+# one (SWIM probes every member in turn for the same reason).
+PINGS_PER_ROUND = 32
 
 
 @dataclass(slots=True)
@@ -65,12 +65,11 @@ class ProbeRound:
     ok: set[bytes] = field(default_factory=set)
     failed: set[bytes] = field(default_factory=set)
     missed_nacks: int = 0
-    declared: int = 0
 
 
-async def ping_round(
-    proto: Rpc, ping_interval: float, stale_after: float, seen: ProbeRound
-) -> None:
+async def ping_round(proto: Rpc, ping_interval: float, seen: ProbeRound) -> None:
+    """Ping the members not heard from for half an interval: the nearest first, then the
+    most silent, ``PINGS_PER_ROUND`` at most."""
     router = proto.router
     now = time.monotonic()
 
@@ -78,21 +77,21 @@ async def ping_round(
         return now - (router.last_seen(node.id) or 0.0)
 
     members = {n.id: n for n in router.members()}
-    near = [members[i] for i in closest(proto.my_id, members, NEIGHBOUR_PINGS)]
-    targets = [n for n in near if silent_for(n) >= ping_interval]
-    stale = sorted((n for n in members.values() if silent_for(n) > stale_after), key=silent_for)
-    targets += [n for n in reversed(stale[-STALE_PINGS:]) if n not in targets]
+    quiet = {i: n for i, n in members.items() if silent_for(n) >= ping_interval / 2}
+    targets = [quiet[i] for i in closest(proto.my_id, quiet, NEIGHBOUR_PINGS)]
+    rest = sorted((n for n in quiet.values() if n not in targets), key=silent_for, reverse=True)
+    targets += rest[: max(0, PINGS_PER_ROUND - len(targets))]
     results = await asyncio.gather(*(proto.probe_ping(n) for n in targets))
     for n, ok in zip(targets, results, strict=True):
         (seen.ok if ok else seen.failed).add(n.id)
 
 
 async def probe_suspects(
-    proto: Rpc, helpers: int, seen: ProbeRound, declared: Callable[[Node], None]
+    proto: Rpc, helpers: int, seen: ProbeRound, judge: Callable[[Node], None]
 ) -> None:
     """SWIM §3.1-3.2 for every suspect at once: a direct ping, then PING-REQ through up to
-    ``helpers`` other contacts; then declare the ones that stayed silent long enough (and
-    tell ``declared``)."""
+    ``helpers`` other contacts; a suspect nobody reached goes to ``judge``, which declares
+    it dead once it has been silent long enough."""
     detector = proto.liveness
     router = proto.router
 
@@ -121,10 +120,7 @@ async def probe_suspects(
             return  # heard from meanwhile (a request of its own arrived)
         # Helpers that answered but could not reach it either: independent suspicions.
         detector.probe_failed(node_id, sum(a is False for a in answers))
-        if detector.dead(node_id):
-            seen.declared += 1
-            proto.contacts.declare_dead(node)
-            declared(node)
+        judge(node)
 
     await asyncio.gather(*(one(i) for i in detector.suspects()))
 
@@ -183,14 +179,9 @@ class Upkeep:
         self.ping_rounds = 0
         self.refresh_runs = 0
         self._rounds: list[asyncio.Task[Any]] = []
-        self._loops: TaskSet | None = None
-        self._checking: set[bytes] = set()  # contacts others declared dead, checked now
-        self.notices_sent = 0
-        self.noticed_dead = 0  # contacts declared dead here on another member's notice
-        rpc.on_dead_notice = self.noticed
+        self._verdicts: dict[bytes, asyncio.TimerHandle] = {}  # suspects' deadlines
 
     async def start(self, sock: socket.socket, loops: TaskSet) -> None:
-        self._loops = loops
         await self.socket.attach(sock)
         loops.spawn(self.lag.run(), "lag")
         for name, interval, job in (
@@ -207,6 +198,13 @@ class Upkeep:
         for task in self._rounds:
             task.cancel()
         self._rounds = []
+        self.close()
+
+    def close(self) -> None:
+        """Cancel the suspects' verdict timers (the node stops)."""
+        for timer in self._verdicts.values():
+            timer.cancel()
+        self._verdicts.clear()
 
     async def ping_round(self) -> None:
         """Ping, probe the suspects, then fold what this round saw into our local health."""
@@ -214,8 +212,8 @@ class Upkeep:
         seen = ProbeRound()
         # Side by side: a round's pings must not hold back the probes of its suspects.
         await asyncio.gather(
-            ping_round(rpc, self._ping_interval, self._refresh_interval, seen),
-            probe_suspects(rpc, self._helpers, seen, self.spread),
+            ping_round(rpc, self._ping_interval, seen),
+            probe_suspects(rpc, self._helpers, seen, self.judge),
         )
         rpc.liveness.health.round(
             loop_lag=self.lag.take(),
@@ -228,46 +226,31 @@ class Upkeep:
         self.last_round = seen
         self.ping_rounds += 1
 
-    def spread(self, dead: Node) -> None:
-        """We declared ``dead`` dead: tell the members nearest it (memberlist's "dead"
-        message). A peer with no reason to call it would otherwise learn of it only when
-        its own rounds reach it; each checks it for itself before it believes us."""
-        rpc = self._rpc
-        members = {n.id: n for n in rpc.router.members() if n.id != dead.id}
-        told = [members[i] for i in closest(dead.id, members, NOTICE_FANOUT)]
-        if self._loops is None or not told:
+    def judge(self, suspect: Node) -> None:
+        """A probe round failed to reach ``suspect``: declare it dead if it has been silent
+        long enough, else at its deadline (Lifeguard's suspicion timer), unless anything
+        is heard from it first. A round waits for nothing: a verdict due in 0.3 s is not
+        put off by the sleep before the next round."""
+        detector = self._rpc.liveness
+        if detector.dead(suspect.id):
+            self._declare(suspect)
             return
-        self.notices_sent += len(told)
+        deadline = detector.deadline(suspect.id)
+        now = detector.clock()
+        if deadline is None or deadline <= now or suspect.id in self._verdicts:
+            return  # not a suspect, or short of failed rounds: the next round judges it
+        self._verdicts[suspect.id] = asyncio.get_running_loop().call_later(
+            deadline - now, self._deadline, suspect
+        )
 
-        async def tell() -> None:
-            await asyncio.gather(*(rpc.tell_dead(n, dead.id) for n in told))
+    def _deadline(self, suspect: Node) -> None:
+        self._verdicts.pop(suspect.id, None)
+        if self._rpc.liveness.is_suspect(suspect.id) and not self._rpc.contacts.departing:
+            self.judge(suspect)  # declared now, or later if our health stretched it
 
-        self._loops.spawn(tell(), "dead-notice")
-
-    def noticed(self, target: Node) -> None:
-        """A member says it declared ``target`` dead: check it now, once at a time."""
-        if target.id in self._checking or self._loops is None:
-            return
-        self._checking.add(target.id)
-        self._loops.spawn(self._check(target), "dead-check")
-
-    async def _check(self, target: Node) -> None:
-        """Our own ping decides: answered, it lives for us (a partition between it and the
-        declarer is not ours). Unanswered, the declaration is the confirmation the shortest
-        suspicion waits for: a healthy peer declares it now and passes the word on; one
-        whose own health is in doubt leaves it to its probe rounds."""
-        rpc = self._rpc
-        detector = rpc.liveness
-        try:
-            if await rpc.probe_ping(target) or not detector.is_suspect(target.id):
-                return
-            detector.noticed(target.id)
-            if detector.health.score == 0 and rpc.router.get(target.id) is not None:
-                self.noticed_dead += 1
-                rpc.contacts.declare_dead(target)
-                self.spread(target)
-        finally:
-            self._checking.discard(target.id)
+    def _declare(self, dead: Node) -> None:
+        if self._rpc.router.get(dead.id) is not None:
+            self._rpc.contacts.declare_dead(dead)
 
     async def refresh(self) -> None:
         await refresh_once(

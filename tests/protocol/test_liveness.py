@@ -10,6 +10,7 @@ from typing import Any
 from protocol import CrawlNode
 from protocol.kbucket import Node
 from protocol.liveness import Detector, LivenessConfig, LocalHealth, socket_drops, socket_inode
+from protocol.upkeep import NEIGHBOUR_PINGS
 from tests.protocol.conftest import NodeFactory, eventually, handler_of
 from tests.protocol.test_node import free_port
 
@@ -275,36 +276,52 @@ async def test_a_long_stall_is_reported(make_node: NodeFactory) -> None:
     assert stalls[0] >= 0.2
 
 
-async def test_a_death_notice_reaches_a_peer_that_never_calls_the_victim(
+async def test_every_member_is_checked_each_round_not_only_the_nearest(
     make_node: NodeFactory,
 ) -> None:
-    """memberlist's "dead" message: b runs no liveness round of its own (its interval is a
-    minute), so it would keep a dead peer for as long as nothing else made it call it. The
-    peer that declares it tells b, b's own ping finds it silent too, and b declares it."""
-    a = await make_node(**LIVE)
-    b = await make_node(**{**LIVE, "ping_interval": 60.0})
-    c = await make_node(**LIVE)
-    v = await make_node(**{**LIVE, "ping_interval": 60.0})
-    for n in (b, c, v):
+    """A peer with no reason to call a member still notices its death by itself: each round
+    pings every member not heard from for half an interval (up to ``PINGS_PER_ROUND``), not
+    only the ``NEIGHBOUR_PINGS`` nearest."""
+    a = await make_node(ping_interval=60.0)
+    others = [await make_node(ping_interval=60.0) for _ in range(NEIGHBOUR_PINGS + 3)]
+    for n in others:
         await n.join([a.me.addr])
-    await eventually(lambda: all(len(n.peers()) == 3 for n in (a, b, c, v)), timeout=5.0)
-    await v.aclose()
-    await eventually(lambda: v.me not in a.peers(), timeout=8.0)
-    declared_by_a = time.monotonic()
-    await eventually(lambda: v.me not in b.peers(), timeout=3.0)
-    assert time.monotonic() - declared_by_a < 2.0
-    assert b.upkeep.noticed_dead == 1 and (v.me, "unresponsive") in handler_of(b).removed
-    assert a.stats()["liveness"]["dead_notices_sent"] >= 2  # type: ignore[index]
+    await eventually(lambda: len(a.peers()) == len(others), timeout=5.0)
+    await asyncio.sleep(0.1)
+
+    def pings() -> int:
+        return int(a.stats()["rpc_sent"].get("ping", 0))  # type: ignore[attr-defined]
+
+    sent = pings()
+    await a.upkeep.ping_round()  # the interval is 60 s: call the round itself
+    assert pings() == sent  # all heard from just now
+    a.upkeep._ping_interval = 0.1  # now nobody has been heard from for half of that
+    await asyncio.sleep(0.1)
+    await a.upkeep.ping_round()
+    assert pings() - sent == len(others)
+    assert len(a.upkeep.last_round.ok) == len(others)
 
 
-async def test_a_death_notice_of_a_live_peer_is_not_believed(make_node: NodeFactory) -> None:
-    a, b, c = await trio(make_node, **LIVE)
-    # a says c is dead: b checks c itself, hears it, and keeps it; told it is dead itself,
-    # c answers the teller (a ping), which puts it back where it had been dropped.
-    await a.rpc.tell_dead(Node(b.me.id, *b.me.addr), c.me.id)
-    a.rpc.router.remove_contact(Node(c.me.id, *c.me.addr), "unresponsive")
-    await a.rpc.tell_dead(Node(c.me.id, *c.me.addr), c.me.id)
-    await eventually(lambda: c.me in a.peers(), timeout=3.0)
-    await asyncio.sleep(0.5)
-    assert c.me in b.peers() and b.upkeep.noticed_dead == 0
-    assert (c.me, "unresponsive") not in handler_of(b).removed
+async def test_a_reply_after_the_probe_timeout_refutes_the_suspicion(
+    make_node: NodeFactory,
+) -> None:
+    """A slow peer is not a dead one: a ping reply that comes after the probe gave up still
+    clears the suspicion it left (Lifeguard treats a late ack as an ack for liveness)."""
+    a, b = await make_node(), await make_node()
+    await b.join([a.me.addr])
+    node = Node(b.me.id, *b.me.addr)
+    transport: Any = b.rpc.endpoint.transport
+    real = transport.sendto
+    held: list[tuple[bytes, Any]] = []
+
+    def slow(data: bytes, addr: Any = None) -> None:
+        held.append((bytes(data), addr))  # b answers, but only after a's probe gave up
+
+    transport.sendto = slow
+    assert not await a.rpc.probe_ping(node, 0.2)
+    assert a.rpc.liveness.is_suspect(b.me.id)
+    transport.sendto = real
+    for data, addr in held:
+        real(data, addr)
+    await eventually(lambda: not a.rpc.liveness.is_suspect(b.me.id), timeout=2.0)
+    assert a.stats()["late_replies"] >= 1  # type: ignore[operator]

@@ -14,7 +14,6 @@ from protocol import MessageError, StoreResult, wire
 from protocol.loadreport import LOAD, LoadArgs
 from protocol.loans import GIVE_BACK, LEND, GiveBack, LendArgs, report_args, returns_reply
 from protocol.messages import (
-    DEAD,
     DELETE_BACKUP,
     GOODBYE,
     PING_REQ,
@@ -34,7 +33,7 @@ from protocol.procedures import Count, Malformed, NoArgs, Procedure, parse_args
 ME = b"\x01" * 20
 OWNER = b"\x02" * 20
 ALL: list[Procedure[Any, Any]] = [STORE_TASK, STORE_BACKUP, DELETE_BACKUP, REFRESH_TASK, QUIET]
-ALL += [PING_REQ, DEAD, GOODBYE, LEND, GIVE_BACK, LOAD]
+ALL += [PING_REQ, GOODBYE, LEND, GIVE_BACK, LOAD]
 
 
 def call_bytes(proc: Procedure[Any, Any], args: Any) -> bytes:
