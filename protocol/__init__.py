@@ -40,6 +40,7 @@ from protocol.memo import Memo
 from protocol.messages import (
     MAX_URL_LENGTH,
     QUIET,
+    Held,
     KeyBatch,
     PeerRef,
     QuietReply,
@@ -87,6 +88,7 @@ __all__ = [
     "GiveBack",
     "GiveBackArgs",
     "GiveBackReply",
+    "Held",
     "KeyBatch",
     "LagSnapshot",
     "LendArgs",

@@ -36,6 +36,7 @@ from protocol.messages import (
     STORE_BACKUP,
     STORE_TASK,
     BackupArgs,
+    Held,
     KeyBatch,
     PeerRef,
     QuietReply,
@@ -44,6 +45,7 @@ from protocol.messages import (
     StoreTaskArgs,
     check_id,
     encode_chunks,
+    held_of,
     refresh_answer,
     store_result,
 )
@@ -88,12 +90,14 @@ class CrawlCalls:
             known += result.known
         return StoreResult(new, dup, list(refused), known)
 
-    async def store_backup(self, peer: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> int:
-        """STORE_BACKUP: ``peer`` holds copies of ``owner``'s tasks; returns how many it stored."""
+    async def store_backup(self, peer: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> Held:
+        """STORE_BACKUP: ``peer`` holds copies of ``owner``'s tasks; returns how many it
+        stored, and which of them it knows as done already."""
         check_id(owner, "owner")
         chunks = encode_chunks(batches)
         replies = await self._chunked(peer, STORE_BACKUP, [BackupArgs(owner, p) for p, _ in chunks])
-        return sum(r.n for r in replies)
+        helds = [held_of(r) for r in replies]
+        return Held(sum(h.stored for h in helds), [fp for h in helds for fp in h.done])
 
     async def delete_backup(
         self, peer: PeerRef, owner: bytes, done: Mapping[bytes, Sequence[int]]

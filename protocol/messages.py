@@ -2,7 +2,7 @@
 types of ``model`` and the task chunks of ``codec``.
 
     store_task     [sender, payload]         {new, dup, refused, known?}
-    store_backup   [sender, owner, payload]  {n}
+    store_backup   [sender, owner, payload]  {n, done?}
     delete_backup  [sender, owner, payload]  {n}
     refresh_task   [sender]                  {n, later_ms?}
     quiet          [sender]                  {quiet, done}
@@ -12,8 +12,9 @@ types of ``model`` and the task chunks of ``codec``.
 (LEND and GIVE_BACK are declared in ``loans``, LOAD in ``loadreport``; the server adds its
 node ID to every reply as ``"id"``.) Replies stay within one datagram: STORE_TASK answers with
 two counts, the refused keys *of that chunk* (at most 256) and, to a member, up to
-``MAX_KNOWN`` fingerprints of links the owner holds (4 KiB; ``p2pcrawl.network.known``); the
-other RPCs with one count.
+``MAX_KNOWN`` fingerprints of links the owner holds (4 KiB; ``p2pcrawl.network.known``);
+STORE_BACKUP with a count and up to ``MAX_KNOWN`` fingerprints of the copies the replica
+knows as done (``Held``); the other RPCs with one count.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from protocol.model import (
     MAX_KNOWN,
     MAX_REFRESH_WAIT_S,
     MAX_URL_LENGTH,
+    Held,
     KeyBatch,
     PeerRef,
     RefreshAnswer,
@@ -61,7 +63,9 @@ __all__ = [
     "STORE_BACKUP",
     "STORE_TASK",
     "BackupArgs",
+    "BackupReply",
     "GoodbyeReply",
+    "Held",
     "KeyBatch",
     "PeerRef",
     "PingReqArgs",
@@ -73,6 +77,7 @@ __all__ = [
     "StoreTaskArgs",
     "StoreTaskReply",
     "TaskItem",
+    "backup_reply",
     "check_id",
     "check_url",
     "decode_batches",
@@ -80,6 +85,7 @@ __all__ = [
     "encode_batches",
     "encode_chunks",
     "encode_fps",
+    "held_of",
     "refresh_answer",
     "refresh_reply",
     "store_reply",
@@ -106,6 +112,26 @@ class StoreTaskReply(Reply):
     def __post_init__(self) -> None:
         if len(self.known) % 8:
             raise ValueError(f"known must be at most {MAX_KNOWN} u64 values")
+
+
+class BackupReply(Reply):
+    """``done``: u64 fingerprints of the chunk's tasks the replica knows as done, packed."""
+
+    n: NonNegative
+    done: Annotated[bytes, Meta(max_length=8 * MAX_KNOWN)] = b""
+
+    def __post_init__(self) -> None:
+        if len(self.done) % 8:
+            raise ValueError(f"done must be at most {MAX_KNOWN} u64 values")
+
+
+def backup_reply(held: Held) -> BackupReply:
+    done = held.done[:MAX_KNOWN]
+    return BackupReply(int(held.stored), struct.pack(f">{len(done)}Q", *done))
+
+
+def held_of(reply: BackupReply) -> Held:
+    return Held(reply.n, list(struct.unpack(f">{len(reply.done) // 8}Q", reply.done)))
 
 
 class BackupArgs(Args):
@@ -151,7 +177,7 @@ class GoodbyeReply(Reply):
 
 
 STORE_TASK = Procedure("store_task", StoreTaskArgs, StoreTaskReply)
-STORE_BACKUP = Procedure("store_backup", BackupArgs, Count)
+STORE_BACKUP = Procedure("store_backup", BackupArgs, BackupReply)
 DELETE_BACKUP = Procedure("delete_backup", BackupArgs, Count)
 REFRESH_TASK = Procedure("refresh_task", NoArgs, RefreshReply)
 QUIET = Procedure("quiet", NoArgs, QuietReply)

@@ -89,6 +89,16 @@ class StoreResult:
     known: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Reply to STORE_BACKUP: how many copies the replica stored, and the fingerprints of
+    the copies it did not store because it knows them as done (at most ``MAX_KNOWN``): an
+    owner that had none of the key's history learns it from them."""
+
+    stored: int
+    done: list[int] = field(default_factory=list)
+
+
 MAX_REFRESH_WAIT_S = 3600.0  # the longest "ask again later" a REFRESH_TASK reply may say
 
 

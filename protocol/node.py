@@ -40,7 +40,7 @@ from protocol.loans import GiveBack, Loan
 from protocol.lookup import NodeLookup
 from protocol.looplag import LoopLagMonitor
 from protocol.members import Members
-from protocol.messages import KeyBatch, QuietReply, RefreshAnswer, StoreResult
+from protocol.messages import Held, KeyBatch, QuietReply, RefreshAnswer, StoreResult
 from protocol.model import PeerRef, check_id
 from protocol.owners import Owners
 from protocol.procedures import Args, Procedure, Reply, typed
@@ -334,7 +334,7 @@ class CrawlNode:
     async def store_task(self, peer: PeerRef, batches: Sequence[KeyBatch]) -> StoreResult:
         return await self.calls.store_task(peer, batches)
 
-    async def store_backup(self, peer: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> int:
+    async def store_backup(self, peer: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> Held:
         return await self.calls.store_backup(peer, owner, batches)
 
     async def delete_backup(

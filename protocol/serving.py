@@ -21,6 +21,8 @@ from protocol.messages import (
     STORE_BACKUP,
     STORE_TASK,
     BackupArgs,
+    BackupReply,
+    Held,
     KeyBatch,
     PeerRef,
     RefreshAnswer,
@@ -28,6 +30,7 @@ from protocol.messages import (
     StoreResult,
     StoreTaskArgs,
     StoreTaskReply,
+    backup_reply,
     decode_batches,
     refresh_reply,
     store_reply,
@@ -46,8 +49,9 @@ class CrawlHandler(Protocol):
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
-    ) -> int:
-        """STORE_BACKUP: hold copies for ``owner``; returns how many were stored."""
+    ) -> Held:
+        """STORE_BACKUP: hold copies for ``owner``; returns how many were stored, and the
+        fingerprints of those not stored because they are done already."""
         ...
 
     async def handle_delete_backup(
@@ -85,8 +89,8 @@ class NoWork:
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
-    ) -> int:
-        return 0
+    ) -> Held:
+        return Held(0)
 
     async def handle_delete_backup(
         self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
@@ -122,10 +126,12 @@ def crawl_servers(handler: CrawlHandler) -> dict[str, CrawlServer]:
             raise TypeError(f"handle_store_task must return a StoreResult, not {result!r}")
         return store_reply(result, {b.key for b in batches})
 
-    async def store_backup(sender: PeerRef, args: BackupArgs) -> Count:
+    async def store_backup(sender: PeerRef, args: BackupArgs) -> BackupReply:
         batches = decode_batches(args.payload)
-        n = await handler.handle_store_backup(sender, args.owner, batches)
-        return _count(n, "handle_store_backup")
+        held = await handler.handle_store_backup(sender, args.owner, batches)
+        if not isinstance(held, Held):
+            raise TypeError(f"handle_store_backup must return Held, not {held!r}")
+        return backup_reply(held)  # at most MAX_KNOWN of them: the reply fits its datagram
 
     async def delete_backup(sender: PeerRef, args: BackupArgs) -> Count:
         done: dict[bytes, list[int]] = {}

@@ -145,7 +145,7 @@ class Lanes(Protocol):
 
     def store(
         self, rep: PeerRef, owner: bytes, ts: list[Task], done: dict[bytes, list[int]] | None
-    ) -> Awaitable[bool]: ...
+    ) -> Awaitable[list[int] | None]: ...
 
 
 class Follower:
@@ -236,7 +236,7 @@ class Follower:
             )
             for rep in reps:
                 self.book.holder(key, rep)
-            ok = ok and all(results)
+            ok = ok and all(taken is not None for taken in results)
             first = False
             if len(rows) < FOLLOW_PAGE:
                 return ok

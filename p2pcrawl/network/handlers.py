@@ -26,7 +26,7 @@ from p2pcrawl.crawl import Task, urls
 from p2pcrawl.network.intake import AcceptTasks
 from p2pcrawl.network.known import Advertised
 from p2pcrawl.network.ports import Ownership, ScopeView
-from protocol import Busy, KeyBatch, PeerRef, Rate, RefreshAnswer, SourceLimits, StoreResult
+from protocol import Busy, Held, KeyBatch, PeerRef, Rate, RefreshAnswer, SourceLimits, StoreResult
 
 __all__ = ["HandlerCrawl", "Holding", "PeerHandler", "ScopeRefresh"]
 
@@ -51,7 +51,7 @@ class ScopeRefresh(Protocol):
 class Holding(Protocol):
     """The replica's side of replication (``replication.Replication``)."""
 
-    async def hold(self, owner: bytes, tasks: Sequence[Task]) -> int: ...
+    async def hold(self, owner: bytes, tasks: Sequence[Task]) -> Held: ...
 
     async def record_done(self, owner: bytes, done: dict[bytes, list[int]]) -> int: ...
 
@@ -195,7 +195,7 @@ class PeerHandler:
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
-    ) -> int:
+    ) -> Held:
         done = {b.key: b.done for b in batches if b.done}
         if done:  # the owner's done range for a key this peer now replicates
             await self.holding.record_done(owner, done)

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 RETRY_BASE_S = 0.25
 RETRY_CAP_S = 2.0
 
-CopyFor = Callable[[PeerRef, Sequence[Task], dict[bytes, list[int]] | None], Awaitable[None]]
+CopyFor = Callable[[PeerRef, Sequence[Task], dict[bytes, list[int]] | None], Awaitable[object]]
 
 
 @dataclass(frozen=True, slots=True)

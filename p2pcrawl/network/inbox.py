@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from protocol import KeyBatch, PeerRef, RefreshAnswer, StoreResult
+from protocol import Held, KeyBatch, PeerRef, RefreshAnswer, StoreResult
 
 __all__ = ["Inbox"]
 
@@ -25,7 +25,7 @@ class CrawlRpcs(Protocol):
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
-    ) -> int: ...
+    ) -> Held: ...
 
     async def handle_delete_backup(
         self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
@@ -64,7 +64,7 @@ class Inbox:
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
-    ) -> int:
+    ) -> Held:
         return await self._served().handle_store_backup(sender, owner, batches)
 
     async def handle_delete_backup(

@@ -9,7 +9,7 @@ only new ones are copied to the replicas, and the copies are held before ``accep
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
 from p2pcrawl.crawl import Ledger, Task
@@ -29,13 +29,21 @@ class AcceptTasks(Protocol):
 class Copies(Protocol):
     """The owner's side of replication (``replication.Replication``)."""
 
+    def fresh(self, tasks: Sequence[Task], exclude: Iterable[bytes] = ()) -> set[bytes]: ...
+
     async def finished(self, tasks: list[Task], *, hurry: bool = False) -> None: ...
 
-    async def copy_new(self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = ()) -> None: ...
+    async def copy_new(
+        self,
+        tasks: Sequence[Task],
+        *,
+        fresh: Iterable[bytes] = (),
+        late: Callable[[list[Task]], Awaitable[None]] | None = None,
+    ) -> list[Task] | None: ...
 
     async def store_backups(
-        self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = (), hurry: bool = False
-    ) -> None: ...
+        self, tasks: Sequence[Task], *, fresh: Iterable[bytes] = (), hurry: bool = False
+    ) -> list[Task]: ...
 
 
 class IntakeCrawl(Protocol):
@@ -55,6 +63,7 @@ class Intake:
         self.copies = copies
         self.crawl = crawl
         self.advertised = advertised
+        self.learned_done = 0  # tasks the replicas knew as done: recorded, not fetched here
 
     async def accept(
         self,
@@ -66,7 +75,15 @@ class Intake:
         """Accept tasks this peer owns: dedup, store, and copy the new ones to the replicas
         before returning; returns how many were new. Tasks ``routed`` here by STORE_TASK
         wait for their copies at most ``Replication.copy_wait_s`` (the handler's caller has
-        a deadline); the replica set follower fills any gap in the background."""
+        a deadline); the replica set follower fills any gap in the background.
+
+        A key changes owner only with its history. The tasks of a key this peer holds
+        nothing of (no task, no done page: a new host, or a key whose owner died before
+        its replicas handed its history on, or that this peer never knew of) are copied to
+        the replicas *before* they are queued here, and the replicas' answer names those
+        they know as done (a replica records every finished page of the keys it copies):
+        those are recorded done, not queued. A new host costs its first copies' round
+        trip before it is crawled, which it paid before as well."""
         ledger = self.ledger
         if done:
             pairs = [(k, fp) for k, fps in done.items() for fp in fps]
@@ -75,18 +92,40 @@ class Intake:
             if await ledger.drop_done([fp for _, fp in pairs]):
                 finished = [Task("", fp, k, 0) for k, fp in pairs]
                 await self.copies.finished(finished, hurry=routed)  # a sender waits
+        fresh = self.copies.fresh(tasks, exclude=done or ())
+        first = [t for t in tasks if t.key in fresh]
+        if first:
+            if routed:
+                known = await self.copies.copy_new(first, fresh=fresh, late=self._learned)
+            else:
+                known = await self.copies.store_backups(first, fresh=fresh)
+            if known:
+                await self._learned(known)
+                gone = {t.fp for t in known}
+                tasks = [t for t in tasks if t.fp not in gone]
         new = await ledger.accept(tasks)
         if new:
             self.crawl.include_keys({t.key for t in new})
-            # A key that came with a done range: the copies do not carry it, the follower does.
+            # Copied already: the tasks of keys new here. A key that came with a done
+            # range: the copies do not carry it, the follower does.
+            rest = [t for t in new if t.key not in fresh]
             if routed:
-                await self.copies.copy_new(new, exclude=done or ())
+                if rest:
+                    await self.copies.copy_new(rest)
                 # Held as the answer says they are: the other senders may skip them now.
                 self.advertised.add(t.fp for t in new)
-            else:
-                await self.copies.store_backups(new, exclude=done or ())
+            elif rest:
+                await self.copies.store_backups(rest)
             self.crawl.wake()
         return len(new)
+
+    async def _learned(self, known: list[Task]) -> None:
+        """The replicas knew these as done: done here too (dropped if queued meanwhile),
+        and the other replicas, which were sent copies of them, hear it."""
+        await self.ledger.done.add([(t.key, t.fp) for t in known])
+        await self.ledger.drop_done([t.fp for t in known])
+        self.learned_done += len(known)
+        await self.copies.finished(known)
 
     async def keep_history(self, done: dict[bytes, list[int]]) -> None:
         """Done history of keys this peer owns, with no task."""

@@ -35,7 +35,7 @@ from p2pcrawl.aio import Coalescer
 from p2pcrawl.crawl import Ledger, Task, to_stored
 from p2pcrawl.network.follower import ReplicaBook
 from p2pcrawl.network.ports import Ownership, to_batches
-from protocol import KeyBatch, PeerRef, PeerTimeout, RemoteError
+from protocol import Held, KeyBatch, PeerRef, PeerTimeout, RemoteError, TaskSet
 from storage import BackupStore
 
 __all__ = ["Replication"]
@@ -60,7 +60,12 @@ DELETE_SPACING_S = 0.2
 # caller's deadline must measure the owner, not a replica behind it.
 COPY_WAIT_SHARE = 0.25
 
-StoreBackup = Callable[[PeerRef, bytes, Sequence[KeyBatch]], Awaitable[int]]
+StoreBackup = Callable[[PeerRef, bytes, Sequence[KeyBatch]], Awaitable[Held]]
+# What a replica did with a copy: ``None`` if it did not take it, else the fingerprints of
+# its tasks it knows as done already (a replica records every finished page of the keys
+# it replicates, whoever owned them then).
+Taken = list[int] | None
+Learned = Callable[[list[Task]], Awaitable[None]]
 DeleteBackup = Callable[[PeerRef, bytes, Mapping[bytes, Sequence[int]]], Awaitable[int]]
 
 
@@ -102,7 +107,7 @@ class Replication:
         )
         # Copies of our own keys, one lane per replica: (key, tasks, done fingerprints) each.
         self._patient = patient
-        self._copies: Coalescer[PeerRef, _KeyCopy, bool] = Coalescer(
+        self._copies: Coalescer[PeerRef, _KeyCopy, Taken] = Coalescer(
             self._send_copies,
             spacing=COPY_SPACING_S,
             spacing_of=self._copy_spacing,
@@ -110,6 +115,9 @@ class Replication:
             name="store-backup",
         )
         self.copy_wait_s = COPY_WAIT_SHARE * rpc_timeout
+        # A STORE_TASK handler's copies go on after it stopped waiting, as does what waits
+        # for their answers (``copy_new``).
+        self._late = TaskSet("late-copies")
         self.late_copies = 0  # STORE_TASK handlers that answered before their copies were held
         self.missed_copies = 0  # STORE_BACKUPs a replica did not take: its keys are re-sent
 
@@ -120,6 +128,7 @@ class Replication:
     async def aclose(self) -> None:
         # Shutting down: what was not sent stays on the replicas until a takeover dedups it,
         # and what was not copied is still queued here (its intake never returned).
+        await self._late.aclose()
         await self._deletes.aclose(timeout=0.0)
         await self._copies.aclose(timeout=0.0)
 
@@ -151,12 +160,12 @@ class Replication:
         *,
         enroll: Iterable[bytes] = (),
         hurry: bool = False,
-    ) -> None:
+    ) -> list[Task]:
         """Copy ``tasks`` (and the ``done`` range of their keys) to ``owner``'s replicas,
         this peer included if it is one. Best effort: a replica that misses its copy is
         filled by the owner's ``follow``. Keys in ``enroll`` (our own, with nothing of theirs
         held before these tasks) count as in step with their replicas once all copies are
-        held."""
+        held. Returns the tasks some replica knows as done already."""
         book, me = self.book, self.ownership.me.id
         by_rep: dict[PeerRef, list[Task]] = defaultdict(list)
         keys = {t.key for t in tasks} | set(done or {})
@@ -176,34 +185,59 @@ class Replication:
         results = await asyncio.gather(
             *(self.store(r, owner.id, ts, dones.get(r), hurry) for r, ts in by_rep.items())
         )
+        known = {fp for taken in results if taken for fp in taken}
+        finished = [t for t in tasks if t.fp in known]
         if epoch != book.epoch:
             # The replica sets changed meanwhile: these went to the old ones.
             book.mark(enroll)
-            return
-        failed = {r for r, ok in zip(sent, results, strict=True) if not ok}
+            return finished
+        failed = {r for r, taken in zip(sent, results, strict=True) if taken is None}
         for key in enroll:
             held = reps_of.get(key)
             if held is not None and not held & failed:
                 book.enroll(key, held)
+        return finished
+
+    def fresh(self, tasks: Sequence[Task], exclude: Iterable[bytes] = ()) -> set[bytes]:
+        """Keys of ``tasks`` this peer holds nothing of (no task, no done page), those in
+        ``exclude`` (a done range comes with them) apart: ``ReplicaBook.fresh``."""
+        return self.book.fresh(tasks, exclude)
 
     async def store_backups(
-        self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = (), hurry: bool = False
-    ) -> None:
-        """Copies of tasks this peer owns and just queued. Keys in ``exclude`` came with a
-        done range the copies do not carry: the follower sends it. ``hurry``: someone
-        waits for them, and a patient lane's spacing does not hold them."""
-        enroll = self.book.fresh(tasks, exclude)
-        await self.copy_for(self.ownership.me, tasks, enroll=enroll, hurry=hurry)
+        self, tasks: Sequence[Task], *, fresh: Iterable[bytes] = (), hurry: bool = False
+    ) -> list[Task]:
+        """Copies of tasks this peer owns and just queued; returns those a replica knows as
+        done already. Keys in ``fresh`` (``fresh``) are in step once every copy is held.
+        ``hurry``: someone waits for them, and a patient lane's spacing does not hold
+        them."""
+        return await self.copy_for(self.ownership.me, tasks, enroll=fresh, hurry=hurry)
 
-    async def copy_new(self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = ()) -> None:
+    async def copy_new(
+        self, tasks: Sequence[Task], *, fresh: Iterable[bytes] = (), late: Learned | None = None
+    ) -> list[Task] | None:
         """Copies of tasks that came by STORE_TASK, inside its handler: waited for at most
-        ``copy_wait_s``. A later copy still goes (the lane's flush is not the handler's);
-        one that fails sends its keys to the follower."""
+        ``copy_wait_s``; returns those a replica knows as done, or None if the wait ran
+        out. A later copy still goes (the lane's flush is not the handler's), and ``late``
+        hears what the replicas knew then; one that fails sends its keys to the
+        follower."""
+        task = self._late.spawn(self.store_backups(tasks, fresh=fresh, hurry=True), "copy-new")
+        if task is None:
+            return None
         try:
             async with asyncio.timeout(self.copy_wait_s):
-                await self.store_backups(tasks, exclude=exclude, hurry=True)
+                known: list[Task] = await asyncio.shield(task)
+                return known
         except TimeoutError:
             self.late_copies += 1
+            if late is not None:
+                self._late.spawn(self._answered_late(task, late), "copy-late")
+            return None
+
+    @staticmethod
+    async def _answered_late(copy: asyncio.Task[list[Task]], late: Learned) -> None:
+        known = await copy
+        if known:
+            await late(known)
 
     async def store(
         self,
@@ -212,59 +246,62 @@ class Replication:
         ts: list[Task],
         done: dict[bytes, list[int]] | None,
         hurry: bool = False,
-    ) -> bool:
-        """Copies of ``owner``'s tasks (and done range) to ``rep``; whether they are held.
-        Our own go in ``rep``'s spaced lane, a handoff's for another owner at once."""
+    ) -> Taken:
+        """Copies of ``owner``'s tasks (and done range) to ``rep``: None if it did not take
+        them, else the fingerprints of those it knows as done. Our own go in ``rep``'s
+        spaced lane, a handoff's for another owner at once."""
         me = self.ownership.me.id
         if rep.id == me:
             if done:
                 await self.record_done(owner, done)
-            await self.hold(owner, ts)
-            return True
+            return (await self.hold(owner, ts)).done
         if owner == me:
             by_key: dict[bytes, list[Task]] = {k: [] for k in done or {}}
             for t in ts:
                 by_key.setdefault(t.key, []).append(t)
             items = [_KeyCopy(k, kts, (done or {}).get(k, [])) for k, kts in by_key.items()]
-            return all(await self._copies.submit(rep, items, within=self._within(hurry)))
+            taken = await self._copies.submit(rep, items, within=self._within(hurry))
+            if any(t is None for t in taken):
+                return None
+            return [fp for t in taken if t for fp in t]
         if self.book.gone(rep.id):
-            return False
+            return None
         try:
-            await self._store_backup(rep, owner, to_batches(ts, done))
-            return True
+            return (await self._store_backup(rep, owner, to_batches(ts, done))).done
         except (PeerTimeout, RemoteError, OSError) as exc:
             log.info("STORE_BACKUP to %s failed: %s", rep, exc)
-            return False
+            return None
 
-    async def _send_copies(self, rep: PeerRef, items: list[_KeyCopy]) -> list[bool]:
+    async def _send_copies(self, rep: PeerRef, items: list[_KeyCopy]) -> list[Taken]:
         if self.book.gone(rep.id):
             # Left the table (dead, gone) since these were queued: not waited on; the
             # follower gives its keys to the replicas there are now.
             self.missed_copies += 1
             self.book.missed(rep, {it.key for it in items})
-            return [False] * len(items)
+            return [None] * len(items)
         tasks = [t for it in items for t in it.tasks]
         done: dict[bytes, list[int]] = defaultdict(list)
         for it in items:
             done[it.key].extend(it.done)
         try:
-            await self._store_backup(rep, self.ownership.me.id, to_batches(tasks, done))
-            ok = True
+            held = await self._store_backup(rep, self.ownership.me.id, to_batches(tasks, done))
         except (PeerTimeout, RemoteError, OSError) as exc:
             log.info("STORE_BACKUP to %s failed: %s", rep, exc)
-            ok = False
             # Its submitters may have stopped waiting (``copy_new``): the follower makes
             # good what this replica lacks, tasks and done fingerprints alike.
             self.missed_copies += 1
             self.book.missed(rep, {it.key for it in items})
-        return [ok] * len(items)
+            return [None] * len(items)
+        known = set(held.done)
+        return [[t.fp for t in it.tasks if t.fp in known] for it in items]
 
     def note_keys(self, keys: Iterable[bytes]) -> None:
         """Keys whose tasks just arrived (routed or handed over): check their replicas soon."""
         self.book.note_keys(keys)
 
-    async def hold(self, owner: bytes, tasks: Sequence[Task]) -> int:
-        """Keep copies of ``owner``'s tasks here, except finished ones; returns how many.
+    async def hold(self, owner: bytes, tasks: Sequence[Task]) -> Held:
+        """Keep copies of ``owner``'s tasks here, except finished ones; returns how many,
+        and the fingerprints of the finished ones (an owner new to the key learns them).
 
         A copy can arrive after the news that its page is done (a handoff's sender writes
         the new owner's replicas in parallel with the new owner). Done fingerprints are
@@ -273,16 +310,17 @@ class Replication:
         fingerprint.
         """
         if not tasks:
-            return 0
+            return Held(0)
         finished = await self.ledger.is_done(tasks)
         keep = [t for t, d in zip(tasks, finished, strict=True) if not d]
+        done = [t.fp for t, d in zip(tasks, finished, strict=True) if d]
         if not keep:
-            return 0
+            return Held(0, done)
         added = await self.backups.add(owner, [to_stored(t) for t in keep])
         late = [t.fp for t, d in zip(keep, await self.ledger.is_done(keep), strict=True) if d]
         if late:
             added -= await self.backups.remove(owner, late)
-        return max(0, added)
+        return Held(max(0, added), done + late)
 
     # -- finished work ----------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from p2pcrawl.crawl import Engine, Ledger, Task, urls
 from p2pcrawl.settings import CrawlSettings, ScopeSettings
-from protocol import KeyBatch, PeerRef, RefreshAnswer, StoreResult, closest, key_for
+from protocol import Held, KeyBatch, PeerRef, RefreshAnswer, StoreResult, closest, key_for
 from storage import BackupStore
 
 __all__ = ["FakeCrawl", "Net", "open_stores", "peer", "tasks_of"]
@@ -112,9 +112,9 @@ class Net:
         self.calls.append(("store_task", to, list(batches)))
         return await self.store_task_answer(to, list(batches))
 
-    async def store_backup(self, to: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> int:
+    async def store_backup(self, to: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> Held:
         self.calls.append(("store_backup", to, (owner, list(batches))))
-        return sum(len(b.tasks) for b in batches)
+        return Held(sum(len(b.tasks) for b in batches))
 
     async def delete_backup(
         self, to: PeerRef, owner: bytes, done: Mapping[bytes, Sequence[int]]

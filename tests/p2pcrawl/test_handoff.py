@@ -16,7 +16,17 @@ import pytest
 from p2pcrawl.crawl import Task, urls
 from p2pcrawl.network import save_identity
 from p2pcrawl.settings import CrawlSettings, PeerSettings, ScopeSettings
-from protocol import Busy, CrawlNode, KeyBatch, NodeConfig, PeerRef, StoreResult, TaskItem, key_for
+from protocol import (
+    Busy,
+    CrawlNode,
+    Held,
+    KeyBatch,
+    NodeConfig,
+    PeerRef,
+    StoreResult,
+    TaskItem,
+    key_for,
+)
 from tests.conftest import (
     TEST_MIN_PEER_AGE,
     PeerFactory,
@@ -114,7 +124,7 @@ class CountingBackups(MemoryHandler):
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
-    ) -> int:
+    ) -> Held:
         self.backup_calls += 1
         if self.backup_calls <= self.busy_for:
             raise Busy()

@@ -6,7 +6,9 @@ played step by step -- a contact enters the table too young to own keys, more co
 becomes a member, one dies -- and after every step each queued task must be held by the r
 contacts nearest its key after the owner, young or not (docs/membership.md, "No window
 without redundancy"). Then the race that kept a dead replica told of every finished page:
-a re-sync to a replica under way when the replica is declared dead.
+a re-sync to a replica under way when the replica is declared dead. And a key that reaches
+an owner with none of its history (its previous owner died, or the owner never knew it):
+what its replicas know as done is not queued again.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ import pytest
 
 from p2pcrawl.crawl import Ledger, Task, urls
 from p2pcrawl.network.follower import Follower, ReplicaBook
+from p2pcrawl.network.intake import Intake
+from p2pcrawl.network.known import Advertised
 from p2pcrawl.network.replication import Replication
-from protocol import KeyBatch, PeerRef, PeerTimeout, key_for
+from protocol import Held, KeyBatch, PeerRef, PeerTimeout, key_for
 from storage import BackupStore
-from tests.p2pcrawl.netfakes import Net, open_stores, tasks_of
+from tests.p2pcrawl.netfakes import FakeCrawl, Net, open_stores, tasks_of
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -50,8 +54,9 @@ class Copies:
         self.gone: set[bytes] = set()
         self.hold_back: dict[bytes, asyncio.Event] = {}
         self.held_back = asyncio.Event()  # a held-back call is under way
+        self.known_done: set[int] = set()  # what every replica knows as done
 
-    async def store_backup(self, to: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> int:
+    async def store_backup(self, to: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> Held:
         self.net.calls.append(("store_backup", to, (owner, list(batches))))
         if to.id in self.gone:
             self.after_gone.append(("store_backup", to.id))
@@ -60,11 +65,14 @@ class Copies:
             self.held_back.set()
             await wait.wait()
             raise PeerTimeout(to, to.addr, "store_backup")
+        done = []
         for b in batches:
+            fps = {urls.fingerprint(t.url) for t in b.tasks}
+            done += sorted(fps & self.known_done)
             held = self.held[to.id]
-            held.update(urls.fingerprint(t.url) for t in b.tasks)
+            held.update(fps - self.known_done)
             held.difference_update(b.done)
-        return sum(len(b.tasks) for b in batches)
+        return Held(sum(len(b.tasks) for b in batches) - len(done), done)
 
     async def delete_backup(
         self, to: PeerRef, owner: bytes, done: Mapping[bytes, Sequence[int]]
@@ -108,7 +116,7 @@ def build(
 async def queue(ledger: Ledger, replication: Replication, tasks: list[Task]) -> None:
     """As the intake does: store, then copy what is new."""
     new = await ledger.accept(tasks)
-    await replication.store_backups(new)
+    await replication.store_backups(new, fresh=replication.fresh(new))
 
 
 async def settle(replication: Replication, follower: Follower) -> None:
@@ -214,5 +222,32 @@ async def test_a_replica_declared_dead_during_its_resync_is_not_told_of_finished
         await replication._deletes.drain()
         assert copies.after_gone == []
         await assert_redundant(net, ledger, copies)
+    finally:
+        await replication.aclose()
+
+
+@pytest.mark.parametrize("routed", [True, False])
+async def test_a_key_new_here_is_queued_without_what_its_replicas_know_as_done(
+    stores: tuple[Ledger, BackupStore], routed: bool
+) -> None:
+    """Its previous owner finished half of it and died before its replicas handed the
+    history on (or this peer never knew that owner): the replicas answer the key's first
+    copies with what they know as done, and only the rest is queued here."""
+    ledger, backups = stores
+    net = Net(OWNER, [Y1, Y2])
+    copies = Copies(net)
+    copies.known_done = {t.fp for t in ALL[:5]}
+    replication, _ = build(net, copies, ledger, backups)
+    intake = Intake(ledger, replication, FakeCrawl(), Advertised())
+    try:
+        assert await intake.accept(ALL[:10], routed=routed) == 5
+        assert ledger.queued == 5 and intake.learned_done == 5
+        assert all(await ledger.is_done(ALL[:5]))
+        assert {t.fp for _, t in await ledger.load_key(KEY, 0, 100)} == {t.fp for t in ALL[5:10]}
+        # Known here now: later tasks of the key are queued first and copied after.
+        calls = len(net.sent("store_backup"))
+        assert await intake.accept(ALL[10:12], routed=routed) == 2
+        await replication._copies.drain()
+        assert len(net.sent("store_backup")) > calls
     finally:
         await replication.aclose()

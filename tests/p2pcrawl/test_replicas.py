@@ -15,7 +15,7 @@ import pytest
 from p2pcrawl.network import Peer
 from p2pcrawl.network import follower as follower_module
 from p2pcrawl.settings import CrawlSettings, ScopeSettings
-from protocol import CrawlNode, KeyBatch, NodeConfig, PeerRef, TaskItem, key_for
+from protocol import CrawlNode, Held, KeyBatch, NodeConfig, PeerRef, TaskItem, key_for
 from tests.conftest import PeerFactory, id_outranked_by
 from tests.protocol.conftest import MemoryHandler, eventually
 
@@ -36,7 +36,7 @@ class Replica(MemoryHandler):
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
-    ) -> int:
+    ) -> Held:
         self.backup_calls += 1
         if self.hang:
             await self._never.wait()

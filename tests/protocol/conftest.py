@@ -13,6 +13,7 @@ import pytest
 
 from protocol import (
     CrawlNode,
+    Held,
     KeyBatch,
     NodeConfig,
     PeerRef,
@@ -65,12 +66,12 @@ class MemoryHandler:
 
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
-    ) -> int:
+    ) -> Held:
         held = self.backups.setdefault(owner, {})
         for b in batches:
             for t in b.tasks:
                 held[fp(t.url)] = t
-        return sum(len(b.tasks) for b in batches)
+        return Held(sum(len(b.tasks) for b in batches))
 
     async def handle_delete_backup(
         self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]

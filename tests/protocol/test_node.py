@@ -24,6 +24,7 @@ from kademlia.utils import digest
 from protocol import (
     BootstrapError,
     CrawlNode,
+    Held,
     KeyBatch,
     NodeConfig,
     PeerRef,
@@ -98,7 +99,7 @@ async def test_the_four_crawl_rpcs(make_node: NodeFactory) -> None:
     assert await b.store_task(a.me, [batch("a.example", 5)]) == StoreResult(2, 3, [])
     assert [t.url for t in ha.tasks[key_for("a.example")]][-1] == "https://a.example/p4"
 
-    assert await b.store_backup(a.me, b.me.id, [batch("c.example", 4)]) == 4
+    assert await b.store_backup(a.me, b.me.id, [batch("c.example", 4)]) == Held(4)
     assert len(ha.backups[b.me.id]) == 4
     gone = [fp("https://c.example/p0"), fp("https://c.example/p1"), 12345]
     assert await b.delete_backup(a.me, b.me.id, {key_for("c.example"): gone}) == 2

@@ -22,13 +22,15 @@ from protocol.messages import (
     STORE_BACKUP,
     STORE_TASK,
     BackupArgs,
+    Held,
     PingReqArgs,
     QuietReply,
     RefreshReply,
     StoreTaskArgs,
+    backup_reply,
     store_reply,
 )
-from protocol.procedures import Count, Malformed, NoArgs, Procedure, parse_args
+from protocol.procedures import Malformed, NoArgs, Procedure, parse_args
 
 ME = b"\x01" * 20
 OWNER = b"\x02" * 20
@@ -72,7 +74,8 @@ def test_a_call_is_the_bytes_rpcudp_framed(
 @pytest.mark.parametrize(
     ("proc", "reply", "as_before"),
     [
-        (STORE_BACKUP, Count(3), {"n": 3}),
+        (STORE_BACKUP, backup_reply(Held(3)), {"n": 3}),
+        (STORE_BACKUP, backup_reply(Held(3, [7])), {"n": 3, "done": (7).to_bytes(8, "big")}),
         (
             STORE_TASK,
             store_reply(StoreResult(2, 1, [OWNER]), {OWNER}),

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from protocol import CrawlNode, KeyBatch, TaskItem, key_for, replay
+from protocol import CrawlNode, Held, KeyBatch, TaskItem, key_for, replay
 from protocol.auth import REQUEST
 from tests.protocol.conftest import NodeFactory, eventually, fp, handler_of, recv
 
@@ -49,7 +49,7 @@ async def test_a_replayed_store_backup_does_not_resurrect_a_deleted_backup(
     await b.join([a.me.addr])
     wire = tap(b)
     task = TaskItem("https://a.example/x", 0)
-    assert await b.store_backup(a.me, b.me.id, [KeyBatch(key_for("a.example"), [task])]) == 1
+    assert await b.store_backup(a.me, b.me.id, [KeyBatch(key_for("a.example"), [task])]) == Held(1)
     (store,) = requests(wire)
     assert await b.delete_backup(a.me, b.me.id, {key_for("a.example"): [fp(task.url)]}) == 1
     assert handler_of(a).backups[b.me.id] == {}
