@@ -30,7 +30,7 @@ from p2pcrawl.testing import Cluster, PeerProc, TestWeb, TestWebConfig
 LOADS = ("idle", "crawl", "hog", "flood")
 FLOOD_S = 10.0
 # As tests/integration/test_churn.py's flood: junk datagrams as fast as one process sends.
-_FLOOD = """
+FLOOD = """
 import os, socket, sys, time
 host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -127,7 +127,7 @@ async def one(root: Path, web: TestWeb, peers: int, load: str, kills: int) -> De
             if load == "flood":
                 host, port = founder.listen.rsplit(":", 1)
                 flood = await asyncio.create_subprocess_exec(
-                    sys.executable, "-c", _FLOOD, host, port, str(FLOOD_S)
+                    sys.executable, "-c", FLOOD, host, port, str(FLOOD_S)
                 )
                 await flood.wait()
                 await asyncio.sleep(3.0)

@@ -11,6 +11,7 @@ Prints the median and range over the seeds; the last line is one JSON object.
     python benchmarks/churn.py --quick         # 2 seeds, 4 events
     python benchmarks/churn.py --runs 3 --seed 7
     python benchmarks/churn.py --detection     # detection time and false deaths, defaults
+    python benchmarks/churn.py --chaos --seeds 10   # a random schedule at full speed (_chaos.py)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _chaos import chaos
 from _detection import LOADS, detection
 
 from p2pcrawl.testing import FAST_DETECTION, Cluster, PeerProc, TestWeb, TestWebConfig
@@ -130,7 +132,19 @@ async def main() -> int:
     ap.add_argument("--sizes", default="4,8,16", help="--detection: network sizes")
     ap.add_argument("--loads", default=",".join(LOADS), help="--detection: idle,crawl,hog")
     ap.add_argument("--kills", type=int, default=3, help="--detection: victims per network")
+    ap.add_argument(
+        "--chaos",
+        action="store_true",
+        help="a seeded random schedule at full speed, every timer at its default (_chaos.py)",
+    )
+    ap.add_argument("--seeds", type=int, default=10, help="--chaos: seeds --seed, --seed+1, ...")
+    ap.add_argument("--web-pages", type=int, default=5000, help="--chaos: pages of the web")
     args = ap.parse_args()
+    if args.chaos:
+        seeds = list(range(args.seed, args.seed + (2 if args.quick else args.seeds)))
+        out = await chaos(seeds, args.events, args.web_pages)
+        print(json.dumps(out))
+        return 0 if out["lost_max"] == 0 else 1
     if args.detection:
         with tempfile.TemporaryDirectory(prefix="p2pcrawl-detect-") as tmp:
             sizes = [int(x) for x in args.sizes.split(",")]

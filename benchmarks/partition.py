@@ -172,6 +172,7 @@ class Partition:
             await self.api(0, "/api/seed", "POST", {"urls": [self.web.url(0, 0)]})
             await self.until_fetched(self.args.at * run.pages)
             run.cut_at_share = (await self.stats())["unique"] / run.pages
+            leaked_before = self.topo.leaked()  # the black holes' counters outlive a run
             self.topo.cut(a, b, both=ways == "both")
             smallest = {i: n - 1 for i in range(n)}
             end = time.monotonic() + cut_s
@@ -183,7 +184,7 @@ class Partition:
                 await asyncio.sleep(POLL_S)
             self.topo.heal()
             healed = time.monotonic()
-            run.leaked = self.topo.leaked()
+            run.leaked = self.topo.leaked() - leaked_before
             run.tables_during_cut = [smallest[i] for i in range(n)]
             deadline = healed + self.args.timeout
             while time.monotonic() < deadline:

@@ -1,0 +1,206 @@
+"""A seeded random schedule of membership events at full speed (``churn.py --chaos``).
+
+Per seed: a steady run (four peers started together, no event) and a chaos run on the same
+web (``p2pcrawl.testing.scenarios``: real peer processes, no politeness delay, every timer
+and ``--min-peer-age`` at its default). The chaos run starts four peers at once, seeds the
+founder once the three joiners are in its routing table and, until 90% of the pages are
+fetched, draws events a second or two apart from the seed's generator:
+
+* ``join``: one to three peers at once; half the time the first takes an ID next to the
+  busiest peer's (it splits that peer's share of the key space);
+* ``leave``: a graceful leave (``p2pcrawl leave``);
+* ``kill``: SIGKILL of a random peer or of the busiest, the founder included; odd seeds kill
+  the founder within the first 5 s, and joins run in the background so kills land during
+  them;
+* ``stop``: SIGSTOP for 3-12 s, then SIGCONT;
+* ``flood``: 10 s of junk datagrams at a peer's UDP port.
+
+At least three peers keep running, and at most two are killed or stopped within any 10 s
+(r = 2 replicas: a third loss inside one detection time may lose pages, docs/membership.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _detection import FLOOD, FLOOD_S
+
+from p2pcrawl.testing import Cluster, PeerProc, TestWeb
+from p2pcrawl.testing.cases import CASES, FINISH_S, id_near, preset_id
+from p2pcrawl.testing.scenarios import Outcome, Scenario, full_speed_args, full_speed_web
+
+KINDS = {"join": 3, "leave": 1, "kill": 3, "stop": 1, "flood": 1}
+LOSS_WINDOW_S = 10.0
+
+
+class Chaos:
+    def __init__(self, sc: Scenario, rng: random.Random, seed: int) -> None:
+        self.sc, self.rng, self.seed = sc, rng, seed
+        self.background: list[asyncio.Future[Any]] = []
+        self.losses: list[float] = []  # monotonic times of kills and stops
+        self.leaving: set[str] = set()
+        self.stopped: set[str] = set()
+
+    def usable(self) -> list[PeerProc]:
+        return [
+            p
+            for p in self.sc.live()
+            if p.name not in self.leaving and p.name not in self.stopped and p.status
+        ]
+
+    def may_lose(self) -> bool:
+        now = time.monotonic()
+        recent = [t for t in self.losses if now - t < LOSS_WINDOW_S]
+        return len(self.usable()) > 3 and len(recent) < 2
+
+    async def victim(self) -> PeerProc:
+        peers = self.usable()
+        if self.rng.random() < 0.5:
+            return await self.sc.busiest(peers)
+        return self.rng.choice(peers)
+
+    async def run(self, events: int) -> Outcome:
+        sc = self.sc
+        founder = (await sc.start(1))[0]
+        joining = asyncio.ensure_future(sc.join(founder, 3, together=True))
+        # Seeded once the joiners are in its table (a joiner whose bootstrap dies before it
+        # is admitted rightly gives up, and a network of one can only lose its crawl).
+        await sc.admitted(founder, 3, timeout=60.0)
+        await sc.seed(founder)
+        if self.seed % 2:  # the founder dies in the network's first seconds
+            await asyncio.sleep(self.rng.uniform(1.0, 5.0))
+            self.losses.append(time.monotonic())
+            await sc.kill(founder)
+        # The first three joins end before the schedule starts: until then no peer may be
+        # lost (at least three must run), and a flood at their bootstrap held them up for
+        # 30 s, so the schedule drew only joins and floods.
+        await asyncio.gather(joining, return_exceptions=True)
+        for _ in range(events):
+            await asyncio.sleep(self.rng.uniform(0.5, 2.5))
+            if sc.share() >= 0.9:
+                break
+            await self.event(self.rng.choices(list(KINDS), list(KINDS.values()))[0])
+        for result in await asyncio.gather(*self.background, return_exceptions=True):
+            if isinstance(result, Exception):
+                # A joiner whose bootstrap was killed or stopped meanwhile rightly gives up
+                # (it exits 1 with "no bootstrap peer answered"): noted, not fatal.
+                why = str(result).splitlines()[0] if str(result) else type(result).__name__
+                sc.note(f"gave-up:{why[:60].replace(' ', '_')}")
+        return await sc.finish(FINISH_S + 60.0)
+
+    async def event(self, kind: str) -> None:
+        sc = self.sc
+        peers = self.usable()
+        if not peers:
+            return
+        if kind in ("kill", "stop", "leave") and not self.may_lose():
+            kind = "join"
+        if kind == "join":
+            n = self.rng.choice([1, 1, 2, 3])
+            if self.rng.random() < 0.5:
+                busy = await sc.busiest(peers)
+                near = id_near(bytes.fromhex(busy.node_id), self.rng.randrange(128, 140))
+                preset_id(sc, f"p{sc._names}", near)
+            boot = self.rng.choice(peers)
+            self.background.append(asyncio.ensure_future(sc.join(boot, n, together=True)))
+        elif kind == "leave":
+            p = await self.victim()
+            self.leaving.add(p.name)
+            await sc.leave(p)
+        elif kind == "kill":
+            self.losses.append(time.monotonic())
+            await sc.kill(await self.victim())
+        elif kind == "stop":
+            p = await self.victim()
+            self.losses.append(time.monotonic())
+            self.stopped.add(p.name)
+            self.background.append(asyncio.ensure_future(self._stop(p)))
+        elif kind == "flood":
+            self.background.append(asyncio.ensure_future(self._flood(self.rng.choice(peers))))
+
+    async def _stop(self, p: PeerProc) -> None:
+        try:
+            await self.sc.stop(p, self.rng.uniform(3.0, 12.0))
+        finally:
+            self.stopped.discard(p.name)
+
+    async def _flood(self, p: PeerProc) -> None:
+        self.sc.note(f"flood:{p.name}@{self.sc.share():.0%}")
+        host, port = p.listen.rsplit(":", 1)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", FLOOD, host, port, str(FLOOD_S)
+        )
+        await proc.wait()
+
+
+async def one_seed(web: TestWeb, root: Path, seed: int, events: int) -> dict[str, Any]:
+    async with Cluster(root / "steady", full_speed_args(web)) as cluster:
+        sc = Scenario(cluster, web)
+        try:
+            steady = await CASES["steady"](sc)
+        finally:
+            await sc.aclose()
+    async with Cluster(root / "chaos", full_speed_args(web)) as cluster:
+        sc = Scenario(cluster, web)
+        try:
+            chaos = await Chaos(sc, random.Random(seed), seed).run(events)
+        finally:
+            await sc.aclose()
+    return {
+        "seed": seed,
+        "pages": chaos.pages,
+        "lost": chaos.lost,
+        "duplicates": chaos.duplicates,
+        "dup_bound": round(chaos.dup_bound),
+        "kills": chaos.kills,
+        "time_ratio": round(chaos.elapsed / steady.elapsed, 2) if steady.elapsed else None,
+        "steady_s": round(steady.elapsed, 1),
+        "chaos_s": round(chaos.elapsed, 1),
+        "detections": [round(d, 1) for d in sorted(chaos.detections)],
+        "finished": chaos.finished,
+        "problems": chaos.problems(),
+        "events": chaos.events,
+    }
+
+
+async def chaos(seeds: list[int], events: int, pages: int) -> dict[str, Any]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="p2pcrawl-chaos-") as tmp:
+        async with TestWeb(full_speed_web(pages)) as web:
+            for seed in seeds:
+                row = await one_seed(web, Path(tmp) / f"seed{seed}", seed, events)
+                rows.append(row)
+                det = row["detections"]
+                print(
+                    f"seed {seed}: lost {row['lost']}, duplicates {row['duplicates']} "
+                    f"({100 * row['duplicates'] / row['pages']:.2f}%; bound {row['dup_bound']} "
+                    f"for {row['kills']} kills), crawl {row['chaos_s']} s = "
+                    f"{row['time_ratio']}x the steady {row['steady_s']} s, detection s "
+                    f"{det or '-'}, every peer finished: {row['finished']}; problems "
+                    f"{row['problems'] or 'none'}\n  events {' '.join(row['events'])}",
+                    flush=True,
+                )
+    dets = [d for r in rows for d in r["detections"]]
+    ratios = [r["time_ratio"] for r in rows if r["time_ratio"]]
+    return {
+        "seeds": len(rows),
+        "pages": rows[0]["pages"] if rows else 0,
+        "lost_max": max((r["lost"] for r in rows), default=0),
+        "seeds_with_loss": sum(1 for r in rows if r["lost"]),
+        "duplicates_pct_median": round(
+            statistics.median(100 * r["duplicates"] / r["pages"] for r in rows), 3
+        )
+        if rows
+        else None,
+        "detection_median_s": round(statistics.median(dets), 2) if dets else None,
+        "time_ratio_median": round(statistics.median(ratios), 2) if ratios else None,
+        "all_finished": all(r["finished"] for r in rows),
+        "seeds_with_problems": sum(1 for r in rows if r["problems"]),
+    }
