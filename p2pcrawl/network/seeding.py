@@ -49,7 +49,6 @@ async def seed_with_report(
                 scope=eng.scope,
                 scope_from_seeds=eng.scope_from_seeds,
                 patterns=eng.links.patterns,
-                allow_private=settings.scope.allow_private,
                 max_url_length=settings.fetch.max_url_length,
             )
 
