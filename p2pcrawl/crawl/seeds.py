@@ -31,6 +31,7 @@ OUT_OF_SCOPE = "out_of_scope"
 PRIVATE = "refused_private"
 ALREADY_KNOWN = "already_known"
 RESOLVE_TIMEOUT_S = 3.0
+SHOWN_CHARS = 200
 
 Resolve = Callable[[str], Awaitable[list[str]]]
 
@@ -110,7 +111,9 @@ async def check_seed(
     """
     url = urls.canonicalize(raw, max_length=max_url_length)
     if url is None:
-        return SeedVerdict(raw, INVALID, scheme_hint(raw))
+        # Echoed back in the verdict: a few hundred characters say which one it was.
+        shown = raw[:SHOWN_CHARS]
+        return SeedVerdict(shown, INVALID, scheme_hint(shown))
     host = urls.hostname_of(url)
     if not scope.allow_private:
         loop_ok = scope.allow_loopback

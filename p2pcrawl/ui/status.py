@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from yarl import URL
 
-from p2pcrawl.crawl import scheme_hint, urls
 from p2pcrawl.ui.connlimit import ConnectionLimits, GuardedServer
 from p2pcrawl.ui.metrics import PeerMetrics
 from p2pcrawl.ui.network import NetworkMonitor, announced_address
@@ -79,7 +78,7 @@ def token_matches(given: str, token: str) -> bool:
     return hmac.compare_digest(a, b)
 
 
-def parse_seed_body(doc: object, max_url_length: int) -> list[str]:
+def parse_seed_body(doc: object) -> list[str]:
     """The URLs of a ``POST /api/seed`` body, or BadRequest saying what is wrong with it."""
     if not isinstance(doc, dict):
         raise BadRequest(400, 'body must be a JSON object: {"urls": ["http://..."]}')
@@ -93,11 +92,8 @@ def parse_seed_body(doc: object, max_url_length: int) -> list[str]:
         raise BadRequest(413, f"at most {MAX_SEEDS_PER_REQUEST} URLs per request")
     if not isinstance(doc.get("recrawl", False), bool):
         raise BadRequest(400, '"recrawl" must be true or false')
-    bad = [u for u in seeds if urls.canonicalize(u, max_length=max_url_length) is None]
-    if bad:
-        shown = [u[:200] for u in bad[:5]]
-        hint = f" ({scheme_hint(bad[0][:200])})" if len(bad) == 1 else ""
-        raise BadRequest(400, f"not crawlable http(s) URLs ({len(bad)}): {shown}{hint}")
+    # A URL that is not crawlable gets its own "invalid" verdict beside the others' (the
+    # peer's seed check says why); one typo does not turn the whole request away.
     return seeds
 
 
@@ -356,8 +352,7 @@ class StatusServer:
             doc = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             raise BadRequest(400, 'body must be JSON: {"urls": ["http://..."]}') from None
-        max_len = self.peer.config.crawl.fetch.max_url_length
-        seeds = parse_seed_body(doc, max_len)
+        seeds = parse_seed_body(doc)
         if self.peer.state not in ("active", "finished"):  # a finished crawl takes new seeds
             raise BadRequest(409, f"peer is {self.peer.state}")
         recrawl = bool(doc.get("recrawl", False)) if isinstance(doc, dict) else False

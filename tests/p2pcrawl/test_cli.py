@@ -478,12 +478,18 @@ async def test_seed_through_a_running_peer_then_leave(test_web: TestWeb, tmp_pat
     truth = test_web.ground_truth()
     async with peer_process(test_web, data, port) as proc:
         await ready_line(proc)
-        code, out, err = await run_cli("seed", "--peer", f"127.0.0.1:{port}", test_web.hub_url)
-        assert code == 0, err
-        assert out.splitlines()[-1] == "accepted 1 of 1 seed(s)"
-        assert out.splitlines()[0].split() == ["accepted", test_web.hub_url]
-        code, _, err = await run_cli("seed", "--peer", f"127.0.0.1:{port}", "not a url")
-        assert code == 2 and "not crawlable" in err
+        # One bad URL among good ones: each gets its verdict, the good one is crawled, and
+        # the exit status says that something was not accepted.
+        bad = test_web.hub_url.replace("http://", "htp://")
+        code, out, err = await run_cli(
+            "seed", "--peer", f"127.0.0.1:{port}", bad, test_web.hub_url, "not a url"
+        )
+        assert code == 1, err
+        lines = out.splitlines()
+        assert lines[-1] == "accepted 1 of 3 seed(s)"
+        assert lines[0].split()[:2] == ["invalid", bad]
+        assert lines[1].split() == ["accepted", test_web.hub_url]
+        assert lines[2].split()[:4] == ["invalid", "not", "a", "url"]
         await wait_drained(port, len(truth))
         code, out, err = await run_cli("leave", "--peer", f"127.0.0.1:{port}")
         assert code == 0, err
