@@ -58,6 +58,7 @@ class PeerConfig:
     listen: tuple[str, int] = ("127.0.0.1", 0)
     bootstrap: tuple[tuple[str, int], ...] = ()
     seeds: tuple[str, ...] = ()
+    recrawl: bool = False  # fetch the seeds again even if they are done here
     crawl: CrawlSettings = field(default_factory=CrawlSettings)
     peer: PeerSettings = field(default_factory=PeerSettings)
 
@@ -203,7 +204,7 @@ class Peer:
             # A restart may find tasks whose keys moved while it was down.
             self.membership.kick.set()
             if cfg.seeds:
-                log_verdicts(await self.seed(cfg.seeds))
+                log_verdicts(await self.seed(cfg.seeds, recrawl=cfg.recrawl))
         except BaseException:
             await self.aclose()
             raise

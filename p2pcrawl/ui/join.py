@@ -82,6 +82,8 @@ async def run_join(opts: dict[str, Any]) -> int:
     for seed in seeds:
         if urls.canonicalize(seed, max_length=crawl.fetch.max_url_length) is None:
             raise UsageError(f"--seed {seed!r} is not a crawlable URL: {scheme_hint(seed)}")
+    if opts.get("recrawl") and not seeds:
+        raise UsageError("--recrawl fetches the --seed URLs again: give them with --seed")
     token = opts.get("status_token") or ""
     if not is_loopback_host(status_addr[0]) and not token:
         raise UsageError(
@@ -92,6 +94,7 @@ async def run_join(opts: dict[str, Any]) -> int:
         listen=listen,
         bootstrap=bootstrap,
         seeds=seeds,
+        recrawl=bool(opts.get("recrawl")),
         crawl=crawl,
         peer=peer_settings,
     )

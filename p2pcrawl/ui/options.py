@@ -238,6 +238,12 @@ def _add_crawl_options(p: argparse.ArgumentParser) -> None:
     groups[_CRAWL_GROUP].add_argument(
         "--seed", action="append", metavar="URL", help="URL to start from (repeatable)"
     )
+    groups[_CRAWL_GROUP].add_argument(
+        "--recrawl",
+        action="store_true",
+        default=None,
+        help="fetch the --seed URLs again even if this data directory crawled them before",
+    )
     for sf in setting_flags():
         name = str(sf.field.metadata.get("group", _CRAWL_GROUP))
         if name not in groups:

@@ -1,0 +1,80 @@
+"""What a new user meets in the first hour, each run as the user runs it: ``p2pcrawl join``
+as a subprocess against a test web served by this process, ending by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from p2pcrawl.testing import TestWeb, TestWebConfig
+from tests.p2pcrawl.test_cli import CLI
+
+pytestmark = pytest.mark.timeout(120)
+
+WEB = TestWebConfig(hosts=3, pages_per_host=20, slow_host_delay=0.01, large_page_bytes=50_000)
+
+
+@pytest.fixture
+async def test_web() -> AsyncIterator[TestWeb]:
+    async with TestWeb(WEB) as web:
+        yield web
+
+
+async def join_until_exit(
+    web: TestWeb, data: Path, *extra: str, timeout: float = 60
+) -> tuple[int, str, str]:
+    """``join --exit-when-finished`` for ``web``; (exit status, stdout, stderr)."""
+    domains = [arg for d in web.allow_domains for arg in ("--allow-domain", d)]
+    argv = [
+        *("join", "--listen", "127.0.0.1:0", "--status", "127.0.0.1:0"),
+        *("--data", str(data), "--allow-private", *domains),
+        *("--delay", "0", "--politeness-factor", "0", "--exit-when-finished", *extra),
+    ]
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_join_recrawl_fetches_done_seeds_again_from_a_reused_data_directory(
+    test_web: TestWeb, tmp_path: Path
+) -> None:
+    data, hub = tmp_path / "data", test_web.hub_url
+    code, _, err = await join_until_exit(test_web, data, "--seed", hub)
+    assert code == 0, err
+    first = sum(test_web.request_counts.values())
+    assert test_web.request_counts[hub] == 1
+    # The same directory again: the seed is done here, and the peer says how to fetch it.
+    code, _, err = await join_until_exit(test_web, data, "--seed", hub)
+    assert code == 0, err
+    assert "already known" in err and "--recrawl fetches it again" in err
+    assert sum(test_web.request_counts.values()) == first
+    # With --recrawl the seed is fetched again; its links are still done, so nothing else.
+    code, _, err = await join_until_exit(test_web, data, "--seed", hub, "--recrawl")
+    assert code == 0, err
+    assert "queued again (--recrawl)" in err
+    assert test_web.request_counts[hub] == 2
+    assert sum(test_web.request_counts.values()) == first + 1
+
+
+async def test_join_recrawl_without_seeds_is_a_usage_error(tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *CLI,
+        *("join", "--listen", "127.0.0.1:0", "--data", str(tmp_path / "d"), "--recrawl"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert "--recrawl fetches the --seed URLs again" in err.decode()
