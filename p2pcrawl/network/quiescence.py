@@ -3,7 +3,8 @@
 Idle queues alone are not "finished": right after a crash every live peer can show an empty
 queue while the replicas still hold the dead owner's work. A peer calls itself *quiet* when
 
-* nothing is queued, in flight or in transit (dispatch, deletes, replica copies),
+* nothing is queued (or it reached a page, disk or network limit and fetches no more), in
+  flight or in transit (dispatch, deletes, replica copies),
 * it holds no backup of an owner that is not in its routing table (``backups_orphaned``),
 * it suspects nobody and is not re-syncing after a stall,
 * and none of that, nor its progress counters or its membership, changed for ``settle``
@@ -81,7 +82,9 @@ class Quiescence:
             return False, ()
         suspects = node.protocol.liveness.suspects()
         idle = (
-            eng.tasks_queued == 0
+            # A peer at a limit (--max-pages, --max-disk, --max-network-pages) fetches no
+            # more: what it has queued waits for a later run, and counts as done here.
+            (eng.tasks_queued == 0 or eng.exhausted)
             and not eng.in_flight
             and disp.pending == 0
             and rep.pending == 0

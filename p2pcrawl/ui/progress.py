@@ -109,6 +109,8 @@ def summary(st: Mapping[str, Any], duration_s: float, warc: Mapping[str, Any]) -
     """The exit summary as data (the ``left`` JSON line carries it too)."""
     return {
         "pages_fetched": st["pages_fetched"],
+        "tasks_queued": st.get("tasks_queued", 0),
+        "limit_reached": bool(st.get("page_limit_reached")),
         "bytes_fetched": st.get("bytes_fetched", 0),
         "errors": st["errors"],
         "errors_by_kind": dict(st.get("errors_by_kind") or {}),
@@ -137,6 +139,10 @@ def summary_lines(doc: Mapping[str, Any], warc_dir: str, data_dir: str = "DATA_D
         lines += [f"    {p}" for p in files]
     else:
         lines.append(f"  WARC: no file written to {warc_dir} in this run")
+    queued = int(doc.get("tasks_queued") or 0)
+    if queued:
+        why = " (a limit was reached)" if doc.get("limit_reached") else ""
+        lines.append(f"  queued: {queued:,} URLs kept in {data_dir} for a later run{why}")
     return lines
 
 

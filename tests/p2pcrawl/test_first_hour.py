@@ -5,6 +5,7 @@ as a subprocess against a test web served by this process, ending by itself.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -78,3 +79,18 @@ async def test_join_recrawl_without_seeds_is_a_usage_error(tmp_path: Path) -> No
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
     assert "--recrawl fetches the --seed URLs again" in err.decode()
+
+
+async def test_a_peer_at_its_page_limit_counts_as_done_for_the_finish(
+    test_web: TestWeb, tmp_path: Path
+) -> None:
+    # The limit leaves most of the web queued; the peer still sees the crawl finished and
+    # exits, its queue kept for a later run.
+    code, out, err = await join_until_exit(
+        test_web, tmp_path / "data", "--seed", test_web.hub_url, "--max-pages", "10"
+    )
+    assert code == 0, err
+    assert "--max-pages 10 reached" in err
+    assert sum(test_web.request_counts.values()) == 10
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["pages_fetched"] == 10 and summary["tasks_queued"] > 0
