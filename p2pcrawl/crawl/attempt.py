@@ -12,9 +12,10 @@ import enum
 import time
 from typing import TYPE_CHECKING
 
-from p2pcrawl.crawl import politeness, scheduling
+from p2pcrawl.crawl import politeness, scheduling, urls
 from p2pcrawl.crawl.fetcher import FetchResult
 from p2pcrawl.crawl.frontier import HostSlot, Task
+from p2pcrawl.crawl.unreachable import UNREACHABLE_ERRORS
 
 if TYPE_CHECKING:
     from p2pcrawl.crawl.engine import Engine
@@ -45,6 +46,12 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     if ledger.done.maybe_contains(task.fp) and (await ledger.is_done([task]))[0]:
         # Finished elsewhere meanwhile (history handed over after a restart or a move).
         return Outcome.DONE_ELSEWHERE, None
+    dead = engine.unreachable
+    if dead.tracking and dead.given_up(urls.origin_of(task.url)):
+        # The origin stopped answering: its URLs end as errors without a request.
+        dead.give_up_url(urls.origin_of(task.url))
+        engine.stats.errors["host_unreachable"] += 1
+        return Outcome.FINISH, None
     policy = await engine.robots_gate.policy_for(slot, task)
     if policy is None:
         return Outcome.WAITING, None  # requeued behind the robots.txt request
@@ -86,6 +93,16 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     hq.est.observe(None, res.elapsed)
     stats.fetch_hist.observe(res.elapsed)
     stats.recent.append((time.time(), task.url, res.status, res.error or ""))
+    if res.status == 0 and res.error in UNREACHABLE_ERRORS:
+        origin = urls.origin_of(task.url)
+        if dead.failed(origin, res.error or "").failures > dead.retries:
+            # Given up now: this URL and the rest of its origin's end as errors at once,
+            # rather than each waiting out its own retries.
+            stats.errors[res.error or "unknown"] += 1
+            slot.after(res.elapsed, gap)
+            return Outcome.FINISH, None
+    elif dead.tracking and res.status:
+        dead.answered(urls.origin_of(task.url))
     if res.status == 0 or res.error == "disconnect":
         # A connection broken mid-body is an error like a refused one, not a page: retried
         # with backoff, and only after the last try archived as what arrived.

@@ -38,6 +38,7 @@ from p2pcrawl.crawl.scope import Scope
 from p2pcrawl.crawl.seen import SeenCache
 from p2pcrawl.crawl.stats import CrawlStats
 from p2pcrawl.crawl.tail import page_tail
+from p2pcrawl.crawl.unreachable import Unreachable
 from p2pcrawl.settings import CrawlSettings, Partition
 from protocol import TaskSet
 
@@ -92,7 +93,12 @@ class Engine:
         self.frontier = Frontier(settings)
         self.fetcher = Fetcher(settings)
         self.pacer = Pacer(settings.max_rate)
-        self.robots_gate = RobotsGate(settings, self.fetcher, self.stats, self.pacer)
+        self.unreachable = Unreachable(
+            settings.politeness.max_retries, settings.politeness.robots_error_ttl
+        )
+        self.robots_gate = RobotsGate(
+            settings, self.fetcher, self.stats, self.pacer, self.unreachable
+        )
         self.links = LinkFilter(settings, partition, self.stats)
         self.in_flight: dict[int, Task] = {}
         # Our tasks another peer fetches for us (network/lender.py): still queued in the

@@ -16,6 +16,7 @@ from p2pcrawl.crawl.frontier import HostQueue, HostSlot, Task
 from p2pcrawl.crawl.pacing import Pacer, response_on_wire
 from p2pcrawl.crawl.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsPolicy, policy_from_response
 from p2pcrawl.crawl.stats import CrawlStats
+from p2pcrawl.crawl.unreachable import UNREACHABLE_ERRORS, Unreachable
 from p2pcrawl.settings import CrawlSettings
 
 __all__ = ["ROBOTS_MAX_REDIRECTS", "RobotsGate"]
@@ -32,6 +33,7 @@ class RobotsGate:
         fetcher: Fetcher,
         stats: CrawlStats,
         pacer: Pacer,
+        unreachable: Unreachable,
     ) -> None:
         self.settings = settings
         self.fetcher = fetcher
@@ -40,6 +42,10 @@ class RobotsGate:
         # host's exploration waits on it), but what it carried is counted.
         self.pacer = pacer
         self.cache = RobotsCache()
+        # Origins that did not answer at all (refused, timed out, a name that does not
+        # resolve) are the engine's, shared with the page fetches; this counts the ones that
+        # answered robots.txt with a server error (or a broken or endless redirect).
+        self.unreachable = unreachable
         self._failures: dict[str, int] = {}  # origin -> consecutive robots.txt failures
 
     def unreachable_too_long(self, url: str) -> bool:
@@ -89,18 +95,27 @@ class RobotsGate:
             # which RFC 9309 §2.3.1.3 treats as a 4xx: no rules.
             self.stats.errors["robots_redirect_refused"] += 1
             status, body = 404, None
-        if status is None or status >= 500:
+        no_answer = status is None and res.status == 0 and res.error in UNREACHABLE_ERRORS
+        if no_answer:
+            self.unreachable.failed(origin, res.error or "")
+        elif status is None or status >= 500:
             if len(self._failures) > FAILURE_MEMO_LIMIT:
                 self._failures.clear()
             self._failures[origin] = self._failures.get(origin, 0) + 1
         else:
             self._failures.pop(origin, None)
+        if not no_answer:
+            self.unreachable.answered(origin)
         if res.error == "forbidden" and url == origin + "/robots.txt":
             # The SSRF guard refuses the host itself, so robots.txt can never be fetched:
             # holding its URLs until it is (RFC 9309 §2.3.1.4) would stall the crawl forever.
             # Let each page fetch be refused and counted instead.
             ttl = self.settings.politeness.robots_error_ttl
             policy = RobotsPolicy("allow_all", time.monotonic() + ttl)
+        elif no_answer:
+            # RFC 9309 §2.3.1.4: complete disallow while unreachable; asked again soon, so
+            # that a host that never answers is given up in seconds, not in ten minutes.
+            policy = RobotsPolicy("disallow_all", time.monotonic() + self.unreachable.wait(origin))
         else:
             policy = policy_from_response(status, body, time.monotonic(), self.settings.politeness)
         self.cache.put(origin, policy)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from p2pcrawl.testing import TestWeb, TestWebConfig
+from tests.p2pcrawl.loopback import free_port
 from tests.p2pcrawl.test_cli import CLI
 
 pytestmark = pytest.mark.timeout(120)
@@ -94,3 +95,28 @@ async def test_a_peer_at_its_page_limit_counts_as_done_for_the_finish(
     assert sum(test_web.request_counts.values()) == 10
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["pages_fetched"] == 10 and summary["tasks_queued"] > 0
+
+
+async def test_unreachable_hosts_are_given_up_and_reported(
+    test_web: TestWeb, tmp_path: Path
+) -> None:
+    # A closed port on this machine and a name that can never resolve (RFC 2606 .invalid),
+    # seeded beside a real site: the crawl ends by itself and says what it gave up.
+    closed = f"http://127.0.0.1:{free_port()}/"
+    nowhere = "http://nowhere.invalid/"
+    seeds = [test_web.hub_url, closed, nowhere]
+    code, out, err = await join_until_exit(
+        test_web,
+        tmp_path / "data",
+        *[a for s in seeds for a in ("--seed", s)],
+        *("--allow-domain", "127.0.0.1", "--allow-domain", "nowhere.invalid"),
+        timeout=100,
+    )
+    assert code == 0, err
+    assert set(test_web.request_counts) == test_web.ground_truth()
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["finished"] is True
+    assert summary["hosts_unreachable"] == 2 and summary["urls_unreachable"] >= 2
+    dead = {d["origin"]: d["error"] for d in summary["unreachable"]}
+    assert dead == {closed.rstrip("/"): "connect", nowhere.rstrip("/"): "dns"}
+    assert "unreachable hosts: 2, given up after their retries" in err
