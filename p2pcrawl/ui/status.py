@@ -30,6 +30,7 @@ from yarl import URL
 from p2pcrawl.ui.connlimit import ConnectionLimits, GuardedServer
 from p2pcrawl.ui.metrics import PeerMetrics
 from p2pcrawl.ui.network import NetworkMonitor, announced_address
+from p2pcrawl.ui.prerender import prerender
 from p2pcrawl.ui.progress import extended_status, warc_output
 from protocol import TaskSet
 
@@ -291,7 +292,10 @@ class StatusServer:
     # -- pages -------------------------------------------------------------------------------
 
     async def page(self, request: web.Request) -> web.Response:
-        return self._html("status.html")
+        # The first values are on the page itself: readable without JavaScript (curl /).
+        text, headers = self._pages["status.html"]
+        text = prerender(text, self._status_doc())
+        return web.Response(text=text, content_type="text/html", charset="utf-8", headers=headers)
 
     async def network_page(self, request: web.Request) -> web.Response:
         return self._html("network.html")
@@ -304,11 +308,14 @@ class StatusServer:
         """Every peer this one knows, each asked for its status, and the network's totals."""
         return _json(await self.network.view())
 
-    async def api_status(self, request: web.Request) -> web.Response:
+    def _status_doc(self) -> dict[str, Any]:
         doc = extended_status(self.peer)
         doc["backups_by_owner"] = dict(self._backup_owners)
         doc["output"] = dict(self._output)
-        return _json(doc)
+        return doc
+
+    async def api_status(self, request: web.Request) -> web.Response:
+        return _json(self._status_doc())
 
     async def api_peers(self, request: web.Request) -> web.Response:
         return _json(self.peer.routing() or {"peers": [], "buckets": [], "rpc": {}})

@@ -97,6 +97,15 @@ async def test_api_shapes_seed_drain_and_metrics(
         assert st["pages_fetched"] > 0 and st["done"] > 0 and st["urls_discovered"] > 0
         assert st["bytes_fetched"] > 200_000  # the large page alone
 
+        # The page itself carries the values, for curl and browsers without JavaScript.
+        async with s.get(base) as resp:
+            page = await resp.text()
+        assert f'data-key="node_id">{peer.node_id.hex()}</dd>' in page
+        assert 'class="badge s-active" data-key="state">active</span>' in page
+        fetched = f"{peer.engine.stats.pages_fetched:,}" if peer.engine else "?"
+        assert re.search(rf'data-key="pages_fetched"\s+data-fmt="int">{fetched}</div>', page)
+        assert not re.search(r'data-key="[a-z_]+"[^>]*>…<', page), "a field left unrendered"
+
         peers = await get_json(s, base + "api/peers")
         assert set(peers) == {"peers", "buckets", "rpc"}
         assert peers["peers"] == []  # a lone founder
