@@ -23,7 +23,7 @@ _FIELD = re.compile(
     r'(<(?P<tag>[a-z]+)\b[^>]*?\bdata-key="(?P<key>[a-z_0-9]+)"'
     r'(?:[^>]*?\bdata-fmt="(?P<fmt>[a-z]+)")?[^>]*>)…(</(?P=tag)>)'
 )
-_DASH = "–"
+_DASH = "\u2013"  # the page script's placeholder for no value
 
 
 def _number(v: object) -> float | None:
