@@ -108,12 +108,14 @@ class NetworkMonitor:
     def _secret(self) -> str:
         return str(self.peer.config.peer.secret or "")
 
-    async def announce(self) -> None:
+    async def announce(self) -> bool:
+        """Store this peer's status address in the DHT; False while there is nothing to
+        announce yet (the peer is still joining)."""
         from protocol import PeerTimeout, RemoteError, key_for
 
         node = self.peer.node
         if node is None or self.peer.state not in ("active", "finished"):
-            return
+            return False
         key = announce_key(self.peer.node_id)
         value = encode_announcement(self.peer.node_id, self.status_addr(), self._secret())
         # Kept here too: a lone founder has no neighbour to store it on, and kademlia hands
@@ -125,6 +127,7 @@ class NetworkMonitor:
                 await node.set(key, value)
             except (PeerTimeout, RemoteError, OSError) as exc:
                 log.debug("status announcement not stored: %s", exc)
+        return True
 
     async def _announce_loop(self) -> None:
         last_at = -ANNOUNCE_EVERY_S
@@ -137,8 +140,11 @@ class NetworkMonitor:
             changed = peers != last_peers and now - last_at >= FAST_ANNOUNCE_S
             if peers >= 0 and (due or changed):
                 try:
-                    await self.announce()
-                    last_at, last_peers = now, peers
+                    # A joiner's server starts before its peer has joined: it counts as
+                    # announced only once it was (it waited a whole ANNOUNCE_EVERY_S, and
+                    # the others' views said "not announced yet" that long).
+                    if await self.announce():
+                        last_at, last_peers = now, peers
                 except Exception:
                     # The node closes under us while the peer stops; the next round retries.
                     log.debug("status announcement failed", exc_info=True)
