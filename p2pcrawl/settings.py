@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,6 +35,7 @@ __all__ = [
     "ScopeSettings",
     "SettingsError",
     "bounds",
+    "bounds_text",
     "option",
     "validate",
 ]
@@ -108,37 +110,45 @@ def range_error(f: dataclasses.Field[Any], value: object) -> str | None:
     if whole and not isinstance(value, int):
         return f"not a whole number: {value!r}"
     is_float = isinstance(value, float)
-    if gt is not None and not value > gt:
-        return f"must be greater than {gt:g}" + (f" and at most {hi:g}" if hi is not None else "")
-    if is_float and not math.isfinite(value):
-        return _bound_text(lo, hi, is_float)
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        return _bound_text(lo, hi, is_float)
+    if (
+        (is_float and not math.isfinite(value))
+        or (gt is not None and not value > gt)
+        or (lo is not None and value < lo)
+        or (hi is not None and value > hi)
+    ):
+        return _bound_text(f.metadata, is_float)
     return None
 
 
-def _bound_text(lo: float | None, hi: float | None, is_float: bool) -> str:
-    if is_float:
-        if hi is None:
-            return (
-                "must be a finite non-negative number"
-                if lo == 0
-                else f"must be a finite number of at least {lo:g}"
-            )
-        return f"must be a finite number from {lo if lo is not None else '-inf'} to {hi:g}"
-    if hi is None:
-        return "must not be negative" if lo == 0 else f"must be at least {lo}"
-    if lo is None:
-        return f"must be at most {hi}"
-    return f"must be from {lo} to {hi}"
+def _bound_text(meta: Mapping[str, Any], is_float: bool) -> str:
+    """ "must be ..." for a field's range (one wording for flags, config keys and settings)."""
+    lo, hi, gt = meta.get("min"), meta.get("max"), meta.get("gt")
+    if gt is not None:
+        rng = f"above {_n(gt)}" + (f" and at most {_n(hi)}" if hi is not None else "")
+    elif lo is not None and hi is not None:
+        rng = f"from {_n(lo)} to {_n(hi)}"
+    elif lo is not None:
+        rng = f"at least {_n(lo)}"
+    else:  # only called for a field with a range
+        rng = f"at most {_n(hi)}" if hi is not None else "in range"
+    return f"must be a finite number {rng}" if is_float else f"must be {rng}"
+
+
+def _n(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
 
 
 def bounds(cls: type, name: str) -> str:
     """The documented range of ``cls.name`` as text ("1 .. 4096"), "any" if it has none."""
     meta = {f.name: f.metadata for f in dataclasses.fields(cls)}[name]
+    return bounds_text(meta)
+
+
+def bounds_text(meta: Mapping[str, Any]) -> str:
+    """A field's range as text ("1 .. 4096", "> 0 .. 300"), "any" if it has none."""
     lo, hi, gt = meta.get("min"), meta.get("max"), meta.get("gt")
-    low = f"{lo:g}" if lo is not None else (f"> {gt:g}" if gt is not None else None)
-    high = f"{hi:g}" if hi is not None else None
+    low = _n(lo) if lo is not None else (f"> {_n(gt)}" if gt is not None else None)
+    high = _n(hi) if hi is not None else None
     if low and high:
         return f"{low} .. {high}"
     return low or (f"<= {high}" if high else "any")

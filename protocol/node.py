@@ -87,6 +87,8 @@ class CrawlNode(CrawlCalls, Server):
     transport: asyncio.DatagramTransport | None
     # What serves our socket; a joiner's probe (``survey``) swaps in one that answers nothing.
     protocol_class: type[CrawlProtocol] = CrawlProtocol
+    # How the log names it: a joiner's probe listens under an ID of its own first.
+    role = "node"
 
     def __init__(
         self, node_id: bytes, handler: CrawlHandler, config: NodeConfig | None = None
@@ -174,7 +176,7 @@ class CrawlNode(CrawlCalls, Server):
         host, real_port = transport.get_extra_info("sockname")[:2]
         self.node.ip, self.node.port = host, real_port
         self._me = PeerRef(self.node.id, host, real_port)
-        log.info("node %s listening on %s:%s", self._me.short, host, real_port)
+        log.info("%s %s listening on %s:%s", self.role, self._me.short, host, real_port)
         self._sock_inode = socket_inode(sock.fileno())
         self._sock_drops = await asyncio.to_thread(socket_drops, self._sock_inode)
         self._loops.spawn(self.lag.run(), "lag")

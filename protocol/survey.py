@@ -101,6 +101,10 @@ class _Silent(CrawlProtocol):
 
 class _Probe(CrawlNode):
     protocol_class = _Silent
+    role = (
+        "probe node (a throw-away ID that asks the network for its load, so that this peer "
+        "can choose its own ID; it closes before the peer starts)"
+    )
 
 
 async def survey(

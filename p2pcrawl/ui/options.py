@@ -23,6 +23,7 @@ from p2pcrawl.settings import (
     CrawlSettings,
     PeerSettings,
     SettingsError,
+    bounds_text,
     flag_of,
     range_error,
 )
@@ -83,8 +84,6 @@ def _number(kind: type[int] | type[float], f: dataclasses.Field[Any]) -> Any:
         except ValueError:
             raise argparse.ArgumentTypeError(f"not {what}: {v!r}") from None
         why = range_error(f, n)
-        if why is None and isinstance(n, float) and not math.isfinite(n):
-            why = "must be a finite number"
         if why is not None:
             raise argparse.ArgumentTypeError(f"{why}: {v!r}")
         return n
@@ -204,7 +203,11 @@ def _help(sf: SettingFlag) -> str:
     if shown is None:
         d = f.default
         shown = f"{d:g}" if isinstance(d, float) else str(d)
-    return f"{f.metadata['help']} ({shown})" if shown else str(f.metadata["help"])
+    parts = [shown] if shown else []
+    rng = bounds_text(f.metadata)
+    if rng != "any" and not f.metadata.get("size"):
+        parts.append(f"range {rng}")
+    return f"{f.metadata['help']} ({'; '.join(parts)})" if parts else str(f.metadata["help"])
 
 
 def _add_setting(g: argparse._ArgumentGroup, sf: SettingFlag) -> None:

@@ -106,6 +106,10 @@ def test_join_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> N
     assert code == 0
     for flag in JOIN_FLAGS:
         assert flag in out, flag
+    # Each ranged setting shows its range beside its default, as the README says.
+    flat = " ".join(out.split())
+    for shown in ("(32; range 1 .. 4096)", "(2; range > 0 .. 300)", "(1; range 0 .. 86400)"):
+        assert shown in flat, shown
     # Every option carries a help text, not just a name.
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -165,8 +169,12 @@ LISTEN = ["--listen", "127.0.0.1:0"]
         (["join", "--listen", "nonsense"], "malformed address 'nonsense'"),
         (["join", "--listen", "127.0.0.1:99999"], "port out of range"),
         (["join", *LISTEN, "--status", "127.0.0.1:x"], "bad port"),
-        (["join", *LISTEN, "--delay", "-1"], "--delay: must be a finite number from 0.0 to 86400"),
-        (["join", *LISTEN, "--delay", "nan"], "--delay: must be a finite number from 0.0 to 86400"),
+        (["join", *LISTEN, "--delay", "-1"], "--delay: must be a finite number from 0 to 86400"),
+        (["join", *LISTEN, "--delay", "nan"], "--delay: must be a finite number from 0 to 86400"),
+        (
+            ["join", *LISTEN, "--rpc-timeout", "inf"],
+            "--rpc-timeout: must be a finite number above 0 and at most 300",
+        ),
         (["join", *LISTEN, "--politeness-factor", "inf"], "--politeness-factor: must be"),
         (["join", *LISTEN, "--max-pages", "-3"], "--max-pages: must be from 0 to"),
         (["join", *LISTEN, "--partition", "shard"], "--partition: invalid choice"),
@@ -322,7 +330,7 @@ def test_unreadable_config_is_an_error(tmp_path: Path, capsys: pytest.CaptureFix
     [
         ("concurrency = 0", "must be from 1 to 4096"),
         ('concurrency = "many"', "not an integer"),
-        ("delay = -1", "must be a finite number from 0.0 to 86400"),
+        ("delay = -1", "must be a finite number from 0 to 86400"),
         ('partition = "shard"', "invalid choice"),
         ('policy = "fastest"', "invalid choice"),
         ('allow-private = "yes"', "allow-private"),
