@@ -301,7 +301,8 @@ def _config_options(doc: dict[str, Any], path: Path) -> dict[str, Any]:
     """
     parser = _ConfigParser(prog=str(path), add_help=False)
     _add_join_options(parser)
-    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    actions = {a.dest: a for a in parser._actions if a.option_strings}
+    flags = {dest: a.option_strings[0] for dest, a in actions.items()}
     out: dict[str, Any] = {}
     argv: list[str] = []
     for key, value in doc.items():
@@ -311,6 +312,12 @@ def _config_options(doc: dict[str, Any], path: Path) -> dict[str, Any]:
             continue
         if dest not in flags or dest == "config":
             raise UsageError(f"{path}: unknown option {key!r}")
+        action = actions[dest]
+        if isinstance(value, list) and isinstance(action, argparse._AppendAction):
+            # A long list (300,000 --allow-domain entries) is taken as it is: argparse
+            # re-scans the whole argument list for each repeated flag, which took minutes.
+            out[dest] = [_config_item(path, key, item, action) for item in value]
+            continue
         for item in value if isinstance(value, list) else [value]:
             if not isinstance(item, str | int | float | bool):
                 kind = "table" if isinstance(item, dict) else type(item).__name__
@@ -324,6 +331,19 @@ def _config_options(doc: dict[str, Any], path: Path) -> dict[str, Any]:
                 argv.append(f"{flags[dest]}={item}")
     out.update({k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None})
     return out
+
+
+def _config_item(path: Path, key: str, item: object, action: argparse.Action) -> Any:
+    """One entry of a config file's list for a repeatable flag, converted as the flag's."""
+    if not isinstance(item, str | int | float) or isinstance(item, bool):
+        raise UsageError(f"{path}: {key} must be a list of strings, not of {type(item).__name__}")
+    if action.type is None:
+        return str(item)
+    convert: Any = action.type
+    try:
+        return convert(str(item))
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        raise UsageError(f"{path}: {key}: {exc}") from None
 
 
 _PEER_HELP = "the running peer's status server (its join --status)"

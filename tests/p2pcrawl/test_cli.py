@@ -26,6 +26,7 @@ import pytest
 
 from p2pcrawl import __version__
 from p2pcrawl.archive import read_warc_urls
+from p2pcrawl.crawl import Scope
 from p2pcrawl.network.netkey import join_command, new_key
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from p2pcrawl.testing import TestWeb, TestWebConfig
@@ -346,6 +347,22 @@ def test_config_single_domain_string(tmp_path: Path) -> None:
     path = write(tmp_path, 'allow-domain = "example.com"\nseed = "http://example.com/"\n')
     crawl, _ = settings_from(merged(["join", "--config", path, *LISTEN]))
     assert crawl.scope.allow_domains == ("example.com",)
+
+
+def test_a_config_with_a_long_domain_list_is_read_and_matched(tmp_path: Path) -> None:
+    # Each entry once: argparse took minutes over 300,000 repeated flags, and matching a
+    # host walked the whole list.
+    names = [f"d{i:06d}.example.org" for i in range(50_000)]
+    path = write(tmp_path, "allow-domain = [" + ",".join(f'"{n}"' for n in names) + "]\n")
+    crawl, _ = settings_from(merged(["join", "--config", path, *LISTEN]))
+    assert crawl.scope.allow_domains == tuple(names)
+    scope = Scope(crawl.scope.allow_domains)
+    assert scope.allows_host("d049999.example.org")
+    assert scope.allows_host("www.d000007.example.org")
+    assert not scope.allows_host("example.org") and not scope.allows_host("xd000007.example.org")
+    bad = write(tmp_path, "allow-domain = [1.5, true]\n")
+    with pytest.raises(UsageError, match="allow-domain must be a list of strings, not of bool"):
+        merged(["join", "--config", bad, *LISTEN])
 
 
 # --- a peer, run as a user would ---------------------------------------------------------------
