@@ -70,8 +70,8 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     if not policy.allowed(task.url, engine.fetcher.user_agent):
         stats.robots_disallowed += 1
         return Outcome.FINISH, None
-    if engine.exhausted:
-        # max-pages was reached while this URL waited: keep it queued for a later run.
+    if engine.held:
+        # A limit was reached while this URL waited: keep it queued for a later run.
         slot.requeue(task)
         return Outcome.WAITING, None
     if engine.over_host_budget(task.url):

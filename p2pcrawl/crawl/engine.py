@@ -44,6 +44,10 @@ from protocol import TaskSet
 
 __all__ = ["Engine", "LocalRouter", "Router"]
 
+DISK_EVERY_S = 1.0
+DISK_NEAR = 0.8  # of --max-disk: measured DISK_NEAR_EVERY_S apart from there on
+DISK_NEAR_EVERY_S = 0.1
+
 log = logging.getLogger(__name__)
 
 # Page tails (archive, parse, route, finish) allowed per fetch slot. Each holds one fetched
@@ -115,6 +119,13 @@ class Engine:
         # fetching stopped because of it.
         self.disk_bytes = 0
         self.disk_full = False
+        # Bytes fetched when the directory was last measured: what was fetched since counts
+        # as written (it is, or soon will be, in the WARC files), so a crawl at full speed
+        # stops near the limit, not a second's worth of pages past it.
+        self._fetched_at_measure = 0
+        # Bytes on disk per byte fetched, between the last two measurements (WARC files are
+        # compressed: a first guess of 1 would stop an HTML crawl at a third of the limit).
+        self._disk_ratio = 1.0
         self.data_dir: Path | None = None
         self._tasks = TaskSet("engine")
         self._progress = asyncio.Event()
@@ -145,6 +156,8 @@ class Engine:
         await self.fetcher.start()
         self._spawn(self.refill.run(), "refill")
         self._spawn(self._housekeeping_loop(), "housekeeping")
+        if self.settings.scope.max_disk_bytes and self.data_dir is not None:
+            self._spawn(self._disk_loop(self.data_dir, self.settings.scope.max_disk_bytes), "disk")
         for i in range(self.settings.concurrency):
             self._spawn(self._worker(), f"worker-{i}")
         self._started = True
@@ -204,6 +217,16 @@ class Engine:
         mp = self.settings.scope.max_pages
         # Fetches under way count too, or workers passing this check together overshoot.
         return bool(mp) and self.stats.pages_fetched + self._fetching >= mp
+
+    @property
+    def held(self) -> bool:
+        """No fetch may start now: a limit was reached, or the data directory may be full
+        by the estimate and waits for the next measurement (``_disk_loop`` measures often
+        near the limit), so a fast crawl does not run a second past --max-disk."""
+        if self.exhausted:
+            return True
+        disk = self.settings.scope.max_disk_bytes
+        return bool(disk) and self.disk_estimate >= disk
 
     def over_host_budget(self, url: str) -> bool:
         """The URL's host has had its ``max_pages_per_host`` pages."""
@@ -266,29 +289,52 @@ class Engine:
     def include_keys(self, keys: Iterable[bytes]) -> None:
         self.refill.include(keys)
 
+    async def _disk_loop(self, data_dir: Path, limit: int) -> None:
+        """--max-disk: measure the directory every second, ten times a second near the
+        limit, until it is full."""
+        while not self.disk_full:
+            await self._check_disk(data_dir)
+            near = self.disk_estimate >= DISK_NEAR * limit
+            await asyncio.sleep(DISK_NEAR_EVERY_S if near else DISK_EVERY_S)
+
     async def _housekeeping_loop(self) -> None:
         while True:
-            if self.settings.scope.max_disk_bytes and self.data_dir is not None:
-                await self._check_disk(self.data_dir)
             self.stats.sample()
             self.frontier.prune()
             if self.refill.low() or self.refill.overflowing:
                 self.refill.wanted.set()
             await asyncio.sleep(1.0)
 
+    @property
+    def disk_estimate(self) -> int:
+        """The data directory's size as last measured, plus the bytes fetched since."""
+        since = self.stats.bytes_fetched - self._fetched_at_measure
+        return self.disk_bytes + int(since * self._disk_ratio)
+
     async def _check_disk(self, data_dir: Path) -> None:
         """Stop fetching once the data directory holds ``max_disk_bytes`` (kept stopped:
         what is queued stays queued for a run with more room)."""
-        self.disk_bytes = await asyncio.to_thread(directory_bytes, data_dir)
+        fetched = self.stats.bytes_fetched
+        measured = await asyncio.to_thread(directory_bytes, data_dir)
+        grew, got = measured - self.disk_bytes, fetched - self._fetched_at_measure
+        if got > 64 * 1024 and self.disk_bytes:
+            # Bounded both ways: a page fetched now reaches the disk a moment later.
+            self._disk_ratio = min(1.5, max(0.05, grew / got))
+        self.disk_bytes, self._fetched_at_measure = measured, fetched
         limit = self.settings.scope.max_disk_bytes
-        if self.disk_bytes >= limit and not self.disk_full:
-            self.disk_full = True
-            log.warning(
-                "stopped fetching: the data directory holds %d bytes, --max-disk is %d",
-                self.disk_bytes,
-                limit,
-            )
-            self._progress.set()
+        if self.disk_bytes >= limit:
+            self._stop_for_disk(limit)
+
+    def _stop_for_disk(self, limit: int) -> None:
+        if self.disk_full:
+            return
+        self.disk_full = True
+        log.warning(
+            "stopped fetching: the data directory holds about %d bytes, --max-disk is %d",
+            self.disk_estimate,
+            limit,
+        )
+        self._progress.set()
 
     # -- the worker ----------------------------------------------------------------------
 
@@ -314,15 +360,15 @@ class Engine:
         finish) runs as its own task, so ``concurrency`` is the number of fetches under way
         rather than of pages anywhere between request and done."""
         while True:
-            if self.paused or self.exhausted:
+            if self.paused or self.held:
                 self._progress.set()
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.2 if self.exhausted else DISK_NEAR_EVERY_S)
                 continue
             task: Task | None = None
             outcome: Outcome | Exception = Outcome.WAITING
             res: FetchResult | None = None
             async with self.frontier.slot() as slot:
-                if self.paused or self.exhausted:
+                if self.paused or self.held:
                     continue
                 task = slot.pop()
                 if task is None:

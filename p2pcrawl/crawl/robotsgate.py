@@ -33,7 +33,7 @@ class RobotsGate:
         fetcher: Fetcher,
         stats: CrawlStats,
         pacer: Pacer,
-        unreachable: Unreachable,
+        unreachable: Unreachable | None = None,
     ) -> None:
         self.settings = settings
         self.fetcher = fetcher
@@ -45,7 +45,9 @@ class RobotsGate:
         # Origins that did not answer at all (refused, timed out, a name that does not
         # resolve) are the engine's, shared with the page fetches; this counts the ones that
         # answered robots.txt with a server error (or a broken or endless redirect).
-        self.unreachable = unreachable
+        self.unreachable = unreachable or Unreachable(
+            settings.politeness.max_retries, settings.politeness.robots_error_ttl
+        )
         self._failures: dict[str, int] = {}  # origin -> consecutive robots.txt failures
 
     def unreachable_too_long(self, url: str) -> bool:
