@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from p2pcrawl.crawl import scheme_hint, urls
+from p2pcrawl.ui.logs import set_node_id
 from p2pcrawl.ui.options import EXIT_FAILURE, UsageError, parse_hostport, settings_from
 from p2pcrawl.ui.progress import (
     Milestones,
@@ -134,6 +135,8 @@ async def run_join(opts: dict[str, Any]) -> int:
                 raise  # not the bind: a store or the WARC writer, with its own message
             log.error("%s", _bind_error(exc, "UDP", listen, "--listen"))
             return EXIT_FAILURE
+        # From here on, JSON log lines carry the node ID (a joiner's is chosen in start).
+        set_node_id(peer.node_id.hex())
         log.info(
             "peer %s listening on %s:%d (UDP), status at %s",
             peer.node_id.hex()[:8],

@@ -293,6 +293,9 @@ class _ConfigParser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+_LOG_CHOICES = {"log_level": ("debug", "info", "warning", "error"), "log_format": ("text", "json")}
+
+
 def _config_options(doc: dict[str, Any], path: Path) -> dict[str, Any]:
     """A config file's options, checked and converted exactly as the same flags would be.
 
@@ -307,7 +310,14 @@ def _config_options(doc: dict[str, Any], path: Path) -> dict[str, Any]:
     argv: list[str] = []
     for key, value in doc.items():
         dest = key.replace("-", "_")
-        if dest in ("log_level", "log_json"):
+        if dest == "log_json":  # the older spelling of log-format = "json"
+            if value is True:
+                out["log_format"] = "json"
+            continue
+        if dest in _LOG_CHOICES:
+            if value not in _LOG_CHOICES[dest]:
+                allowed = ", ".join(_LOG_CHOICES[dest])
+                raise UsageError(f"{path}: {key} must be one of {allowed}, not {value!r}")
             out[dest] = value
             continue
         if dest not in flags or dest == "config":
@@ -365,9 +375,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"p2pcrawl {__version__}")
     parser.add_argument(
-        "--log-level", default=None, choices=["debug", "info", "warning", "error"], help="(info)"
+        "--log-level", default=None, choices=_LOG_CHOICES["log_level"], help="(info)"
     )
-    parser.add_argument("--log-json", action="store_true", default=None, help="JSON log lines")
+    parser.add_argument(
+        "--log-format",
+        choices=_LOG_CHOICES["log_format"],
+        default=None,
+        help="text lines for people (text), or one JSON object per line for log shippers: "
+        "ts, level, logger, message and the peer's node ID",
+    )
+    parser.add_argument(
+        "--log-json",
+        dest="log_format",
+        action="store_const",
+        const="json",
+        help="the same as --log-format json",
+    )
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of a failure, not one line"
     )
@@ -446,7 +469,7 @@ _JOIN_DEFAULTS: dict[str, Any] = {
     "status": "127.0.0.1:8080",
     "data": Path("p2pcrawl-data"),
     "log_level": "info",
-    "log_json": False,
+    "log_format": "text",
 }
 
 

@@ -120,3 +120,23 @@ async def test_unreachable_hosts_are_given_up_and_reported(
     dead = {d["origin"]: d["error"] for d in summary["unreachable"]}
     assert dead == {closed.rstrip("/"): "connect", nowhere.rstrip("/"): "dns"}
     assert "unreachable hosts: 2, given up after their retries" in err
+
+
+async def test_json_logs_carry_level_logger_message_and_node(
+    test_web: TestWeb, tmp_path: Path
+) -> None:
+    # As a log shipper reads them: every line of stderr is one JSON object.
+    data = tmp_path / "data"
+    config = tmp_path / "peer.toml"
+    config.write_text('log-format = "json"\n')
+    code, out, err = await join_until_exit(
+        test_web, data, "--seed", test_web.hub_url, "--config", str(config)
+    )
+    assert code == 0, err
+    node = json.loads(out.splitlines()[0])["node_id"]
+    records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert records and all({"ts", "level", "logger", "message"} <= set(r) for r in records)
+    assert any(r.get("node") == node and "network is finished" in r["message"] for r in records)
+    # The summary is for people and is written after the logs: those are the only other lines.
+    others = [line for line in err.splitlines() if not line.startswith("{")]
+    assert others and others[0].startswith("summary:")
