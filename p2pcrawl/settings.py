@@ -27,6 +27,7 @@ from protocol import MAX_URL_LENGTH, NodeConfig
 __all__ = [
     "DEFAULT_USER_AGENT_NAME",
     "CrawlSettings",
+    "DomainRules",
     "FetchLimits",
     "Partition",
     "PeerSettings",
@@ -298,6 +299,19 @@ class ScopeSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class DomainRules:
+    """One domain's own settings, from a ``[domains."example.org"]`` table of the config
+    (``p2pcrawl.crawl.domains`` reads them and says what each one does); None: as the rest."""
+
+    delay: float | None = None
+    concurrency: int | None = None
+    max_pages: int | None = None
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    user_agent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CrawlSettings:
     """Everything the crawl engine needs."""
 
@@ -347,6 +361,8 @@ class CrawlSettings:
     # a deadline (p2pcrawl.crawl.parseproc).
     parse_workers: int = option(1, "parse processes", min=1, max=64, flag=False)
     parse_deadline: float = option(10.0, "seconds one parse may take", gt=0, max=3600, flag=False)
+    # Per-domain rules (the config's [domains."…"] tables), most specific domain wins.
+    domains: tuple[tuple[str, DomainRules], ...] = ()
 
     def __post_init__(self) -> None:
         validate(self)

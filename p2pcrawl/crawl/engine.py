@@ -16,7 +16,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, Protocol
 from p2pcrawl.archive import WarcWriteError, WarcWriter
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.attempt import Outcome, attempt
+from p2pcrawl.crawl.disk import NEAR_EVERY_S, DiskBudget
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
 from p2pcrawl.crawl.frontier import Frontier, Task
 from p2pcrawl.crawl.ledger import Ledger
@@ -43,10 +43,6 @@ from p2pcrawl.settings import CrawlSettings, Partition
 from protocol import TaskSet
 
 __all__ = ["Engine", "LocalRouter", "Router"]
-
-DISK_EVERY_S = 1.0
-DISK_NEAR = 0.8  # of --max-disk: measured DISK_NEAR_EVERY_S apart from there on
-DISK_NEAR_EVERY_S = 0.1
 
 log = logging.getLogger(__name__)
 
@@ -115,17 +111,8 @@ class Engine:
         # Pages that could hold the loop are parsed in processes, under a deadline.
         self.parsers = ParseWorkers(settings.parse_workers, deadline=settings.parse_deadline)
         self._host_pages: collections.Counter[str] = collections.Counter()
-        # Bytes the data directory holds, as last measured (max_disk_bytes), and whether
-        # fetching stopped because of it.
-        self.disk_bytes = 0
-        self.disk_full = False
-        # Bytes fetched when the directory was last measured: what was fetched since counts
-        # as written (it is, or soon will be, in the WARC files), so a crawl at full speed
-        # stops near the limit, not a second's worth of pages past it.
-        self._fetched_at_measure = 0
-        # Bytes on disk per byte fetched, between the last two measurements (WARC files are
-        # compressed: a first guess of 1 would stop an HTML crawl at a third of the limit).
-        self._disk_ratio = 1.0
+        # --max-disk: measured, and estimated between measurements.
+        self.disk = DiskBudget(settings.scope.max_disk_bytes, lambda: self.stats.bytes_fetched)
         self.data_dir: Path | None = None
         self._tasks = TaskSet("engine")
         self._progress = asyncio.Event()
@@ -156,8 +143,8 @@ class Engine:
         await self.fetcher.start()
         self._spawn(self.refill.run(), "refill")
         self._spawn(self._housekeeping_loop(), "housekeeping")
-        if self.settings.scope.max_disk_bytes and self.data_dir is not None:
-            self._spawn(self._disk_loop(self.data_dir, self.settings.scope.max_disk_bytes), "disk")
+        if self.disk.limit and self.data_dir is not None:
+            self._spawn(self.disk.run(self.data_dir, self._progress.set), "disk")
         for i in range(self.settings.concurrency):
             self._spawn(self._worker(), f"worker-{i}")
         self._started = True
@@ -212,7 +199,7 @@ class Engine:
 
     @property
     def exhausted(self) -> bool:
-        if self.network_limit_reached or self.disk_full:
+        if self.network_limit_reached or self.disk.full:
             return True
         mp = self.settings.scope.max_pages
         # Fetches under way count too, or workers passing this check together overshoot.
@@ -220,13 +207,9 @@ class Engine:
 
     @property
     def held(self) -> bool:
-        """No fetch may start now: a limit was reached, or the data directory may be full
-        by the estimate and waits for the next measurement (``_disk_loop`` measures often
-        near the limit), so a fast crawl does not run a second past --max-disk."""
-        if self.exhausted:
-            return True
-        disk = self.settings.scope.max_disk_bytes
-        return bool(disk) and self.disk_estimate >= disk
+        """No fetch may start now: a limit was reached, or the data directory is full by
+        the estimate until its next measurement (``crawl/disk.py``)."""
+        return self.exhausted or self.disk.over
 
     def over_host_budget(self, url: str) -> bool:
         """The URL's host has had its ``max_pages_per_host`` pages."""
@@ -289,14 +272,6 @@ class Engine:
     def include_keys(self, keys: Iterable[bytes]) -> None:
         self.refill.include(keys)
 
-    async def _disk_loop(self, data_dir: Path, limit: int) -> None:
-        """--max-disk: measure the directory every second, ten times a second near the
-        limit, until it is full."""
-        while not self.disk_full:
-            await self._check_disk(data_dir)
-            near = self.disk_estimate >= DISK_NEAR * limit
-            await asyncio.sleep(DISK_NEAR_EVERY_S if near else DISK_EVERY_S)
-
     async def _housekeeping_loop(self) -> None:
         while True:
             self.stats.sample()
@@ -304,37 +279,6 @@ class Engine:
             if self.refill.low() or self.refill.overflowing:
                 self.refill.wanted.set()
             await asyncio.sleep(1.0)
-
-    @property
-    def disk_estimate(self) -> int:
-        """The data directory's size as last measured, plus the bytes fetched since."""
-        since = self.stats.bytes_fetched - self._fetched_at_measure
-        return self.disk_bytes + int(since * self._disk_ratio)
-
-    async def _check_disk(self, data_dir: Path) -> None:
-        """Stop fetching once the data directory holds ``max_disk_bytes`` (kept stopped:
-        what is queued stays queued for a run with more room)."""
-        fetched = self.stats.bytes_fetched
-        measured = await asyncio.to_thread(directory_bytes, data_dir)
-        grew, got = measured - self.disk_bytes, fetched - self._fetched_at_measure
-        if got > 64 * 1024 and self.disk_bytes:
-            # Bounded both ways: a page fetched now reaches the disk a moment later.
-            self._disk_ratio = min(1.5, max(0.05, grew / got))
-        self.disk_bytes, self._fetched_at_measure = measured, fetched
-        limit = self.settings.scope.max_disk_bytes
-        if self.disk_bytes >= limit:
-            self._stop_for_disk(limit)
-
-    def _stop_for_disk(self, limit: int) -> None:
-        if self.disk_full:
-            return
-        self.disk_full = True
-        log.warning(
-            "stopped fetching: the data directory holds about %d bytes, --max-disk is %d",
-            self.disk_estimate,
-            limit,
-        )
-        self._progress.set()
 
     # -- the worker ----------------------------------------------------------------------
 
@@ -362,7 +306,7 @@ class Engine:
         while True:
             if self.paused or self.held:
                 self._progress.set()
-                await asyncio.sleep(0.2 if self.exhausted else DISK_NEAR_EVERY_S)
+                await asyncio.sleep(0.2 if self.exhausted else NEAR_EVERY_S)
                 continue
             task: Task | None = None
             outcome: Outcome | Exception = Outcome.WAITING
@@ -501,18 +445,6 @@ class Engine:
         has) or takes it back."""
         assert self.settle_borrowed is not None, "a borrowed task without a lender"
         await self.settle_borrowed(tasks, finished)
-
-
-def directory_bytes(root: Path) -> int:
-    """Bytes of the files under ``root`` (a blocking walk: call it in a thread)."""
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.stat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                continue  # removed meanwhile
-    return total
 
 
 class LocalRouter:

@@ -438,7 +438,7 @@ class Peer:
             "truncated_by": dict(stats.truncated_by) if stats else {},
             "parse_bounded": dict(stats.parse_bounded) if stats else {},
             "budget": dict(stats.budget) if stats else {},
-            "disk_full": bool(self.engine and self.engine.disk_full),
+            "disk_full": bool(self.engine and self.engine.disk.full),
         }
 
     def top_hosts(self, limit: int) -> list[dict[str, object]]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from p2pcrawl import __version__
-from p2pcrawl.crawl import UrlPatterns
+from p2pcrawl.crawl import UrlPatterns, parse_domain_tables
 from p2pcrawl.settings import (
     CrawlSettings,
     PeerSettings,
@@ -320,6 +320,12 @@ def _config_options(doc: dict[str, Any], path: Path) -> dict[str, Any]:
                 raise UsageError(f"{path}: {key} must be one of {allowed}, not {value!r}")
             out[dest] = value
             continue
+        if dest == "domains":
+            try:
+                out["domains"] = parse_domain_tables(value)
+            except ValueError as exc:
+                raise UsageError(f"{path}: {exc}") from None
+            continue
         if dest not in flags or dest == "config":
             raise UsageError(f"{path}: unknown option {key!r}")
         action = actions[dest]
@@ -520,6 +526,8 @@ def settings_from(opts: dict[str, Any]) -> tuple[CrawlSettings, PeerSettings]:
     except SettingsError as exc:
         raise UsageError(str(exc)) from None
     assert isinstance(crawl, CrawlSettings) and isinstance(peer, PeerSettings)
+    if opts.get("domains"):
+        crawl = dataclasses.replace(crawl, domains=tuple(opts["domains"]))
     try:
         UrlPatterns(crawl.scope.include, crawl.scope.exclude)
     except ValueError as exc:

@@ -18,7 +18,7 @@ from p2pcrawl.crawl import (
     repeats_a_segment,
     strip_session_ids,
 )
-from p2pcrawl.crawl.engine import directory_bytes
+from p2pcrawl.crawl.disk import directory_bytes
 from p2pcrawl.settings import (
     CrawlSettings,
     FetchLimits,
