@@ -23,14 +23,17 @@ they have no table of their own for (``p2pcrawl.network.scopesync``).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from p2pcrawl.crawl.patterns import UrlPatterns
 from p2pcrawl.crawl.scope import normalise_domain
-from p2pcrawl.settings import DomainRules
+from p2pcrawl.settings import DomainRules, PolitenessSettings
 
 __all__ = [
     "MAX_DOMAIN_RULES",
@@ -39,6 +42,7 @@ __all__ = [
     "decode_rules",
     "encode_rules",
     "parse_domain_tables",
+    "politeness_for",
 ]
 
 MAX_DOMAIN_RULES = 10_000  # tables in one config, and rules taken from the network
@@ -152,6 +156,8 @@ class DomainTable:
         self._adopted: dict[str, DomainRules] = {}
         self._memo: dict[str, tuple[str, DomainRules] | None] = {}
         self._patterns: dict[DomainRules, UrlPatterns] = {}
+        self.pages: Counter[str] = Counter()  # pages fetched per domain with max-pages
+        self.busy: Counter[str] = Counter()  # requests in flight per domain
 
     def patterns(self, rules: DomainRules) -> UrlPatterns:
         """The domain's include/exclude patterns, compiled once."""
@@ -195,3 +201,15 @@ class DomainTable:
             self._memo = {}
         self._memo[host] = found
         return found
+
+
+def politeness_for(base: PolitenessSettings, rules: DomainRules | None) -> PolitenessSettings:
+    """The politeness settings for a host under ``rules``: its domain's delay, if it has one."""
+    if rules is None or rules.delay is None or rules.delay == base.delay:
+        return base
+    return _with_delay(base, rules.delay)
+
+
+@functools.lru_cache(maxsize=1024)
+def _with_delay(base: PolitenessSettings, delay: float) -> PolitenessSettings:
+    return dataclasses.replace(base, delay=delay)

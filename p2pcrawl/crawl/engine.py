@@ -25,6 +25,7 @@ from p2pcrawl.archive import WarcWriteError, WarcWriter
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.attempt import Outcome, attempt
 from p2pcrawl.crawl.disk import NEAR_EVERY_S, DiskBudget
+from p2pcrawl.crawl.domains import DomainTable
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
 from p2pcrawl.crawl.frontier import Frontier, Task
 from p2pcrawl.crawl.ledger import Ledger
@@ -112,6 +113,7 @@ class Engine:
         self.parsers = ParseWorkers(settings.parse_workers, deadline=settings.parse_deadline)
         self._host_pages: collections.Counter[str] = collections.Counter()
         # --max-disk: measured, and estimated between measurements.
+        self.domains = DomainTable(settings.domains)
         self.disk = DiskBudget(settings.scope.max_disk_bytes, lambda: self.stats.bytes_fetched)
         self.data_dir: Path | None = None
         self._tasks = TaskSet("engine")
@@ -282,7 +284,9 @@ class Engine:
 
     # -- the worker ----------------------------------------------------------------------
 
-    async def fetch_page(self, url: str, priority: float = 0.0) -> FetchResult:
+    async def fetch_page(
+        self, url: str, priority: float = 0.0, user_agent: str | None = None
+    ) -> FetchResult:
         """Fetch a page, reserved against max-pages while under way, paced by --max-rate
         (the smallest ``priority`` first)."""
         self._fetching += 1
@@ -290,7 +294,7 @@ class Engine:
             taken = await self.pacer.start(priority)
             size = 0
             try:
-                res = await self.fetcher.fetch(url)
+                res = await self.fetcher.fetch(url, user_agent=user_agent)
                 if self.pacer.enabled:
                     size = response_on_wire(len(res.body), res.headers)
                 return res

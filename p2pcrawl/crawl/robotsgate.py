@@ -55,7 +55,9 @@ class RobotsGate:
         origin = urls.origin_of(url)
         return self._failures.get(origin, 0) > self.settings.politeness.max_retries
 
-    async def policy_for(self, slot: HostSlot, task: Task) -> RobotsPolicy | None:
+    async def policy_for(
+        self, slot: HostSlot, task: Task, user_agent: str | None = None
+    ) -> RobotsPolicy | None:
         """The host's robots policy, or None when robots.txt had to be fetched first: the
         request used the host's slot, and ``task`` waits on the host's queue behind it."""
         now = time.monotonic()
@@ -65,14 +67,14 @@ class RobotsGate:
             if slot.hq.polite.robots_from is not policy:
                 # A host queue made after its robots.txt was fetched (the host drained and
                 # was forgotten, or it arrived on loan): its Crawl-delay still holds.
-                self._read_delay(slot.hq, policy)
+                self._read_delay(slot.hq, policy, user_agent)
             return policy
         url = origin + "/robots.txt"
         status: int | None = None
         body: bytes | None = None
         elapsed = 0.0
         for _ in range(ROBOTS_MAX_REDIRECTS + 1):
-            res = await self.fetcher.fetch(url, max_body=MAX_ROBOTS_BYTES)
+            res = await self.fetcher.fetch(url, max_body=MAX_ROBOTS_BYTES, user_agent=user_agent)
             elapsed += res.elapsed
             if self.pacer.enabled and res.status:
                 self.pacer.count(response_on_wire(len(res.body), res.headers))
@@ -122,13 +124,15 @@ class RobotsGate:
             policy = policy_from_response(status, body, time.monotonic(), self.settings.politeness)
         self.cache.put(origin, policy)
         hq = slot.hq
-        self._read_delay(hq, policy)
+        self._read_delay(hq, policy, user_agent)
         gap = politeness.next_gap(self.settings.politeness, hq.polite.robots_delay, elapsed)
         slot.requeue(task)
         slot.after(elapsed, gap)
         return None
 
-    def _read_delay(self, hq: HostQueue, policy: RobotsPolicy) -> None:
+    def _read_delay(
+        self, hq: HostQueue, policy: RobotsPolicy, user_agent: str | None = None
+    ) -> None:
         """The host's Crawl-delay from ``policy``, and which policy it was read from."""
         hq.polite.robots_from = policy
-        hq.polite.robots_delay = policy.crawl_delay(self.fetcher.user_agent)
+        hq.polite.robots_delay = policy.crawl_delay(user_agent or self.fetcher.user_agent)

@@ -194,7 +194,7 @@ class Peer:
             self.spawn(self.replication.run(), "replication")
             self.spawn(self.quiescence.run(), "quiescence")
             self.spawn(self.lending.run(), "lending")
-            if self.engine.scope_from_seeds:
+            if self.scope_sync.needed:
                 self.spawn(self.scope_sync.run(), "scope")
             self.spawn(self.healing.run(), "healing")
             if joined:
