@@ -45,7 +45,7 @@ from protocol import (
     key_for,
     new_node_id,
 )
-from protocol.service import NoWork
+from protocol.serving import NoWork
 
 CONFIG = NodeConfig(rpc_timeout=5.0, ping_interval=3600.0, refresh_interval=3600.0)
 WORDS = ["news", "sport", "world", "article", "story", "update", "report", "review", "guide"]

@@ -1,7 +1,7 @@
 """Simulation to internet scale: 1,000 and 10,000 peers with churn, no sockets.
 
 What runs is the project's own code: every peer has a ``protocol.routing.ContactTable``
-(kademlia's k-buckets with our eviction rules), lookups are kademlia's ``NodeSpiderCrawl`` (what
+(kademlia's k-buckets with our eviction rules), lookups are ``protocol.lookup.NodeLookup`` (what
 ``CrawlNode.closest`` runs once a table no longer knows everyone), owners come from
 ``protocol.balance.IdSpace`` (equal to ``protocol.ownership.closest``, see its tests) and joiners
 take their IDs with ``protocol.balance.split_id``. Only the transport is replaced: a FIND_NODE
@@ -39,10 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kademlia.crawling import NodeSpiderCrawl
-from kademlia.node import Node
-
 from protocol.balance import IdSpace, split_id
+from protocol.kbucket import Node
+from protocol.lookup import NodeLookup
 from protocol.ownership import key_for
 from protocol.routing import ContactTable
 
@@ -138,12 +137,12 @@ class SimProtocol:
         return True, [tuple(n) for n in found]
 
 
-class CountingCrawl(NodeSpiderCrawl):
+class CountingCrawl(NodeLookup):
     rounds = 0
 
-    async def _find(self, rpcmethod: Any) -> Any:
+    async def _round(self, call: Any) -> Any:
         self.rounds += 1
-        return await super()._find(rpcmethod)
+        return await super()._round(call)
 
 
 async def lookup(net: Net, src: Peer, key: bytes) -> tuple[bytes | None, int, int]:
@@ -180,21 +179,21 @@ async def join(net: Net, node_id: bytes, index: int, rng: random.Random) -> None
     boot = net.peers[rng.choice([i for i in alive if i != node_id])]
     me.table.add_contact(boot.node)
     boot.table.add_contact(me.node)
-    crawl = NodeSpiderCrawl(SimProtocol(net, me), me.node, [boot.node], KSIZE, ALPHA)
+    crawl = NodeLookup(SimProtocol(net, me), me.node, [boot.node], KSIZE, ALPHA)
     await crawl.find()
 
 
 def ping_round(net: Net) -> None:
     """One liveness round (``protocol.upkeep.ping_round``): every live peer pings its contacts
-    and evicts those that miss ``failures_before_evict`` replies in a row."""
+    and drops those that do not answer (the failure detector's verdict, without its wait)."""
     for peer in net.peers.values():
         if not peer.alive:
             continue
         for contact in peer.table.members():
             other = net.peers.get(contact.id)
             if other is None or not other.alive:
-                for _ in range(peer.table.evict_after):
-                    peer.table.record_failure(contact)
+                peer.table.record_failure(contact)
+                peer.table.remove_contact(contact)
 
 
 async def measure_lookups(net: Net, rng: random.Random, count: int) -> dict[str, float]:

@@ -126,7 +126,7 @@ async def soak(args: argparse.Namespace, web: dict[str, Any], data: Path) -> lis
         while (elapsed := time.monotonic() - started) < args.duration:
             eng = peer.engine
             assert eng is not None
-            window = peer.loop_lag.snapshot()
+            window = peer.parts.node.lag.snapshot()
             samples.append(
                 Sample(
                     t=round(elapsed, 2),

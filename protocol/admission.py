@@ -28,10 +28,9 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from kademlia.node import Node
-
+from protocol.kbucket import Node
 from protocol.ratelimit import Rate, SourceLimits
-from protocol.tasks import TaskSet
+from protocol.taskset import TaskSet
 
 __all__ = ["Admission", "AdmissionLimits"]
 

@@ -1,44 +1,54 @@
-"""The sending side of the crawl RPCs (``service`` is the receiving side).
+"""The sending side of the crawl RPCs (``serving`` is the receiving side).
 
-A mixin of ``CrawlNode``. Each method encodes its arguments into chunks that fit one rpcudp
-request, sends them ``CHUNK_WINDOW`` at a time, waits for every reply, and sums the results.
-All raise ``PeerTimeout`` when the peer stays silent and ``RemoteError`` when it answers with an
-error; none returns rpcudp's ``(False, None)``.
+``CrawlNode`` owns one ``CrawlCalls``, over its ``rpc.Rpc``. Each method encodes its arguments
+into chunks that fit one request (rpcudp's 8 KiB), sends them ``CHUNK_WINDOW`` at a time,
+waits for every reply, and sums the results. All raise ``PeerTimeout`` when the peer stays
+silent and ``RemoteError`` when it answers with an error; none returns rpcudp's
+``(False, None)``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from kademlia.node import Node
-
-from protocol.errors import PeerTimeout, RemoteError
-from protocol.lending import (
-    LEND_RPC,
+from protocol.errors import MessageError, PeerTimeout, RemoteError
+from protocol.kbucket import Node
+from protocol.loadreport import LOAD, PAD_BYTES, LoadArgs, LoadReport, report_of
+from protocol.loans import (
+    GIVE_BACK,
+    LEND,
     MAX_FPS,
     MAX_REPORTS,
-    RETURN_RPC,
     GiveBack,
+    LendArgs,
     Loan,
-    loan_from_wire,
-    report_to_wire,
-    returns_from_wire,
+    answers_of,
+    loan_of,
+    report_args,
 )
-from protocol.loadreport import LOAD_RPC, PAD_BYTES, LoadReport, report_from_wire
 from protocol.messages import (
+    DELETE_BACKUP,
+    GOODBYE,
+    QUIET,
+    REFRESH_TASK,
+    STORE_BACKUP,
+    STORE_TASK,
+    BackupArgs,
     KeyBatch,
     PeerRef,
+    QuietReply,
     RefreshAnswer,
     StoreResult,
+    StoreTaskArgs,
     check_id,
-    count_from_wire,
     encode_chunks,
-    refresh_from_wire,
-    store_result_from_wire,
+    refresh_answer,
+    store_result,
 )
-from protocol.rpc import CrawlProtocol
+from protocol.procedures import Args, NoArgs, Procedure, Reply
+from protocol.rpc import Rpc
 
 __all__ = ["CHUNK_WINDOW", "CrawlCalls"]
 
@@ -46,10 +56,18 @@ __all__ = ["CHUNK_WINDOW", "CrawlCalls"]
 # overflow), yet keep the pipe full while the receiver decodes.
 CHUNK_WINDOW = 8
 
+A = TypeVar("A", bound=Args)
+R = TypeVar("R", bound=Reply)
+T = TypeVar("T")
+
 
 class CrawlCalls:
-    def _proto(self) -> CrawlProtocol:
-        raise NotImplementedError
+    def __init__(self, rpc: Rpc) -> None:
+        self._rpc = rpc
+
+    async def call(self, peer: PeerRef, proc: Procedure[A, R], args: A) -> R:
+        """One request of ``proc``: its reply, checked; PeerTimeout or RemoteError."""
+        return await self._rpc.request(peer, proc, args)
 
     async def store_task(self, peer: PeerRef, batches: Sequence[KeyBatch]) -> StoreResult:
         """STORE_TASK: hand tasks (and done fingerprints) to their owner; results summed.
@@ -58,12 +76,12 @@ class CrawlCalls:
         ``duplicate``), so the caller need not know which chunks arrived.
         """
         chunks = encode_chunks(batches)
-        replies = await self._chunked(peer, "store_task", [[p] for p, _ in chunks])
+        replies = await self._chunked(peer, STORE_TASK, [StoreTaskArgs(p) for p, _ in chunks])
         new = dup = 0
         refused: dict[bytes, None] = {}
         known: list[int] = []
         for reply, (_, keys) in zip(replies, chunks, strict=True):
-            result = _parse(peer, "store_task", store_result_from_wire, reply, keys)
+            result = store_result(reply, keys)
             new += result.new
             dup += result.duplicate
             refused.update(dict.fromkeys(result.refused_keys))
@@ -74,8 +92,8 @@ class CrawlCalls:
         """STORE_BACKUP: ``peer`` holds copies of ``owner``'s tasks; returns how many it stored."""
         check_id(owner, "owner")
         chunks = encode_chunks(batches)
-        replies = await self._chunked(peer, "store_backup", [[owner, p] for p, _ in chunks])
-        return sum(_parse(peer, "store_backup", count_from_wire, r) for r in replies)
+        replies = await self._chunked(peer, STORE_BACKUP, [BackupArgs(owner, p) for p, _ in chunks])
+        return sum(r.n for r in replies)
 
     async def delete_backup(
         self, peer: PeerRef, owner: bytes, done: Mapping[bytes, Sequence[int]]
@@ -88,36 +106,35 @@ class CrawlCalls:
         if not batches:
             return 0
         chunks = encode_chunks(batches)
-        replies = await self._chunked(peer, "delete_backup", [[owner, c] for c, _ in chunks])
-        return sum(_parse(peer, "delete_backup", count_from_wire, r) for r in replies)
+        replies = await self._chunked(
+            peer, DELETE_BACKUP, [BackupArgs(owner, c) for c, _ in chunks]
+        )
+        return sum(r.n for r in replies)
 
     async def refresh_task(self, peer: PeerRef) -> RefreshAnswer:
         """REFRESH_TASK: ask ``peer`` to re-send what is now closer to us (after a join):
         how many keys will follow, or when to ask again."""
-        reply = await self._proto().request(peer, "refresh_task", [])
-        answer: RefreshAnswer = _parse(peer, "refresh_task", refresh_from_wire, reply)
-        return answer
+        return refresh_answer(await self.call(peer, REFRESH_TASK, NoArgs()))
+
+    async def quiet(self, peer: PeerRef) -> QuietReply:
+        """QUIET: is ``peer`` quiet, and how many pages has it finished (the network is
+        finished when every peer is quiet: docs/architecture.md, "Finished")."""
+        return await self.call(peer, QUIET, NoArgs())
 
     async def load_report(self, peer: PeerRef, *, pad: bool = True) -> LoadReport:
         """LOAD: how much work ``peer`` owns, and how it falls on each bit (``loadreport``).
         ``pad`` makes the request big enough for the full reply to a caller ``peer`` does not
         know (the anti-amplification bound); a member of its table may leave it off."""
-        padding = bytes(PAD_BYTES) if pad else b""
-        reply = await self._proto().request(peer, LOAD_RPC, [padding])
-        report: LoadReport = _parse(peer, LOAD_RPC, report_from_wire, reply)
-        return report
+        reply = await self.call(peer, LOAD, LoadArgs(bytes(PAD_BYTES) if pad else b""))
+        return _checked(peer, LOAD.name, report_of, reply)
 
     async def lend(self, peer: PeerRef, want: int, have: int | None = None, hosts: int = 1) -> Loan:
         """LEND: ask ``peer`` for up to ``want`` of its queued tasks, to crawl on its behalf
-        (``protocol.lending``); lease 0 when it has nothing to spare. ``have``: our own
+        (``protocol.loans``); lease 0 when it has nothing to spare. ``have``: our own
         backlog, when we ask because we are behind rather than idle; ``hosts``: loans an
         idle asker takes at once (the first loan's ``more`` holds the others)."""
-        args: list[int] = [want] if have is None and hosts == 1 else [want, have or 0]
-        if hosts != 1:
-            args.append(hosts)
-        reply = await self._proto().request(peer, LEND_RPC, args)
-        loan: Loan = _parse(peer, LEND_RPC, loan_from_wire, reply)
-        return loan
+        reply = await self.call(peer, LEND, LendArgs(want, have or 0, hosts))
+        return _checked(peer, LEND.name, loan_of, reply)
 
     async def give_back(
         self, peer: PeerRef, reports: Sequence[GiveBack]
@@ -133,13 +150,8 @@ class CrawlCalls:
         room = MAX_FPS
 
         async def send() -> None:
-            reply = await self._proto().request(
-                peer, RETURN_RPC, report_to_wire([part for _, part in call])
-            )
-            try:
-                got = returns_from_wire(reply, len(call))
-            except ValueError as exc:
-                raise RemoteError(peer, RETURN_RPC, f"malformed reply: {exc}") from None
+            reply = await self.call(peer, GIVE_BACK, report_args([part for _, part in call]))
+            got = _checked(peer, GIVE_BACK.name, answers_of, reply, len(call))
             for (i, _), (known, recall) in zip(call, got, strict=True):
                 answers[i] = (answers[i][0] and known, answers[i][1] or recall)
             call.clear()
@@ -164,48 +176,48 @@ class CrawlCalls:
 
     async def goodbye(self, peer: PeerRef) -> None:
         """GOODBYE (graceful leave): ``peer`` drops us from its routing table at once."""
-        await self._proto().request(peer, "goodbye", [])
+        await self._rpc.request(peer, GOODBYE, NoArgs())
 
     async def ping_peer(self, peer: PeerRef) -> bytes:
         """The ID that answers at ``peer.addr``. If it differs from ``peer.id``, the routing
         table has already replaced the old contact (a restart with a new ID)."""
-        ok, node_id = await self._proto().call_ping(Node(peer.id, peer.host, peer.port))
+        ok, node_id = await self._rpc.call_ping(Node(peer.id, peer.host, peer.port))
         if not ok:
             raise PeerTimeout(peer, peer.addr, "ping")
         answered: bytes = node_id
         return answered
 
-    async def _chunked(self, peer: PeerRef, rpc: str, arglists: list[list[Any]]) -> list[Any]:
+    async def _chunked(self, peer: PeerRef, proc: Procedure[A, R], arglists: list[A]) -> list[R]:
         """One request per chunk, ``CHUNK_WINDOW`` in flight; waits for all of them.
 
         Liveness counts once per operation: a burst that loses some datagrams to a full socket
         buffer is not several strikes against a live peer.
         """
-        proto = self._proto()
+        proto = self._rpc
         if len(arglists) == 1:  # the common small call: no window, no extra tasks
-            return [await proto.request(peer, rpc, arglists[0])]
+            return [await self.call(peer, proc, arglists[0])]
         window = asyncio.Semaphore(CHUNK_WINDOW)
 
-        async def one(args: list[Any]) -> dict[str, Any]:
+        async def one(args: A) -> R:
             async with window:
-                return await proto.request(peer, rpc, args, record=False)
+                return await proto.request(peer, proc, args, record=False)
 
         results = await asyncio.gather(*(one(a) for a in arglists), return_exceptions=True)
         node = Node(peer.id, peer.host, peer.port)
         if results and all(isinstance(r, PeerTimeout) for r in results):
-            proto.contact_failed(node)
+            proto.contacts.contact_failed(node)
         elif results:
-            proto.welcome_if_new(node)
+            proto.contacts.welcome_if_new(node)
         for kind in (PeerTimeout, RemoteError, BaseException):
             for r in results:
                 if isinstance(r, kind):
                     raise r
-        return results
+        return [r for r in results if not isinstance(r, BaseException)]
 
 
-def _parse(peer: PeerRef, rpc: str, parser: Callable[..., Any], reply: Any, *extra: Any) -> Any:
-    """A reply that breaks the wire rules is a RemoteError: the peer is alive but odd."""
+def _checked(peer: PeerRef, rpc: str, convert: Callable[..., T], reply: Any, *extra: Any) -> T:
+    """What ``convert`` makes of a checked reply; a rule it breaks is a RemoteError too."""
     try:
-        return parser(reply, *extra)
-    except ValueError as exc:
+        return convert(reply, *extra)
+    except MessageError as exc:
         raise RemoteError(peer, rpc, f"malformed reply: {exc}") from None

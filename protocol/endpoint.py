@@ -1,7 +1,8 @@
-"""rpcudp's job, redone: request/reply over UDP datagrams, where every request gets an answer.
+"""Request/reply over UDP datagrams, where every request gets an answer: rpcudp's job, redone.
 
-``Endpoint`` is mixed in front of rpcudp's ``RPCProtocol`` (``rpc.CrawlProtocol``) and replaces
-all of its wire handling:
+``Endpoint`` is a standalone asyncio datagram protocol. It speaks rpcudp's framing (so stock
+kademlia peers interoperate: docs/architecture.md, "kademlia and rpcudp") and none of its code.
+What it serves is asked of a ``Server`` (``rpc.Rpc``); what differs from rpcudp:
 
 * Datagrams are authenticated first (``auth.Framer``), signed requests are checked for replays
   (``replay.ReplayGuard``), and everything is parsed defensively; rpcudp's
@@ -11,17 +12,17 @@ all of its wire handling:
   rpcudp sent no reply, so the caller waited out its timeout and then evicted a live peer.
 * Each call has its own timer, and a cancelled caller removes its entry immediately
   (``asyncio.wait_for`` around an rpcudp future left it in ``_outstanding``).
-* ``__getattr__`` raises: rpcudp turned any missing attribute, typos included, into a remote
-  call. Calls go through ``_call`` with an explicit name.
+* Calls go through ``call`` with an explicit name (rpcudp's ``__getattr__`` turned any missing
+  attribute, typos included, into a remote call).
 * Requests are rate limited per source (``InboundLimits``): generously for members of the
   routing table, tightly for strangers, whose replies are also kept within ``AMPLIFICATION``
   times the size of their request, so a forged source address cannot turn us into an
-  amplifier. Calls of our own waiting for a reply are capped at ``MAX_PENDING``.
-* A request to a member still unanswered after ``RESEND_AT`` fractions of its timeout is
-  sent again, the same datagram. A link queued full at its cap drops datagrams (a peer
-  downloading at its cap loses some of the UDP it receives), and a call that waited out its
-  whole timeout held up the page whose links it carried: in the cluster benchmark, 11-18 RPCs
-  per 1,700 pages went unanswered at 8 peers. The receiver serves each request once: a copy
+  amplifier. Calls of our own waiting for a reply are capped (``outstanding.MAX_PENDING``).
+* A request to a member still unanswered after ``outstanding.RESEND_AT`` fractions of its
+  timeout is sent again, the same datagram. A link queued full at its cap drops datagrams (a
+  peer downloading at its cap loses some of the UDP it receives), and a call that waited out
+  its whole timeout held up the page whose links it carried: in the cluster benchmark, 11-18
+  RPCs per 1,700 pages went unanswered at 8 peers. The receiver serves each request once: a copy
   of one it is serving is ignored, a copy of one it answered lately gets that reply again
   (``replay.Answered``, bounded in time, count and bytes) and never reaches the replay
   guard. At most once, as RPC over a lossy datagram service must be.
@@ -37,36 +38,32 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, cast
 
 from protocol import wire
 from protocol.auth import ID_LEN, REPLY, REQUEST, Framer, Rejected
 from protocol.codec import RPC_REQUEST_LIMIT
 from protocol.errors import Busy, MessageError
+from protocol.outstanding import Outstanding
 from protocol.ratelimit import Rate, SourceLimits
 from protocol.replay import Answered, ReplayGuard
-from protocol.stats import RateLimit, RpcStats
-from protocol.tasks import TaskSet
+from protocol.rpcstats import RpcStats
+from protocol.taskset import TaskSet
+from protocol.throttle import Throttle
 
 __all__ = [
     "AMPLIFICATION",
     "MAX_CONCURRENT_REQUESTS",
-    "MAX_PENDING",
     "Endpoint",
     "InboundLimits",
+    "Server",
     "sendable",
 ]
 
 log = logging.getLogger(__name__)
 
 MAX_CONCURRENT_REQUESTS = 256  # deferred handlers in progress; beyond this we answer "busy"
-MAX_PENDING = 16_384  # our own calls awaiting a reply; beyond this a call fails at once
 AMPLIFICATION = 2  # a stranger's reply is at most this many times its request's size
-# An unanswered request goes again at these fractions of its timeout. A reply normally takes
-# milliseconds, and about 0.2 s through a link queued full at its cap: the first copy waits
-# well beyond both, so a slow answer seldom costs a needless one.
-RESEND_AT = (0.25, 0.5)
-SETTLED_MAX = 1024  # ids of our resent calls already answered: a late copy of the reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,73 +95,55 @@ def _sendable(host: str, port: int) -> tuple[str, int] | None:
         return None
 
 
-@dataclass(slots=True)
-class _Pending:
-    future: asyncio.Future[tuple[bool, Any]]
-    addr: tuple[str, int]
-    rpc: str
-    sent_at: float  # loop time the request left: the latency, resends and timeout count from it
-    wait: float  # its timeout
-    timer: asyncio.TimerHandle | None = None  # the next resend, or the timeout after the last
-    resends_left: int = 0
-    datagram: bytes = b""
-    resent: bool = False
+class Server(Protocol):
+    """What an ``Endpoint`` serves (``rpc.Rpc``)."""
 
-    def stop(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
+    def inline(self, name: str) -> tuple[int, Callable[..., Any]] | None:
+        """(arity, handler) of an RPC answered synchronously: ``handler(addr, *args)``."""
+
+    def deferred(self, name: str) -> bool:
+        """True if ``name`` is served by ``serve_deferred`` in a task of its own."""
+
+    def from_member(self, addr: tuple[str, int]) -> bool:
+        """True if ``addr`` is a proven contact (higher rate, replies of any size, resends)."""
+
+    async def serve_deferred(self, name: str, args: list[Any], addr: tuple[str, int]) -> Any:
+        """The reply to a deferred RPC: anything ``wire.packb`` writes (a reply Struct)."""
 
 
 class Endpoint(asyncio.DatagramProtocol):
-    transport: Any  # asyncio.DatagramTransport once connected (rpcudp starts it as None)
-
-    def _init_endpoint(
-        self, rpc_timeout: float, secret: str, inbound: InboundLimits | None = None
+    def __init__(
+        self,
+        server: Server,
+        *,
+        tasks: TaskSet,
+        rpc_timeout: float,
+        secret: str = "",
+        inbound: InboundLimits | None = None,
     ) -> None:
+        self._server = server
+        self.transport: asyncio.DatagramTransport | None = None
         limits = inbound or InboundLimits()
         self._members_in = SourceLimits(limits.member)
         self._strangers_in = SourceLimits(limits.stranger)
         self._stranger_ips_in = SourceLimits(limits.stranger_ip)
         self._all_strangers_in = SourceLimits(limits.strangers, max_sources=1)
         self.reply_budget: int | None = None  # bytes an inline handler may answer with
-        self._wait_timeout = rpc_timeout
+        self.rpc_timeout = rpc_timeout
         self._framer = Framer(secret)
         self._replays = ReplayGuard()
-        self._pending: dict[bytes, _Pending] = {}
         self._answered = Answered()
-        self._settled_resent: dict[bytes, None] = {}
         self._busy = 0
-        self._secret_warning = RateLimit(30.0)
-        self._closed = asyncio.get_running_loop().create_future()  # set by connection_lost
+        self._secret_warning = Throttle(burst=1, window=30.0)
+        self._closed = asyncio.Event()  # set by connection_lost
         self.stats = RpcStats()
-        self.tasks = TaskSet("protocol")
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
-
-    # --- what the subclass serves ----------------------------------------------------------
-
-    def _inline(self, name: str) -> tuple[int, Callable[..., Any]] | None:
-        """(arity, handler) of an RPC answered synchronously: ``handler(addr, *args)``."""
-        return None
-
-    def _deferred(self, name: str) -> bool:
-        """True if ``name`` is served by ``_serve_deferred`` in its own task."""
-        return False
-
-    def _from_member(self, addr: tuple[str, int]) -> bool:
-        """True if ``addr`` is a proven contact (higher rate, replies of any size)."""
-        return False
-
-    async def _serve_deferred(
-        self, name: str, args: list[Any], addr: tuple[str, int]
-    ) -> dict[str, Any]:
-        raise NotImplementedError
+        self._outstanding = Outstanding(self.stats, self._sendto)
+        self.tasks = tasks  # the deferred handlers; ``aclose`` closes it
 
     # --- incoming --------------------------------------------------------------------------
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
         host, port = transport.get_extra_info("sockname")[:2]
         self._framer.bind(host, port)  # signed datagrams name the address they come from
 
@@ -176,15 +155,15 @@ class Endpoint(asyncio.DatagramProtocol):
             frame = self._framer.open(data, addr)
         except Rejected as rej:
             self._drop(rej.reason)
-            if rej.reason == "bad_hmac" and self._secret_warning.ready():
+            held = self._secret_warning.admit() if rej.reason == "bad_hmac" else None
+            if held is not None:
                 log.warning(
                     "dropped a datagram from %s:%s with a bad HMAC: that peer most likely "
                     "runs with a different --secret (%d more suppressed)",
                     addr[0],
                     addr[1],
-                    self._secret_warning.suppressed,
+                    held,
                 )
-                self._secret_warning.suppressed = 0
             return
         if frame.kind == REQUEST and len(frame.body) > RPC_REQUEST_LIMIT:
             self._drop("oversize")  # rpcudp's limit, kept so stock peers see the same rules
@@ -201,7 +180,7 @@ class Endpoint(asyncio.DatagramProtocol):
                 return
         budget: int | None = None
         if frame.kind == REQUEST:
-            if self._from_member(addr):
+            if self._server.from_member(addr):
                 allowed = self._members_in.allow(addr)
             else:
                 budget = AMPLIFICATION * len(data)
@@ -220,44 +199,27 @@ class Endpoint(asyncio.DatagramProtocol):
             if copy.reply is not None:
                 self._sendto(copy.reply, addr)
             return
+        if frame.kind == REPLY:  # decoded by the call it answers, to the type it expects
+            refused = self._outstanding.answer(frame.msg_id, frame.body, addr)
+            if refused is not None:
+                self._drop(refused)
+            return
         try:
             obj = wire.unpackb(frame.body)
-        except Exception:  # msgpack raises many types: ExtraData, StackError, ValueError...
+        except Exception:  # the decoder raises many types: DecodeError, RecursionError...
             self._drop("malformed")
             return
-        if frame.kind == REPLY:
-            self._on_reply(frame.msg_id, obj, addr)
-        else:
-            self._answered.add(frame.msg_id, addr, time.monotonic())
-            self._on_request(frame.msg_id, obj, addr, budget)
+        self._answered.add(frame.msg_id, addr, time.monotonic())
+        self._on_request(frame.msg_id, obj, addr, budget)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self._closed.done():
-            self._closed.set_result(None)
+        self._closed.set()
 
     def error_received(self, exc: Exception) -> None:
         log.debug("socket error: %s", exc)
 
     def _drop(self, reason: str) -> None:
         self.stats.dropped[reason] += 1
-
-    def _on_reply(self, msg_id: bytes, obj: Any, addr: tuple[str, int]) -> None:
-        pending = self._pending.get(msg_id)
-        if pending is None or pending.addr != addr:
-            if msg_id in self._settled_resent:
-                self.stats.duplicate_replies += 1  # both copies of our request were answered
-            else:
-                self._drop("unexpected_reply")
-            return
-        del self._pending[msg_id]
-        pending.stop()
-        if pending.resent:
-            self._settled_resent[msg_id] = None
-            while len(self._settled_resent) > SETTLED_MAX:
-                del self._settled_resent[next(iter(self._settled_resent))]
-        self.stats.latency(pending.rpc, asyncio.get_running_loop().time() - pending.sent_at)
-        if not pending.future.done():
-            pending.future.set_result((True, obj))
 
     def _on_request(
         self, msg_id: bytes, obj: Any, addr: tuple[str, int], budget: int | None = None
@@ -272,7 +234,7 @@ class Endpoint(asyncio.DatagramProtocol):
             self._reply(msg_id, addr, {"error": "malformed request"}, budget)
             return
         name, args = obj
-        if self._deferred(name):
+        if self._server.deferred(name):
             self.stats.received[name] += 1
             if self._busy >= MAX_CONCURRENT_REQUESTS:
                 self._drop("busy")
@@ -281,7 +243,7 @@ class Endpoint(asyncio.DatagramProtocol):
             self._busy += 1
             self.tasks.spawn(self._run_deferred(name, msg_id, args, addr, budget), name)
             return
-        inline = self._inline(name)
+        inline = self._server.inline(name)
         if inline is None:  # not counted by name: arbitrary names must not grow our stats
             self._drop("unknown_rpc")
             self._reply(msg_id, addr, {"error": f"unknown rpc {name[:64]!r}"}, budget)
@@ -315,7 +277,7 @@ class Endpoint(asyncio.DatagramProtocol):
         budget: int | None,
     ) -> None:
         try:
-            reply = await self._serve_deferred(name, args, addr)
+            reply: Any = await self._server.serve_deferred(name, args, addr)
         except Busy:
             self._drop("busy")
             reply = {"error": "busy"}
@@ -364,91 +326,51 @@ class Endpoint(asyncio.DatagramProtocol):
 
     # --- outgoing --------------------------------------------------------------------------
 
-    def _call(
-        self, addr: tuple[Any, Any], rpc: str, args: list[Any], timeout: float | None = None
-    ) -> asyncio.Future[Any]:
+    def call(
+        self,
+        addr: tuple[Any, Any],
+        rpc: str,
+        args: list[Any],
+        timeout: float | None = None,
+        decode: Callable[[bytes], Any] = wire.unpackb,
+    ) -> asyncio.Future[tuple[bool, Any]]:
         """Send one request; the future resolves to (True, reply) or, on timeout, (False, None)
-        (rpcudp's convention, which kademlia's lookup code relies on). ``timeout`` overrides
-        the RPC timeout for a call whose answer itself waits on another call (PING-REQ)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[tuple[bool, Any]] = loop.create_future()
+        (rpcudp's convention, which the lookups rely on). ``timeout`` overrides the RPC
+        timeout for a call whose answer itself waits on another call (PING-REQ); ``decode``
+        reads the reply (a typed procedure's decoder: ``procedures``)."""
         dest = sendable(addr[0], addr[1])
         if (
             dest is None
             or self.transport is None
             or self.transport.is_closing()
-            or len(self._pending) >= MAX_PENDING
+            or self._outstanding.full
         ):
             self.stats.failed[rpc] += 1
-            future.set_result((False, None))
-            return future
+            failed: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
+            failed.set_result((False, None))
+            return failed
         body = wire.packb([rpc, args])
         if len(body) > RPC_REQUEST_LIMIT:  # a bug in the caller: the codec chunks below this
             raise MessageError(f"{rpc} request of {len(body)} bytes exceeds {RPC_REQUEST_LIMIT}")
         msg_id = secrets.token_bytes(ID_LEN)
-        wait = self._wait_timeout if timeout is None else timeout
-        pending = _Pending(future, dest, rpc, loop.time(), wait)
-        if self._from_member(dest):
-            # Only to a proven contact: a stranger's address may be forged, and one request
-            # must not draw more than one datagram at it.
-            pending.resends_left = len(RESEND_AT)
-        self._arm(pending, msg_id)
-        self._pending[msg_id] = pending
-        future.add_done_callback(functools.partial(self._settled, msg_id))
+        wait = self.rpc_timeout if timeout is None else timeout
+        # Resent only to a proven contact: a stranger's address may be forged, and one
+        # request must not draw more than one datagram at it.
+        future = self._outstanding.add(
+            msg_id, dest, rpc, wait, decode, resends=self._server.from_member(dest)
+        )
         self.stats.sent[rpc] += 1
-        pending.datagram = self._send(REQUEST, msg_id, body, dest)
+        self._outstanding.sent(msg_id, self._send(REQUEST, msg_id, body, dest))
         return future
 
-    def _arm(self, pending: _Pending, msg_id: bytes) -> None:
-        """One timer per call, for whichever comes next: a resend, or the timeout. Three
-        timers armed and two cancelled on every call cost 8.6 us against 2.4 (timeit)."""
-        loop = asyncio.get_running_loop()
-        if pending.resends_left:
-            step = RESEND_AT[len(RESEND_AT) - pending.resends_left]
-            at = pending.sent_at + pending.wait * step
-            pending.timer = loop.call_at(at, self._resend, msg_id)
-        else:
-            pending.timer = loop.call_at(pending.sent_at + pending.wait, self._expire, msg_id)
-
-    def _resend(self, msg_id: bytes) -> None:
-        pending = self._pending.get(msg_id)
-        if pending is None:
-            return
-        pending.resends_left -= 1
-        self._arm(pending, msg_id)
-        if not pending.datagram:
-            return
-        pending.resent = True
-        self.stats.requests_resent += 1
-        self._sendto(pending.datagram, pending.addr)
-
-    def _settled(self, msg_id: bytes, future: asyncio.Future[Any]) -> None:
-        if future.cancelled():  # the caller gave up: forget the call now, not at the timeout
-            pending = self._pending.pop(msg_id, None)
-            if pending is not None:
-                pending.stop()
-
-    def _expire(self, msg_id: bytes) -> None:
-        pending = self._pending.pop(msg_id, None)
-        if pending is None:
-            return
-        pending.stop()
-        self.stats.failed[pending.rpc] += 1
-        if not pending.future.done():
-            pending.future.set_result((False, None))
-
     def outstanding(self) -> int:
-        return len(self._pending)
+        return len(self._outstanding)
 
     async def aclose(self) -> None:
         """Cancel and await our tasks, fail calls still waiting, close the socket."""
         self.tasks.cancel()
-        for pending in self._pending.values():
-            pending.stop()
-            if not pending.future.done():
-                pending.future.set_result((False, None))
-        self._pending.clear()
+        self._outstanding.fail_all()
         await self.tasks.aclose()
         if self.transport is not None:
             self.transport.close()
-            await self._closed  # the socket is released only on the next loop iteration
+            await self._closed.wait()  # the socket is released on the next loop iteration

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from protocol.messages import PeerRef
+    from protocol.model import PeerRef
 
 __all__ = ["BootstrapError", "Busy", "MessageError", "PeerTimeout", "RemoteError"]
 

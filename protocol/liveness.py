@@ -24,13 +24,12 @@ when all of this holds:
   indirect probes -- and falls again after clean rounds. A flooded peer thus stops blaming
   others for the replies it could not read.
 
-``Detector`` and ``LocalHealth`` are pure (a clock is injected); ``LagMonitor`` and
+``Detector`` and ``LocalHealth`` are pure (a clock is injected); ``looplag.LoopLagMonitor`` and
 ``socket_drops`` measure this process; the probing itself is ``upkeep.probe_suspects``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import time
@@ -40,14 +39,12 @@ from dataclasses import dataclass, field
 __all__ = [
     "MAX_HEALTH_SCORE",
     "Detector",
-    "LagMonitor",
     "LivenessConfig",
     "LocalHealth",
     "socket_drops",
 ]
 
 MAX_HEALTH_SCORE = 8  # Lifeguard's default cap: a timeout stretches to at most 9x
-LAG_TICK_S = 0.1  # the lag monitor's heartbeat
 LAG_BAD_S = 0.5  # a loop late by this much could not have read replies in time
 JUNK_PER_ROUND = 200  # datagrams dropped as junk in one round that mean "flooded"
 
@@ -189,47 +186,6 @@ class Detector:
             "refuted": self.refuted,
             "declared_dead": self.declared,
         }
-
-
-class LagMonitor:
-    """How late the event loop runs: a task that sleeps ``tick`` and measures the overshoot.
-
-    A loop that was stalled (a long synchronous job, SIGSTOP, swapping) read no replies
-    meanwhile: the calls it timed out are not evidence against anyone. A stall longer than
-    ``stall_after`` is also reported to ``on_stall``: others may have declared us dead meanwhile,
-    and the crawler must re-check ownership before fetching on.
-    """
-
-    def __init__(
-        self,
-        *,
-        tick: float = LAG_TICK_S,
-        stall_after: float = 0.0,
-        on_stall: Callable[[float], None] | None = None,
-    ) -> None:
-        self.tick = tick
-        self.stall_after = stall_after
-        self.on_stall = on_stall
-        self.worst = 0.0  # the worst lag since the last ``take()``
-        self.stalls = 0
-
-    def take(self) -> float:
-        worst, self.worst = self.worst, 0.0
-        return worst
-
-    def observe(self, lag: float) -> None:
-        self.worst = max(self.worst, lag)
-        if self.stall_after > 0 and lag >= self.stall_after:
-            self.stalls += 1
-            if self.on_stall is not None:
-                self.on_stall(lag)
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            before = loop.time()
-            await asyncio.sleep(self.tick)
-            self.observe(max(0.0, loop.time() - before - self.tick))
 
 
 def socket_drops(inode: int) -> int | None:

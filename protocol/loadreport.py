@@ -28,31 +28,37 @@ at most about 1.4 KB (16 IPv6 contacts; 1 KB with IPv4), so such a caller pads i
 with ``PAD_BYTES`` (as QUIC pads its first packet): the reply costs the responder no more than
 the request cost the caller. A member of the table gets the full reply whatever it sends.
 
-Every field is checked on receipt (``report_from_wire``); unknown fields are ignored, so a
-later version may add some. The fractions lose at most 1/65535 of the load per bit position,
-far below ``balance.SPLIT_TOLERANCE``.
+Every field is checked on receipt (``LOAD``, declared once: ``procedures``); unknown fields
+are ignored, so a later version may add some. The fractions lose at most 1/65535 of the load
+per bit position, far below ``balance.SPLIT_TOLERANCE``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
 
 from protocol.balance import ID_BITS
 from protocol.endpoint import sendable
 from protocol.errors import MessageError
 from protocol.model import PeerRef
-from protocol.ownership import ID_BYTES
+from protocol.procedures import Args, Id, Procedure, Reply
 
 __all__ = [
+    "LOAD",
     "LOAD_RPC",
     "MAX_PEERS",
     "PAD_BYTES",
     "PAD_MAX",
+    "LoadArgs",
+    "LoadReply",
     "LoadReport",
-    "report_from_wire",
-    "report_to_wire",
+    "load_reply",
+    "report_of",
     "serve_load",
 ]
 
@@ -63,6 +69,29 @@ PAD_MAX = 2048
 MAX_LOAD = 2**53  # exact in a float, which is what the balance maths uses
 PROFILE_BYTES = 2 * ID_BITS
 _SCALE = 65535
+
+
+class LoadArgs(Args):
+    pad: Annotated[bytes, Meta(max_length=PAD_MAX)]
+
+
+class Contact(msgspec.Struct, array_like=True, forbid_unknown_fields=True, frozen=True):
+    id: Id
+    host: str
+    port: int
+
+
+class LoadReply(Reply):
+    load: Annotated[int, Meta(ge=0, le=MAX_LOAD)]
+    peers: Annotated[list[Contact], Meta(max_length=MAX_PEERS)] = []  # none: left off
+    ones: Annotated[bytes, Meta(min_length=PROFILE_BYTES, max_length=PROFILE_BYTES)] | None = None
+
+    def __post_init__(self) -> None:
+        if self.ones is not None and self.load == 0:
+            raise ValueError("ones without a load")
+
+
+LOAD = Procedure(LOAD_RPC, LoadArgs, LoadReply)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,68 +109,44 @@ class LoadReport:
         return None if self.ones is None else (float(self.load), list(self.ones))
 
 
-def report_to_wire(report: LoadReport) -> dict[str, Any]:
+def load_reply(report: LoadReport) -> LoadReply:
     if type(report.load) is not int or not 0 <= report.load <= MAX_LOAD:
         raise ValueError(f"load must be an int in [0, 2^53], not {report.load!r}")
-    peers = [[p.id, p.host, p.port] for p in report.peers[:MAX_PEERS]]
-    out: dict[str, Any] = {"load": report.load, "peers": peers}
+    peers = [Contact(p.id, p.host, p.port) for p in report.peers[:MAX_PEERS]]
+    ones: bytes | None = None
     if report.ones is not None and report.load > 0:
         if len(report.ones) != ID_BITS:
             raise ValueError(f"a load profile has {ID_BITS} entries, got {len(report.ones)}")
         scaled = (min(_SCALE, max(0, round(_SCALE * v / report.load))) for v in report.ones)
-        out["ones"] = b"".join(q.to_bytes(2, "big") for q in scaled)
-    return out
+        ones = b"".join(q.to_bytes(2, "big") for q in scaled)
+    return LoadReply(report.load, peers, ones)
 
 
-def report_from_wire(reply: Any) -> LoadReport:
-    """The report in a LOAD reply; ValueError names the first field that breaks the rules."""
-    if not isinstance(reply, dict):
-        raise ValueError("not a map")
-    load = reply.get("load")
-    if type(load) is not int or not 0 <= load <= MAX_LOAD:
-        raise ValueError("load must be an int in [0, 2^53]")
-    listed = reply.get("peers", [])
-    if not isinstance(listed, list) or len(listed) > MAX_PEERS:
-        raise ValueError(f"peers must be a list of at most {MAX_PEERS} contacts")
+def report_of(reply: LoadReply) -> LoadReport:
+    """The report in a LOAD reply; MessageError names a contact that cannot be one."""
     peers: dict[bytes, PeerRef] = {}
-    for entry in listed:
-        if not isinstance(entry, list) or len(entry) != 3:
-            raise ValueError("peers are [id, host, port] triples")
-        node_id, host, port = entry
-        addr = sendable(host, port)
-        if type(node_id) is not bytes or len(node_id) != ID_BYTES or addr is None:
-            raise ValueError(f"peers need a {ID_BYTES}-byte ID, an IP address and a port")
-        peers.setdefault(node_id, PeerRef(node_id, *addr))
+    for c in reply.peers:
+        addr = sendable(c.host, c.port)
+        if addr is None:
+            raise MessageError("peers need an IP address and a port")
+        peers.setdefault(c.id, PeerRef(c.id, *addr))
     ones: tuple[float, ...] | None = None
-    if "ones" in reply:
-        raw = reply["ones"]
-        if type(raw) is not bytes or len(raw) != PROFILE_BYTES:
-            raise ValueError(f"ones must be {PROFILE_BYTES} bytes")
-        if load == 0:
-            raise ValueError("ones without a load")
+    if reply.ones is not None:
+        raw, load = reply.ones, reply.load
         ones = tuple(
             load * int.from_bytes(raw[i : i + 2], "big") / _SCALE
             for i in range(0, PROFILE_BYTES, 2)
         )
-    return LoadReport(load, ones, tuple(peers.values()))
-
-
-def check_load_request(args: Sequence[Any]) -> None:
-    if len(args) != 1:
-        raise MessageError("load takes 1 argument after the sender id (the pad)")
-    (pad,) = args
-    if type(pad) is not bytes or len(pad) > PAD_MAX:
-        raise MessageError(f"the pad must be at most {PAD_MAX} bytes")
+    return LoadReport(reply.load, ones, tuple(peers.values()))
 
 
 def serve_load(
     report: Callable[[], Awaitable[LoadReport]],
-) -> Callable[[PeerRef, list[Any]], Awaitable[dict[str, Any]]]:
-    """The server of LOAD (register it with ``CrawlProtocol.serve(LOAD_RPC, ...)``);
-    ``report`` must answer within the caller's RPC timeout."""
+) -> Callable[[PeerRef, LoadArgs], Awaitable[LoadReply]]:
+    """The server of ``LOAD`` (register it with ``CrawlNode.serve(LOAD, ...)``); ``report``
+    must answer within the caller's RPC timeout."""
 
-    async def server(sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        check_load_request(args)
-        return report_to_wire(await report())
+    async def server(sender: PeerRef, args: LoadArgs) -> LoadReply:
+        return load_reply(await report())
 
     return server

@@ -1,16 +1,28 @@
-"""What the crawl RPCs carry: the public face of ``model`` (the types) and ``codec`` (bytes),
-plus the small reply maps.
+"""The crawl RPCs' messages, each declared once (``procedures``), and what they carry: the
+types of ``model`` and the task chunks of ``codec``.
 
-Replies stay within one datagram: STORE_TASK answers with two counts, the refused keys *of
-that chunk* (at most 256) and, to a member, up to ``MAX_KNOWN`` fingerprints of links the
-owner holds (4 KiB; ``p2pcrawl.network.known``); the other RPCs with one count.
+    store_task     [sender, payload]         {new, dup, refused, known?}
+    store_backup   [sender, owner, payload]  {n}
+    delete_backup  [sender, owner, payload]  {n}
+    refresh_task   [sender]                  {n, later_ms?}
+    quiet          [sender]                  {quiet, done}
+    ping_req       [sender, target]          {ok, known}
+    goodbye        [sender]                  {ok}
+
+(LEND and GIVE_BACK are declared in ``loans``, LOAD in ``loadreport``; the server adds its
+node ID to every reply as ``"id"``.) Replies stay within one datagram: STORE_TASK answers with
+two counts, the refused keys *of that chunk* (at most 256) and, to a member, up to
+``MAX_KNOWN`` fingerprints of links the owner holds (4 KiB; ``p2pcrawl.network.known``); the
+other RPCs with one count.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Annotated
+
+from msgspec import Meta
 
 from protocol.codec import (
     FPS_PER_CHUNK,
@@ -22,7 +34,6 @@ from protocol.codec import (
     encode_chunks,
     encode_fps,
 )
-from protocol.errors import MessageError
 from protocol.model import (
     MAX_KNOWN,
     MAX_REFRESH_WAIT_S,
@@ -35,90 +46,151 @@ from protocol.model import (
     check_id,
     check_url,
 )
+from protocol.procedures import Args, Count, Id, NoArgs, Procedure, Reply
 
 __all__ = [
+    "DELETE_BACKUP",
     "FPS_PER_CHUNK",
+    "GOODBYE",
     "MAX_URL_LENGTH",
     "PAYLOAD_LIMIT",
+    "PING_REQ",
+    "QUIET",
+    "REFRESH_TASK",
     "RPC_REQUEST_LIMIT",
+    "STORE_BACKUP",
+    "STORE_TASK",
+    "BackupArgs",
+    "GoodbyeReply",
     "KeyBatch",
     "PeerRef",
+    "PingReqArgs",
+    "PingReqReply",
+    "QuietReply",
     "RefreshAnswer",
+    "RefreshReply",
     "StoreResult",
+    "StoreTaskArgs",
+    "StoreTaskReply",
     "TaskItem",
     "check_id",
     "check_url",
-    "count_from_wire",
     "decode_batches",
     "decode_fps",
     "encode_batches",
     "encode_chunks",
     "encode_fps",
-    "refresh_from_wire",
-    "refresh_to_wire",
-    "store_result_from_wire",
-    "store_result_to_wire",
+    "refresh_answer",
+    "refresh_reply",
+    "store_reply",
+    "store_result",
 ]
 
 
+NonNegative = Annotated[int, Meta(ge=0)]
+Payload = Annotated[bytes, Meta(max_length=RPC_REQUEST_LIMIT)]
+
+
+class StoreTaskArgs(Args):
+    payload: Payload
+
+
+class StoreTaskReply(Reply):
+    """``known``: u64 fingerprints, big-endian, packed."""
+
+    new: NonNegative
+    dup: NonNegative
+    refused: Annotated[list[bytes], Meta(max_length=MAX_KEYS)]
+    known: Annotated[bytes, Meta(max_length=8 * MAX_KNOWN)] = b""
+
+    def __post_init__(self) -> None:
+        if len(self.known) % 8:
+            raise ValueError(f"known must be at most {MAX_KNOWN} u64 values")
+
+
+class BackupArgs(Args):
+    """STORE_BACKUP's and DELETE_BACKUP's: whose tasks, and a chunk of them (``codec``)."""
+
+    owner: Id
+    payload: Payload
+
+
+class RefreshReply(Reply):
+    """``later_ms``: ask again in that many milliseconds (then no keys follow). A peer that
+    does not know the field reads a plain count of 0."""
+
+    n: NonNegative
+    later_ms: Annotated[int, Meta(ge=0, le=int(MAX_REFRESH_WAIT_S * 1000))] = 0
+
+    def __post_init__(self) -> None:
+        if self.later_ms and self.n:
+            raise ValueError("a refresh_task reply cannot promise keys and say 'later'")
+
+
+class QuietReply(Reply):
+    """QUIET: whether the peer is quiet (docs/architecture.md, "Finished"), and how many
+    pages it has finished."""
+
+    quiet: bool
+    done: NonNegative
+
+
+class PingReqArgs(Args):
+    target: Id
+
+
+class PingReqReply(Reply):
+    """SWIM's PING-REQ answer: the target acked (``ok``); ``known``: the helper knows it."""
+
+    ok: bool
+    known: bool
+
+
+class GoodbyeReply(Reply):
+    ok: bool
+
+
+STORE_TASK = Procedure("store_task", StoreTaskArgs, StoreTaskReply)
+STORE_BACKUP = Procedure("store_backup", BackupArgs, Count)
+DELETE_BACKUP = Procedure("delete_backup", BackupArgs, Count)
+REFRESH_TASK = Procedure("refresh_task", NoArgs, RefreshReply)
+QUIET = Procedure("quiet", NoArgs, QuietReply)
+PING_REQ = Procedure("ping_req", PingReqArgs, PingReqReply)
+# Served inline with the Kademlia RPCs (``rpc.Rpc.rpc_goodbye``); its one argument is the
+# sender's ID, as for every crawl RPC.
+GOODBYE = Procedure("goodbye", NoArgs, GoodbyeReply)
+
+
 def encode_batches(batches: Sequence[KeyBatch], limit: int = PAYLOAD_LIMIT) -> list[bytes]:
-    """Validate ``batches`` and cut them into compressed chunks that each fit one rpcudp
-    request (8 KiB after msgpack framing of the whole call); see ``codec``."""
+    """Validate ``batches`` and cut them into compressed chunks that each fit one request
+    (8 KiB after msgpack framing of the whole call); see ``codec``."""
     return [payload for payload, _keys in encode_chunks(batches, limit)]
 
 
-def store_result_to_wire(result: StoreResult, asked: Collection[bytes]) -> dict[str, Any]:
+def store_reply(result: StoreResult, asked: Collection[bytes]) -> StoreTaskReply:
     """Only keys of this chunk may be refused, deduplicated: the reply stays small."""
     refused = list(dict.fromkeys(k for k in result.refused_keys if k in asked))
-    out: dict[str, Any] = {"new": int(result.new), "dup": int(result.duplicate), "refused": refused}
-    if result.known:
-        known = result.known[:MAX_KNOWN]
-        out["known"] = struct.pack(f">{len(known)}Q", *known)
-    return out
+    known = result.known[:MAX_KNOWN]
+    return StoreTaskReply(
+        int(result.new), int(result.duplicate), refused, struct.pack(f">{len(known)}Q", *known)
+    )
 
 
-def store_result_from_wire(obj: object, asked: Collection[bytes]) -> StoreResult:
-    if not isinstance(obj, dict):
-        raise MessageError("store_task reply must be a map")
-    new, dup, refused = obj.get("new"), obj.get("dup"), obj.get("refused")
-    if type(new) is not int or type(dup) is not int or new < 0 or dup < 0:
-        raise MessageError("store_task reply counts must be non-negative ints")
-    if not isinstance(refused, list) or len(refused) > MAX_KEYS:
-        raise MessageError("store_task reply refused must be a short list")
-    known = obj.get("known", b"")
-    if type(known) is not bytes or len(known) % 8 or len(known) > 8 * MAX_KNOWN:
-        raise MessageError(f"store_task reply known must be at most {MAX_KNOWN} u64 values")
+def store_result(reply: StoreTaskReply, asked: Collection[bytes]) -> StoreResult:
     # A peer can only refuse what we asked it to take; anything else is ignored.
+    known = reply.known
     return StoreResult(
-        new,
-        dup,
-        [k for k in refused if type(k) is bytes and k in asked],
+        reply.new,
+        reply.dup,
+        [k for k in reply.refused if k in asked],
         list(struct.unpack(f">{len(known) // 8}Q", known)),
     )
 
 
-def count_from_wire(obj: object) -> int:
-    if not isinstance(obj, dict) or type(obj.get("n")) is not int or obj["n"] < 0:
-        raise MessageError("reply must be a map with a non-negative int 'n'")
-    n: int = obj["n"]
-    return n
+def refresh_reply(answer: RefreshAnswer) -> RefreshReply:
+    later = max(1, round(answer.retry_after * 1000)) if answer.retry_after else 0
+    return RefreshReply(answer.keys, later)
 
 
-def refresh_to_wire(answer: RefreshAnswer) -> dict[str, Any]:
-    """``{"n": keys}``, plus ``"later_ms"`` when the asker must ask again: a peer that does
-    not know the field reads a plain count of 0."""
-    out: dict[str, Any] = {"n": answer.keys}
-    if answer.retry_after:
-        out["later_ms"] = max(1, round(answer.retry_after * 1000))
-    return out
-
-
-def refresh_from_wire(obj: object) -> RefreshAnswer:
-    n = count_from_wire(obj)
-    assert isinstance(obj, dict)
-    later = obj.get("later_ms", 0)
-    if type(later) is not int or not 0 <= later <= MAX_REFRESH_WAIT_S * 1000:
-        raise MessageError("refresh_task reply 'later_ms' must be a small non-negative int")
-    if later and n:
-        raise MessageError("refresh_task reply cannot promise keys and say 'later'")
-    return RefreshAnswer(n, later / 1000)
+def refresh_answer(reply: RefreshReply) -> RefreshAnswer:
+    return RefreshAnswer(reply.n, reply.later_ms / 1000)

@@ -27,27 +27,46 @@ class Rate:
 
 
 class TokenBucket:
-    __slots__ = ("_rate", "_stamp", "_tokens")
+    """Tokens refill at ``rate.per_s`` up to ``rate.burst``; work takes them out. The one
+    bucket of the project: requests per source here, bytes per second in the crawler's
+    pacing (``--max-rate``), which lets a bucket go into debt and waits for it to clear."""
+
+    __slots__ = ("_stamp", "rate", "tokens")
 
     def __init__(self, rate: Rate, now: float) -> None:
-        self._rate = rate
-        self._tokens = rate.burst
+        self.rate = rate
+        self.tokens = rate.burst
         self._stamp = now
 
-    def take(self, now: float, n: float = 1.0) -> bool:
-        rate = self._rate
-        self._tokens = min(rate.burst, self._tokens + (now - self._stamp) * rate.per_s)
+    def refill(self, now: float) -> float:
+        """Add what ``now`` brings since the last look (never beyond the burst); the level."""
+        rate = self.rate
+        self.tokens = min(rate.burst, self.tokens + (now - self._stamp) * rate.per_s)
         self._stamp = now
-        if self._tokens < n:
+        return self.tokens
+
+    def take(self, now: float, n: float = 1.0) -> bool:
+        """Take ``n`` tokens if there are that many; False (nothing taken) if not."""
+        rate = self.rate  # inline refill: this runs for every datagram received
+        self.tokens = min(rate.burst, self.tokens + (now - self._stamp) * rate.per_s)
+        self._stamp = now
+        if self.tokens < n:
             return False
-        self._tokens -= n
+        self.tokens -= n
         return True
 
     def charge(self, now: float, n: float) -> None:
         """Take ``n`` tokens after the fact, into debt if need be (a cost known only once
-        the work is done)."""
-        self.take(now, 0.0)
-        self._tokens -= n
+        the work is done); a negative ``n`` gives tokens back."""
+        self.refill(now)
+        self.tokens -= n
+
+    def wait(self, level: float = 0.0) -> float:
+        """Seconds from the last look until the bucket holds ``level`` tokens again."""
+        short = level - self.tokens
+        if short <= 0:
+            return 0.0
+        return short / self.rate.per_s if self.rate.per_s > 0 else float("inf")
 
 
 class SourceLimits:

@@ -1,7 +1,8 @@
 """k-buckets that forgive a lost datagram, report membership, and never start I/O themselves.
 
-Built on ``kademlia.routing.RoutingTable`` (bucket splitting of Kademlia §2.4/§4.2 and the
-replacement cache of §4.1 are kept). What changes:
+The table of bmuller/kademlia 2.2.3's ``routing.RoutingTable`` (MIT licence, in
+``protocol/KADEMLIA-LICENSE``; buckets in ``kbucket``): bucket splitting of Kademlia §2.4/§4.2
+and the replacement cache of §4.1 are kept. What changes:
 
 * A missed reply never evicts here: it is counted (for the status page) and the failure
   detector (``liveness``) decides, on time and indirect probes, when a contact is dead. Stock
@@ -17,16 +18,16 @@ replacement cache of §4.1 are kept). What changes:
 
 from __future__ import annotations
 
+import heapq
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from kademlia.node import Node
-from kademlia.routing import KBucket, RoutingTable
+from protocol.kbucket import ID_SPACE, KBucket, Node
 
 __all__ = ["ContactTable"]
 
 
-class ContactTable(RoutingTable):
+class ContactTable:
     def __init__(
         self,
         me: Node,
@@ -42,13 +43,16 @@ class ContactTable(RoutingTable):
         self._last_seen: dict[bytes, float] = {}
         self._departed: dict[bytes, float] = {}  # node id -> monotonic time the mark expires
         self.version = 0  # bumped on every membership or address change, for caches
-        super().__init__(None, ksize, me)  # no protocol: the table never does I/O
+        self.node = me
+        self.ksize = ksize
+        self.buckets = [KBucket(0, ID_SPACE, ksize)]
 
     # --- queries -------------------------------------------------------------------------
 
     def get_bucket_for(self, node: Node) -> int:
-        """Stock compares ``long_id < upper`` while ``KBucket.split`` files ``long_id <= mid``
-        in the lower half, so an ID equal to a split point was looked up in the wrong bucket."""
+        """The index of the bucket whose range holds ``node``'s ID. (kademlia compared
+        ``long_id < upper`` while its ``KBucket.split`` files ``long_id <= mid`` in the lower
+        half, so an ID equal to a split point was looked up in the wrong bucket.)"""
         for index, bucket in enumerate(self.buckets):
             if node.long_id <= bucket.range[1]:
                 return index
@@ -61,8 +65,47 @@ class ContactTable(RoutingTable):
         return [n for b in self.buckets for n in b.nodes.values()]
 
     def get(self, node_id: bytes) -> Node | None:
-        found: Node | None = self.bucket_of(node_id).nodes.get(node_id)
-        return found
+        return self.bucket_of(node_id).nodes.get(node_id)
+
+    def is_new_node(self, node: Node) -> bool:
+        return self.bucket_of(node.id).is_new_node(node)
+
+    def find_neighbors(
+        self, node: Node, k: int | None = None, exclude: Node | None = None
+    ) -> list[Node]:
+        """The ``k`` (default ``ksize``) members XOR-closest to ``node``, never ``node``
+        itself nor a contact at ``exclude``'s address. The buckets are walked outwards from
+        ``node``'s own (kademlia's traversal: it marks that bucket as just looked up)."""
+        k = k or self.ksize
+        nodes: list[tuple[int, bytes, Node]] = []
+        for neighbor in self._outwards(node):
+            if neighbor.id != node.id and (exclude is None or not neighbor.same_home_as(exclude)):
+                heapq.heappush(nodes, (node.distance_to(neighbor), neighbor.id, neighbor))
+            if len(nodes) == k:
+                break
+        return [n for _, _, n in heapq.nsmallest(k, nodes)]
+
+    def _outwards(self, node: Node) -> Iterator[Node]:
+        """Members of ``node``'s bucket (newest first), then of the buckets on its left and
+        right in turn, nearest first: kademlia's traversal, kept as it is, including that it
+        stops once the right side has run out (a bucket at the right end of the table thus
+        sees only its left neighbour bucket; answers to FIND_NODE stay what stock peers
+        send)."""
+        index = self.get_bucket_for(node)
+        self.buckets[index].touch_last_updated()
+        yield from reversed(list(self.buckets[index].nodes.values()))
+        left, right = self.buckets[:index], self.buckets[index + 1 :]
+        from_left = True
+        while True:
+            if from_left and left:
+                bucket = left.pop()
+                from_left = False
+            elif right:
+                bucket = right.pop(0)
+                from_left = True
+            else:
+                return
+            yield from reversed(list(bucket.nodes.values()))
 
     def knows(self, node_id: bytes) -> bool:
         bucket = self.bucket_of(node_id)
@@ -113,7 +156,8 @@ class ContactTable(RoutingTable):
 
     def split_bucket(self, index: int) -> None:
         before = set(self.buckets[index].nodes)
-        super().split_bucket(index)
+        one, two = self.buckets[index].split()
+        self.buckets[index : index + 1] = [one, two]
         for b in self.buckets[index : index + 2]:
             for nid, n in b.nodes.items():
                 if nid not in before:  # a replacement promoted by the split

@@ -1,52 +1,57 @@
-"""The one module that imports rpcudp's protocol (through ``kademlia.protocol``).
+"""The RPC layer: the endpoint on the socket and the contacts it learns, and every RPC's surface.
 
-``CrawlProtocol`` keeps kademlia's protocol class so its lookup code (``crawling.py``) and a
-stock ``Server`` work unchanged, but the wire is ``endpoint.Endpoint`` and the routing rules
-are ``membership.Membership``. What is left here is the RPC surface:
+``Rpc`` holds the datagram endpoint (``endpoint.Endpoint``, which it serves) and the routing
+table with its rules (``contacts.Contacts``, which it feeds whatever it hears), and adds:
 
 * Kademlia §2.3 (PING, STORE, FIND_NODE, FIND_VALUE) with every argument validated -- the
   stock handlers crash on a wrong type and then never reply -- and GOODBYE;
 * the crawl RPCs, registered by the node (``serve``), whose first argument is the sender's ID;
-* the calling side: explicit ``ping``/``store``/``find_node``/``find_value`` (no
-  ``__getattr__`` magic), replies validated before kademlia's crawler turns them into Nodes
-  (``Node(*triple)`` would crash on garbage, and a bad port closes our socket), and
-  ``request`` for crawl RPCs, which raises ``PeerTimeout``/``RemoteError`` instead of
-  returning rpcudp's ``(False, None)``.
+* the calling side: explicit ``ping``/``store``/``find_node``/``find_value``, replies validated
+  before the lookups (``lookup``) turn them into Nodes (``Node(*triple)`` would crash on
+  garbage, and a bad port closes our socket), and ``request`` for crawl RPCs, which raises
+  ``PeerTimeout``/``RemoteError`` instead of returning rpcudp's ``(False, None)``.
+
+The Kademlia RPCs keep kademlia's wire format, so a stock ``kademlia`` node interoperates
+(``tests/protocol/test_interop.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-from kademlia.node import Node
-from kademlia.protocol import KademliaProtocol
+from typing import Any, TypeVar
 
 from protocol import wire
-from protocol.admission import AdmissionLimits
+from protocol.admission import Admission, AdmissionLimits
 from protocol.auth import ID_LEN
+from protocol.contacts import Contacts, peer_of
 from protocol.endpoint import Endpoint, InboundLimits, sendable
 from protocol.errors import MessageError, PeerTimeout, RemoteError
-from protocol.liveness import LivenessConfig
-from protocol.membership import Membership, peer_of
+from protocol.kbucket import Node
+from protocol.liveness import Detector, LivenessConfig
+from protocol.messages import PING_REQ, PingReqArgs, PingReqReply
 from protocol.model import PeerRef, check_id
+from protocol.procedures import Args, CrawlServer, Malformed, Procedure, Reply, typed
+from protocol.routing import ContactTable
+from protocol.rpcstats import RpcStats
+from protocol.taskset import TaskSet
+from protocol.valuestore import BoundedStorage
 
-__all__ = ["CrawlProtocol", "CrawlServer", "peer_of"]
+__all__ = ["DHT_VALUE_TYPES", "Rpc", "peer_of"]
 
-# Serves one crawl RPC: (sender, args after the sender id) -> reply map.
-CrawlServer = Callable[[PeerRef, list[Any]], Awaitable[dict[str, Any]]]
+A = TypeVar("A", bound=Args)
+R = TypeVar("R", bound=Reply)
 
 # RPCs answered inline, with their arity. ping, store, find_node and find_value are Kademlia
 # §2.3; stun is rpcudp's; goodbye is ours.
 _ARITY = {"ping": 1, "store": 3, "find_node": 2, "find_value": 2, "stun": 0, "goodbye": 1}
-_DHT_VALUE_TYPES = (int, float, bool, str, bytes)  # what kademlia's Server.set accepts
+DHT_VALUE_TYPES = (int, float, bool, str, bytes)  # what kademlia's Server.set accepts
 
 
-class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
+class Rpc:
     def __init__(
         self,
         source_node: Node,
-        storage: Any,
+        storage: BoundedStorage,
         ksize: int,
         *,
         rpc_timeout: float,
@@ -57,49 +62,91 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
         departed_ttl: float = 60.0,
         admission: AdmissionLimits | None = None,
         inbound: InboundLimits | None = None,
+        silent: bool = False,
     ) -> None:
-        KademliaProtocol.__init__(self, source_node, storage, ksize)
-        self._init_endpoint(rpc_timeout, secret, inbound)
-        self._init_membership(ksize, liveness, on_added, on_removed, admission)
+        """``silent``: serve nothing, every request gets an error at once (a joiner's probe,
+        ``survey``: an admission challenge of it fails, so nobody admits it)."""
+        self.source_node = source_node
+        self.storage = storage
+        self.tasks = TaskSet("protocol")
+        self.endpoint = Endpoint(
+            self, tasks=self.tasks, rpc_timeout=rpc_timeout, secret=secret, inbound=inbound
+        )
+        self.contacts = Contacts(
+            source_node,
+            ksize,
+            values=storage,
+            ping=self.call_ping,
+            store=self.call_store,
+            probe=self.probe,
+            tasks=self.tasks,
+            liveness=liveness,
+            on_added=on_added,
+            on_removed=on_removed,
+            admission=admission,
+        )
+        self._silent = silent
         self._departed_ttl = departed_ttl
         self._rpc_timeout = rpc_timeout
-        self._crawl: dict[str, CrawlServer] = {"ping_req": self._serve_ping_req}
+        self._crawl: dict[str, CrawlServer] = {PING_REQ.name: typed(PING_REQ, self._serve_ping_req)}
         self._member_addrs: tuple[int, frozenset[tuple[str, int]]] = (-1, frozenset())
+
+    @property
+    def my_id(self) -> bytes:
+        return self.source_node.id
+
+    @property
+    def router(self) -> ContactTable:
+        return self.contacts.router
+
+    @property
+    def liveness(self) -> Detector:
+        return self.contacts.liveness
+
+    @property
+    def admission(self) -> Admission:
+        return self.contacts.admission
+
+    @property
+    def stats(self) -> RpcStats:
+        return self.endpoint.stats
 
     def serve(self, rpc: str, server: CrawlServer) -> None:
         """Register the handler of a crawl RPC."""
         self._crawl[rpc] = server
 
-    # --- serving ---------------------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Cancel and await our tasks, fail calls still waiting, close the socket."""
+        await self.endpoint.aclose()
 
-    def _inline(self, name: str) -> tuple[int, Callable[..., Any]] | None:
-        if name not in _ARITY:
+    # --- serving (``endpoint.Server``) -------------------------------------------------------
+
+    def inline(self, name: str) -> tuple[int, Callable[..., Any]] | None:
+        if self._silent or name not in _ARITY:
             return None
         handler: Callable[..., Any] = getattr(self, f"rpc_{name}")
         return _ARITY[name], handler
 
-    def _deferred(self, name: str) -> bool:
-        return name in self._crawl
+    def deferred(self, name: str) -> bool:
+        return not self._silent and name in self._crawl
 
-    def _from_member(self, addr: tuple[str, int]) -> bool:
+    def from_member(self, addr: tuple[str, int]) -> bool:
         version, addrs = self._member_addrs
         if version != self.router.version:
             addrs = frozenset((n.ip, n.port) for n in self.router.members())
             self._member_addrs = (self.router.version, addrs)
         return addr in addrs
 
-    async def _serve_deferred(
-        self, name: str, args: list[Any], addr: tuple[str, int]
-    ) -> dict[str, Any]:
+    async def serve_deferred(self, name: str, args: list[Any], addr: tuple[str, int]) -> Reply:
         if not args:
             raise MessageError("missing sender id")
         sender = Node(check_id(args[0], "sender id"), addr[0], addr[1])
-        self.welcome_sender(sender)  # every crawl RPC is also contact (§2.2)
+        self.contacts.welcome_sender(sender)  # every crawl RPC is also contact (§2.2)
         reply = await self._crawl[name](peer_of(sender), args[1:])
-        reply["id"] = self.my_id  # lets the caller spot a restarted node with a new ID
+        reply.id = self.my_id  # lets the caller spot a restarted node with a new ID
         return reply
 
-    async def _serve_ping_req(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
+    async def _serve_ping_req(self, sender: PeerRef, args: PingReqArgs) -> PingReqReply:
         """SWIM's PING-REQ: ping ``target`` for the sender and say whether it answered.
 
         Only a contact in our own table is pinged, at the address we know it by: a request
@@ -107,16 +154,14 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
         The answer comes either way (SWIM's ack, Lifeguard's nack), so the sender learns that
         we are alive even when the target is not.
         """
-        if len(args) != 1:
-            raise MessageError("ping_req takes 1 argument after the sender id")
-        target = self.router.get(check_id(args[0], "target id"))
+        target = self.router.get(args.target)
         if target is None or target.id == sender.id:
-            return {"ok": False, "known": False}
+            return PingReqReply(ok=False, known=False)
         ok, data = await self.ping((target.ip, target.port), self.my_id)
         alive = bool(ok) and data == target.id
         if alive:
-            self.welcome_if_new(target, proven=True)
-        return {"ok": alive, "known": True}
+            self.contacts.welcome_if_new(target, proven=True)
+        return PingReqReply(ok=alive, known=True)
 
     async def ping_req(self, helper: Node, target: Node) -> bool | None:
         """Ask ``helper`` to ping ``target``: True (the target acked), False (the helper
@@ -124,11 +169,16 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
         itself stayed silent: Lifeguard's missed nack, a hint that *we* are the problem)."""
         peer = peer_of(helper)
         timeout = 2 * self._rpc_timeout + 0.5  # the helper's own ping must fit inside
-        ok, data = await self._call(peer.addr, "ping_req", [self.my_id, target.id], timeout)
-        if not ok or not isinstance(data, dict) or "error" in data:
+        args = [self.my_id, *PING_REQ.args_to_wire(PingReqArgs(target.id))]
+        call = self.endpoint.call(peer.addr, PING_REQ.name, args, timeout, PING_REQ.decode_reply)
+        ok, data = await call
+        if not ok or isinstance(data, dict):  # silent, or an error reply
             return None
-        self.welcome_if_new(helper, proven=data.get("id") == helper.id)
-        return data.get("ok") is True
+        if not isinstance(data, PingReqReply):
+            self.contacts.welcome_if_new(helper)
+            return False  # it answered, but not that the target acked
+        self.contacts.welcome_if_new(helper, proven=data.id == helper.id)
+        return data.ok
 
     def rpc_stun(self, sender: tuple[str, int]) -> list[Any]:
         return list(sender)
@@ -136,31 +186,25 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
     def rpc_ping(self, sender: tuple[str, int], nodeid: object) -> bytes:
         node_id = check_id(nodeid, "node id")
         self.router.clear_departed(node_id)  # a ping is how a node (re)joins
-        self.welcome_sender(Node(node_id, *sender))
+        self.contacts.welcome_sender(Node(node_id, *sender))
         return self.my_id
 
     def rpc_store(
         self, sender: tuple[str, int], nodeid: object, key: object, value: object
     ) -> bool:
         source = Node(check_id(nodeid, "node id"), *sender)
-        if type(value) not in _DHT_VALUE_TYPES:
+        if type(value) not in DHT_VALUE_TYPES:
             raise MessageError("value must be int, float, bool, str or bytes")
-        self.welcome_sender(source)
-        key = check_id(key, "key")
-        put = getattr(self.storage, "put", None)
-        if put is None:  # a stock IStorage: unbounded, as the caller chose
-            self.storage[key] = value
-            return True
-        stored: bool = put(key, value, sender)
-        return stored
+        self.contacts.welcome_sender(source)
+        return self.storage.put(check_id(key, "key"), value, sender)
 
     def rpc_find_node(self, sender: tuple[str, int], nodeid: object, key: object) -> list[Any]:
         source = Node(check_id(nodeid, "node id"), *sender)
         target = Node(check_id(key, "key"))
-        self.welcome_sender(source)
+        self.contacts.welcome_sender(source)
         neighbors = self.router.find_neighbors(target, exclude=source)
         found = [[n.id, n.ip, n.port] for n in neighbors]
-        budget = self.reply_budget
+        budget = self.endpoint.reply_budget
         if budget is not None:  # a stranger: no more than its request's worth of contacts
             while found and len(wire.packb(found)) > budget:
                 found.pop()
@@ -168,74 +212,84 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
 
     def rpc_find_value(self, sender: tuple[str, int], nodeid: object, key: object) -> Any:
         value = self.storage.get(check_id(key, "key"), None)
-        budget = self.reply_budget
+        budget = self.endpoint.reply_budget
         if value is None or (budget is not None and len(wire.packb(value)) > budget):
             return self.rpc_find_node(sender, nodeid, key)
-        self.welcome_sender(Node(check_id(nodeid, "node id"), *sender))
+        self.contacts.welcome_sender(Node(check_id(nodeid, "node id"), *sender))
         return {"value": value}
 
     def rpc_goodbye(self, sender: tuple[str, int], nodeid: object) -> dict[str, Any]:
         node_id = check_id(nodeid, "node id")
         if self.router.knows(node_id):  # strangers' goodbyes must not grow the departed list
-            self.said_goodbye(node_id, sender, self._departed_ttl)
+            self.contacts.said_goodbye(node_id, sender, self._departed_ttl)
         return {"id": self.my_id, "ok": True}
 
     # --- calling ---------------------------------------------------------------------------
 
-    # The stock RPC names, explicit (kademlia's Server and crawling modules call these).
-    def ping(self, address: tuple[str, int], nodeid: bytes) -> Awaitable[Any]:
-        return self._call(address, "ping", [nodeid])
+    # The Kademlia RPCs, by their wire names (§2.3).
+    def ping(self, address: tuple[str, int], nodeid: bytes) -> Awaitable[tuple[bool, Any]]:
+        return self.endpoint.call(address, "ping", [nodeid])
 
     def store(
         self, address: tuple[str, int], nodeid: bytes, key: bytes, value: Any
-    ) -> Awaitable[Any]:
-        return self._call(address, "store", [nodeid, key, value])
+    ) -> Awaitable[tuple[bool, Any]]:
+        return self.endpoint.call(address, "store", [nodeid, key, value])
 
-    def find_node(self, address: tuple[str, int], nodeid: bytes, key: bytes) -> Awaitable[Any]:
-        return self._call(address, "find_node", [nodeid, key])
+    def find_node(
+        self, address: tuple[str, int], nodeid: bytes, key: bytes
+    ) -> Awaitable[tuple[bool, Any]]:
+        return self.endpoint.call(address, "find_node", [nodeid, key])
 
-    def find_value(self, address: tuple[str, int], nodeid: bytes, key: bytes) -> Awaitable[Any]:
-        return self._call(address, "find_value", [nodeid, key])
+    def find_value(
+        self, address: tuple[str, int], nodeid: bytes, key: bytes
+    ) -> Awaitable[tuple[bool, Any]]:
+        return self.endpoint.call(address, "find_value", [nodeid, key])
 
     async def request(
-        self, peer: PeerRef, rpc: str, args: list[Any], *, record: bool = True
-    ) -> dict[str, Any]:
-        """Call crawl RPC ``rpc`` on ``peer``: the reply map, or PeerTimeout / RemoteError.
+        self, peer: PeerRef, proc: Procedure[A, R], args: A, *, record: bool = True
+    ) -> R:
+        """Call crawl RPC ``proc`` on ``peer``: its checked reply, or PeerTimeout /
+        RemoteError (a reply that breaks the rules too: the peer is alive but odd).
 
         ``record=False`` leaves liveness accounting to the caller (one multi-chunk operation
         must count as one success or failure, not one per datagram).
         """
-        ok, data = await self._call(peer.addr, rpc, [self.my_id, *args])
+        rpc = proc.name
+        wire_args = [self.my_id, *proc.args_to_wire(args)]
+        ok, data = await self.endpoint.call(peer.addr, rpc, wire_args, decode=proc.decode_reply)
         node = Node(peer.id, peer.host, peer.port)
         if not ok:
             if record:
-                self.contact_failed(node)
+                self.contacts.contact_failed(node)
             raise PeerTimeout(peer, peer.addr, rpc)
         if isinstance(data, dict) and "error" in data:
             self.stats.errors[rpc] += 1
             if record:
-                self.welcome_if_new(node)  # it answered: alive, whatever it thought of us
+                self.contacts.welcome_if_new(node)  # it answered: alive, whatever it thought of us
             raise RemoteError(peer, rpc, str(data["error"])[:200])
-        if not isinstance(data, dict):
-            raise RemoteError(peer, rpc, "malformed reply")
-        responder = data.get("id")
+        if not isinstance(data, proc.reply):
+            if record:
+                self.contacts.welcome_if_new(node)
+            why = data.error if isinstance(data, Malformed) else "not a map"
+            raise RemoteError(peer, rpc, f"malformed reply: {why}"[:300])
+        responder = data.id
         if type(responder) is bytes and len(responder) == ID_LEN and responder != peer.id:
-            self.replace(node, Node(responder, peer.host, peer.port))
+            self.contacts.replace(node, Node(responder, peer.host, peer.port))
         elif record:
-            self.welcome_if_new(node, proven=responder == peer.id)
+            self.contacts.welcome_if_new(node, proven=responder == peer.id)
         return data
 
     async def call_ping(self, node_to_ask: Node) -> tuple[bool, Any]:
         ok, data = await self.ping((node_to_ask.ip, node_to_ask.port), self.my_id)
         if not ok or type(data) is not bytes or len(data) != ID_LEN:
-            self.contact_failed(node_to_ask)
+            self.contacts.contact_failed(node_to_ask)
             return (False, None)
         if data != node_to_ask.id:
             # Someone else answers at that address: the contact we knew is gone (a restart
             # with a new ID). Stock kept the ghost until it failed elsewhere.
-            self.replace(node_to_ask, Node(data, node_to_ask.ip, node_to_ask.port))
+            self.contacts.replace(node_to_ask, Node(data, node_to_ask.ip, node_to_ask.port))
         else:
-            self.welcome_if_new(node_to_ask, proven=True)
+            self.contacts.welcome_if_new(node_to_ask, proven=True)
         return (True, data)
 
     async def probe(self, addr: tuple[str, int]) -> bytes | None:
@@ -252,7 +306,7 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
         ok, data = await self.ping(addr, self.my_id)
         if not ok or type(data) is not bytes or len(data) != ID_LEN:
             return None
-        self.replace(None, Node(data, addr[0], addr[1]))
+        self.contacts.replace(None, Node(data, addr[0], addr[1]))
         node_id: bytes = data
         return node_id
 
@@ -269,18 +323,18 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
     async def call_store(self, node_to_ask: Node, key: bytes, value: Any) -> tuple[bool, Any]:
         ok, data = await self.store((node_to_ask.ip, node_to_ask.port), self.my_id, key, value)
         if not ok:
-            self.contact_failed(node_to_ask)
+            self.contacts.contact_failed(node_to_ask)
             return (False, None)
-        self.welcome_if_new(node_to_ask)
+        self.contacts.welcome_if_new(node_to_ask)
         return (True, data is True)
 
     def _lookup_reply(self, node: Node, ok: bool, data: Any, allow_value: bool) -> tuple[bool, Any]:
         if not ok:
-            self.contact_failed(node)
+            self.contacts.contact_failed(node)
             return (False, None)
-        self.welcome_if_new(node)
+        self.contacts.welcome_if_new(node)
         if allow_value and isinstance(data, dict) and "value" in data:
-            if type(data["value"]) in _DHT_VALUE_TYPES:
+            if type(data["value"]) in DHT_VALUE_TYPES:
                 return (True, {"value": data["value"]})
             return (True, [])
         found = []
@@ -294,11 +348,3 @@ class CrawlProtocol(Membership, Endpoint, KademliaProtocol):
             if valid_id and node_id != self.my_id and addr is not None:
                 found.append([node_id, addr[0], addr[1]])
         return (True, found)
-
-    def handle_call_response(self, result: tuple[bool, Any], node: Node) -> tuple[bool, Any]:
-        """Stock hook, kept for any library path: one failure no longer evicts."""
-        if not result[0]:
-            self.contact_failed(node)
-        else:
-            self.welcome_if_new(node)
-        return result

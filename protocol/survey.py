@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from random import Random
-from typing import Any
 
 from protocol.balance import choose_join_id
 from protocol.errors import PeerTimeout, RemoteError
@@ -41,8 +40,7 @@ from protocol.loadreport import LoadReport
 from protocol.messages import PeerRef
 from protocol.node import CrawlNode, NodeConfig
 from protocol.ownership import new_node_id
-from protocol.rpc import CrawlProtocol
-from protocol.service import NoWork
+from protocol.serving import NoWork
 
 __all__ = ["Survey", "survey"]
 
@@ -88,25 +86,6 @@ class Survey:
         return choose_join_id(self.known, rng, candidates=pool)
 
 
-class _Silent(CrawlProtocol):
-    """Serves nothing: every request gets an error at once, so an admission challenge of the
-    probe (a ping that must come back naming its ID) fails and nobody admits it."""
-
-    def _inline(self, name: str) -> tuple[int, Callable[..., Any]] | None:
-        return None
-
-    def _deferred(self, name: str) -> bool:
-        return False
-
-
-class _Probe(CrawlNode):
-    protocol_class = _Silent
-    role = (
-        "probe node (a throw-away ID that asks the network for its load, so that this peer "
-        "can choose its own ID; it closes before the peer starts)"
-    )
-
-
 async def survey(
     bootstrap: Sequence[tuple[str, int]],
     *,
@@ -119,7 +98,7 @@ async def survey(
     ``BootstrapError`` when no bootstrap address answers; bound it with a timeout."""
     # The probe lives seconds: no liveness rounds, no refreshes, no waiting for ages.
     cfg = replace(config, ping_interval=DAY, refresh_interval=DAY, min_owner_age=0.0)
-    probe = _Probe(new_node_id(), NoWork(), cfg)
+    probe = CrawlNode(new_node_id(), NoWork(), cfg, silent=True)
     try:
         await probe.listen_on(*listen)
         await probe.join(bootstrap)
@@ -127,9 +106,8 @@ async def survey(
         if len(probe.peers()) >= cfg.ksize:
             for _ in range(LOOKUPS):
                 found = await probe.closest(secrets.token_bytes(20), 1)
-                owners.update((p.id, p) for p in found if p.id != probe.node.id)
-            assert probe.protocol is not None
-            await probe.protocol.admission.settle(3 * cfg.rpc_timeout)
+                owners.update((p.id, p) for p in found if p.id != probe.id)
+            await probe.rpc.admission.settle(3 * cfg.rpc_timeout)
         contacts = {p.id: p for p in probe.peers()}
         seen = {**owners, **contacts}
         queue = list(seen.values())
@@ -145,7 +123,7 @@ async def survey(
                 if isinstance(answer, LoadReport):
                     reports[peer.id] = answer
                     for listed in answer.peers:
-                        if listed.id not in seen and listed.id != probe.node.id:
+                        if listed.id not in seen and listed.id != probe.id:
                             seen[listed.id] = listed
                             queue.append(listed)
                 elif not isinstance(answer, PeerTimeout | RemoteError):

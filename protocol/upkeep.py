@@ -1,4 +1,4 @@
-"""The node's two background jobs, run by ``CrawlNode`` in owned loops.
+"""The node's two background jobs (``Upkeep``, owned by ``CrawlNode``), in owned loops.
 
 kademlia schedules ``refresh_table`` with ``call_later`` and, after the first run, forgets the
 interval it was given (it reschedules itself with the default hour), and it never pings anyone
@@ -22,34 +22,27 @@ import asyncio
 import logging
 import random
 import secrets
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kademlia.crawling import NodeSpiderCrawl
-from kademlia.node import Node
-
+from protocol.kbucket import Node
+from protocol.lookup import NodeLookup
+from protocol.looplag import LoopLagMonitor
 from protocol.ownership import closest
-from protocol.rpc import CrawlProtocol
+from protocol.periodic import every
+from protocol.rpc import Rpc
+from protocol.sockstats import SocketStats
+from protocol.taskset import TaskSet
 
-__all__ = ["ProbeRound", "every", "ping_round", "probe_suspects", "refresh_once"]
+__all__ = ["ProbeRound", "Upkeep", "ping_round", "probe_suspects", "refresh_once"]
 
 log = logging.getLogger(__name__)
 
 NEIGHBOUR_PINGS = 8  # closest contacts checked each round
 STALE_PINGS = 16  # at most this many long-silent contacts checked per round
-
-
-async def every(interval: float, job: Callable[[], Awaitable[None]]) -> None:
-    """Run ``job`` every ``interval`` seconds until cancelled; a failure is logged, not fatal
-    (a dead loop would silently stop liveness checks)."""
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            await job()
-        except Exception:
-            log.exception("background job %s failed", getattr(job, "__name__", job))
 
 
 @dataclass(slots=True)
@@ -64,7 +57,7 @@ class ProbeRound:
 
 
 async def ping_round(
-    proto: CrawlProtocol, ping_interval: float, stale_after: float, seen: ProbeRound
+    proto: Rpc, ping_interval: float, stale_after: float, seen: ProbeRound
 ) -> None:
     router = proto.router
     now = time.monotonic()
@@ -82,7 +75,7 @@ async def ping_round(
         (seen.ok if ok else seen.failed).add(n.id)
 
 
-async def probe_suspects(proto: CrawlProtocol, helpers: int, seen: ProbeRound) -> None:
+async def probe_suspects(proto: Rpc, helpers: int, seen: ProbeRound) -> None:
     """SWIM §3.1-3.2 for every suspect at once: a direct ping, then PING-REQ through up to
     ``helpers`` other contacts; then declare the ones that stayed silent long enough."""
     detector = proto.liveness
@@ -115,13 +108,13 @@ async def probe_suspects(proto: CrawlProtocol, helpers: int, seen: ProbeRound) -
         detector.probe_failed(node_id)
         if detector.dead(node_id):
             seen.declared += 1
-            proto.declare_dead(node)
+            proto.contacts.declare_dead(node)
 
     await asyncio.gather(*(one(i) for i in detector.suspects()))
 
 
 async def refresh_once(
-    proto: CrawlProtocol,
+    proto: Rpc,
     ksize: int,
     alpha: int,
     idle: float,
@@ -137,7 +130,68 @@ async def refresh_once(
         node = Node(target)
         nearest = proto.router.find_neighbors(node, alpha)
         if nearest:
-            crawls.append(NodeSpiderCrawl(proto, node, nearest, ksize, alpha).find())
+            crawls.append(NodeLookup(proto, node, nearest, ksize, alpha).find())
     await asyncio.gather(*crawls)
     for dkey, value in proto.storage.iter_older_than(3600):
         await republish(dkey, value)
+
+
+class Upkeep:
+    """The liveness round and the table refresh, and what they measure: the event loop's lag
+    (one ``LoopLagMonitor`` per process: the status page reads it too) and the socket's
+    drops and junk, folded into the failure detector's local health each round."""
+
+    def __init__(
+        self,
+        rpc: Rpc,
+        *,
+        ksize: int,
+        alpha: int,
+        ping_interval: float,
+        refresh_interval: float,
+        indirect_probes: int,
+        stall_after: float,
+        on_stall: Callable[[float], None],
+        republish: Callable[[bytes, Any], Awaitable[bool]],
+    ) -> None:
+        self._rpc = rpc
+        self._ksize = ksize
+        self._alpha = alpha
+        self._ping_interval = ping_interval
+        self._refresh_interval = refresh_interval
+        self._helpers = indirect_probes
+        self._republish = republish
+        self.lag = LoopLagMonitor(stall_after=stall_after, on_stall=on_stall)
+        self.socket = SocketStats(rpc.stats)
+        self.last_round = ProbeRound()
+        self.ping_rounds = 0
+        self.refresh_runs = 0
+
+    async def start(self, sock: socket.socket, loops: TaskSet) -> None:
+        await self.socket.attach(sock)
+        loops.spawn(self.lag.run(), "lag")
+        loops.spawn(every(self._ping_interval, self.ping_round), "ping")
+        loops.spawn(every(self._refresh_interval, self.refresh), "refresh")
+
+    async def ping_round(self) -> None:
+        """Ping, probe the suspects, then fold what this round saw into our local health."""
+        rpc = self._rpc
+        seen = ProbeRound()
+        await ping_round(rpc, self._ping_interval, self._refresh_interval, seen)
+        await probe_suspects(rpc, self._helpers, seen)
+        rpc.liveness.health.round(
+            loop_lag=self.lag.take(),
+            socket_drops=await self.socket.new_drops(),
+            junk=self.socket.new_junk(),
+            missed_nacks=seen.missed_nacks,
+            probes_ok=len(seen.ok),
+            probes_failed=len(seen.failed - seen.ok),
+        )
+        self.last_round = seen
+        self.ping_rounds += 1
+
+    async def refresh(self) -> None:
+        await refresh_once(
+            self._rpc, self._ksize, self._alpha, self._refresh_interval, self._republish
+        )
+        self.refresh_runs += 1

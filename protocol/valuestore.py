@@ -17,8 +17,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kademlia.storage import IStorage
-
 __all__ = ["BoundedStorage", "StoreLimits", "value_size"]
 
 Source = tuple[str, int]
@@ -43,7 +41,7 @@ def value_size(key: bytes, value: Any) -> int:
     return len(key) + size + 64
 
 
-class BoundedStorage(IStorage):
+class BoundedStorage:
     def __init__(
         self, limits: StoreLimits | None = None, clock: Callable[[], float] = time.monotonic
     ) -> None:
@@ -104,7 +102,7 @@ class BoundedStorage(IStorage):
                 break
             self._forget(key)
 
-    # --- kademlia's IStorage -------------------------------------------------------------
+    # --- the mapping kademlia's IStorage named ---------------------------------------------
 
     def __setitem__(self, key: bytes, value: Any) -> None:
         self.put(key, value)

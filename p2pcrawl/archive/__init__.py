@@ -10,6 +10,15 @@ record was handed to the operating system.
 from __future__ import annotations
 
 from p2pcrawl.archive.files import WarcFiles, check_options
+from p2pcrawl.archive.framing import (
+    FRAME_HEAD,
+    MAX_FRAME,
+    frame,
+    next_frame,
+    read_frame,
+    read_frame_fd,
+    write_frames_fd,
+)
 from p2pcrawl.archive.records import (
     ORIGINAL_CONTENT_ENCODING,
     ORIGINAL_CONTENT_LENGTH,
@@ -24,6 +33,8 @@ from p2pcrawl.archive.records import (
 from p2pcrawl.archive.writer import WarcWriteError, WarcWriter
 
 __all__ = [
+    "FRAME_HEAD",
+    "MAX_FRAME",
     "ORIGINAL_CONTENT_ENCODING",
     "ORIGINAL_CONTENT_LENGTH",
     "WARC_SUFFIX",
@@ -32,9 +43,14 @@ __all__ = [
     "WarcWriteError",
     "WarcWriter",
     "check_options",
+    "frame",
     "gzip_member",
+    "next_frame",
+    "read_frame",
+    "read_frame_fd",
     "read_warc_urls",
     "serialize_pair",
     "stored_response_headers",
     "warcio_pair",
+    "write_frames_fd",
 ]

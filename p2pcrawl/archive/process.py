@@ -15,19 +15,18 @@ import json
 import marshal
 import os
 import signal
-import struct
 import sys
 import time
 from pathlib import Path
 
 from p2pcrawl.archive.files import WarcFiles
+from p2pcrawl.archive.framing import frame, next_frame, write_frames_fd
 from p2pcrawl.archive.records import FetchRecord
 
-__all__ = ["FRAME", "MAX_FRAME", "decode_record", "encode_answer", "encode_record", "main", "serve"]
+__all__ = ["decode_record", "encode_answer", "encode_record", "main", "serve"]
 
 # The event loop sends records down the process's stdin; the process answers on its stdout.
-# Both directions are frames: a 4-byte little-endian length, then a ``marshal``-ed tuple
-# (marshal: C speed for a 30 kB body, and both ends are the same interpreter). Answers:
+# Both directions are frames (``framing``) holding a ``marshal``-ed tuple. Answers:
 #   ("ready",)                     first, once the process is set up
 #   ("file", path)                 a new file was opened (sent before records written to it)
 #   ("written", n, records, bytes) the next n records sent are in the file (or failed, below)
@@ -35,8 +34,6 @@ __all__ = ["FRAME", "MAX_FRAME", "decode_record", "encode_answer", "encode_recor
 # A record counts as written only once ``write()`` has handed it to the OS, so it survives
 # this process or the peer being killed; "written" answers are what lets a page count as done.
 
-FRAME = struct.Struct("<I")
-MAX_FRAME = 1 << 30  # a record is at most max-body plus headers; anything near this is a bug
 # An answer goes out once the records read so far are written, or after this much writing
 # if more are waiting: one wake-up of the event loop for a run of records, yet no record
 # waits long behind others for its answer (the page it belongs to is not done until then).
@@ -60,7 +57,7 @@ def encode_record(rec: FetchRecord) -> bytes:
             rec.fetched_at,
         )
     )
-    return FRAME.pack(len(payload)) + payload
+    return frame(payload)
 
 
 def decode_record(payload: bytes | bytearray) -> FetchRecord:
@@ -71,8 +68,7 @@ def decode_record(payload: bytes | bytearray) -> FetchRecord:
 
 
 def encode_answer(*fields: str | int) -> bytes:
-    payload = marshal.dumps(fields)
-    return FRAME.pack(len(payload)) + payload
+    return frame(marshal.dumps(fields))
 
 
 def serve(files: WarcFiles, source: int, answers: int) -> None:
@@ -88,14 +84,9 @@ def serve(files: WarcFiles, source: int, answers: int) -> None:
         pending = 0
         pos = 0
         answered_at = time.monotonic()
-        while len(buf) - pos >= FRAME.size:
-            (size,) = FRAME.unpack_from(buf, pos)
-            if size > MAX_FRAME:
-                raise ValueError(f"frame of {size} bytes")
-            end = pos + FRAME.size + size
-            if len(buf) < end:
-                break
-            rec = decode_record(buf[pos + FRAME.size : end])
+        while (span := next_frame(buf, pos)) is not None:
+            start, end = span
+            rec = decode_record(buf[start:end])
             pos = end
             if not failed:
                 before = len(files.files)
@@ -132,15 +123,9 @@ def _written(files: WarcFiles, n: int) -> bytes:
 
 def _send(fd: int, data: bytes) -> None:
     try:
-        _write_fully_fd(fd, data)
+        write_frames_fd(fd, data)
     except BrokenPipeError:
         pass  # the peer is gone; keep writing what it sent until its pipe closes
-
-
-def _write_fully_fd(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def main(argv: list[str] | None = None) -> int:

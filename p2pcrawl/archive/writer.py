@@ -33,7 +33,8 @@ from typing import Any
 
 from p2pcrawl import __version__
 from p2pcrawl.archive.files import check_options
-from p2pcrawl.archive.process import FRAME, MAX_FRAME, encode_record
+from p2pcrawl.archive.framing import read_frame
+from p2pcrawl.archive.process import encode_record
 from p2pcrawl.archive.records import (
     DEFAULT_COMPRESS_LEVEL,
     FetchRecord,
@@ -173,9 +174,10 @@ class WarcWriter:
         if self._closing:
             raise RuntimeError("WarcWriter is closed")
         self._raise_if_failed()
-        frame = encode_record(record)
-        if len(frame) - FRAME.size > MAX_FRAME:
-            raise ValueError(f"record of {len(frame)} bytes is too large to write")
+        try:
+            frame = encode_record(record)
+        except ValueError as exc:
+            raise ValueError(f"record too large to write: {exc}") from None
         await self._slots.acquire()
         if self._closing or self._error is not None:
             # Something happened while we waited for a slot: aclose() began, or the process
@@ -301,8 +303,7 @@ class WarcWriter:
 
 
 async def _read_answer(stdout: asyncio.StreamReader) -> tuple[Any, ...]:
-    (size,) = FRAME.unpack(await stdout.readexactly(FRAME.size))
-    answer = marshal.loads(await stdout.readexactly(size))
+    answer = marshal.loads(await read_frame(stdout))
     if not isinstance(answer, tuple) or not answer:
         raise ValueError(f"not an answer: {answer!r}")
     return answer

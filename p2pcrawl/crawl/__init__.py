@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.domains import DomainTable, decode_rules, encode_rules, parse_domain_tables
-from p2pcrawl.crawl.engine import TAILS_PER_FETCH, Engine, LocalRouter, Router
+from p2pcrawl.crawl.engine import TAILS_PER_FETCH, Engine
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult, ForbiddenAddress
 from p2pcrawl.crawl.frontier import Frontier, HostQueue, HostSlot, Task
 from p2pcrawl.crawl.ledger import Ledger, from_stored, to_stored
@@ -19,7 +19,8 @@ from p2pcrawl.crawl.parse import ParsedPage, extract_links
 from p2pcrawl.crawl.parsebound import Flattened, flatten_deep_nesting
 from p2pcrawl.crawl.parseproc import BoundedParse, ParseWorkers, needs_worker, parse_bounded
 from p2pcrawl.crawl.patterns import UrlPatterns
-from p2pcrawl.crawl.robots import RobotsCache, RobotsPolicy, policy_from_response
+from p2pcrawl.crawl.ports import NO_LOANS, FinishedHook, LoanPort, LocalRouter, Router
+from p2pcrawl.crawl.robots import RobotsCache, RobotsPolicy, policy_from_lent, policy_from_response
 from p2pcrawl.crawl.runner import CrawlSummary, crawl
 from p2pcrawl.crawl.scope import Scope, is_forbidden_address, normalise_domain
 from p2pcrawl.crawl.seeds import SeedVerdict, check_seed, scheme_hint
@@ -27,6 +28,7 @@ from p2pcrawl.crawl.seen import SeenCache
 from p2pcrawl.crawl.stats import CrawlStats, EventLog, Histogram
 
 __all__ = [
+    "NO_LOANS",
     "TAILS_PER_FETCH",
     "BoundedParse",
     "CrawlStats",
@@ -36,6 +38,7 @@ __all__ = [
     "EventLog",
     "FetchResult",
     "Fetcher",
+    "FinishedHook",
     "Flattened",
     "ForbiddenAddress",
     "Frontier",
@@ -44,6 +47,7 @@ __all__ = [
     "HostSlot",
     "Ledger",
     "LinkFilter",
+    "LoanPort",
     "LocalRouter",
     "ParseWorkers",
     "ParsedPage",
@@ -68,6 +72,7 @@ __all__ = [
     "normalise_domain",
     "parse_bounded",
     "parse_domain_tables",
+    "policy_from_lent",
     "policy_from_response",
     "repeats_a_segment",
     "scheme_hint",

@@ -12,6 +12,7 @@ import enum
 import time
 from typing import TYPE_CHECKING
 
+from p2pcrawl.aio import backoff_delay
 from p2pcrawl.crawl import politeness, scheduling, urls
 from p2pcrawl.crawl.domains import politeness_for
 from p2pcrawl.crawl.fetcher import FetchResult
@@ -25,7 +26,7 @@ __all__ = ["RETRYABLE_ERRORS", "Outcome", "attempt"]
 
 RETRYABLE_ERRORS = frozenset({"timeout", "connect", "protocol", "disconnect"})
 # A borrowed task held back (its loan is too far ahead of its lender's word) is tried again
-# after this long: about half a report interval (network/borrower.py).
+# after this long: about half a report interval (network/reporting.py).
 BORROWED_WAIT_S = 0.05
 # A host whose domain has all its requests in flight (its "concurrency") is tried again after.
 DOMAIN_WAIT_S = 0.05
@@ -41,8 +42,7 @@ class Outcome(enum.Enum):
 
 async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, FetchResult | None]:
     ledger = engine.ledger
-    gate = engine.may_fetch_borrowed
-    if task.lease and gate is not None and not gate(task):
+    if task.lease and not engine.loans.may_fetch(task, engine.in_flight):
         slot.requeue(task)
         slot.after(0.0, BORROWED_WAIT_S)
         return Outcome.WAITING, None
@@ -141,9 +141,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
             task.tries += 1
             stats.retries += 1
             slot.requeue(task)
-            slot.after(
-                res.elapsed, max(gap, politeness.backoff_seconds(task.tries, 1.0, pset.max_delay))
-            )
+            slot.after(res.elapsed, max(gap, backoff_delay(task.tries, 1.0, pset.max_delay)))
             return Outcome.WAITING, None
         if res.status == 0:
             slot.after(res.elapsed, gap)

@@ -17,10 +17,10 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
 
+from p2pcrawl.aio import TaskSet, every
 from p2pcrawl.archive import WarcWriteError, WarcWriter
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.attempt import Outcome, attempt
@@ -32,6 +32,7 @@ from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import LinkFilter
 from p2pcrawl.crawl.pacing import Pacer, response_on_wire
 from p2pcrawl.crawl.parseproc import ParseWorkers
+from p2pcrawl.crawl.ports import NO_LOANS, FinishedHook, LoanPort, LocalRouter, Router
 from p2pcrawl.crawl.refill import WindowRefill
 from p2pcrawl.crawl.robots import RobotsCache
 from p2pcrawl.crawl.robotsgate import RobotsGate
@@ -41,9 +42,8 @@ from p2pcrawl.crawl.stats import CrawlStats
 from p2pcrawl.crawl.tail import page_tail
 from p2pcrawl.crawl.unreachable import Unreachable
 from p2pcrawl.settings import CrawlSettings, Partition
-from protocol import TaskSet
 
-__all__ = ["Engine", "LocalRouter", "Router"]
+__all__ = ["Engine"]
 
 log = logging.getLogger(__name__)
 
@@ -51,22 +51,6 @@ log = logging.getLogger(__name__)
 # body, so this bounds the pages in memory at (1 + TAILS_PER_FETCH) x concurrency.
 TAILS_PER_FETCH = 2
 MAX_REFUSED_HOSTS_NOTED = 1000
-
-
-class Router(Protocol):
-    async def route(
-        self, tasks: list[Task], *, urgent: bytes | None = None, found: bool = False
-    ) -> None:
-        """Hand newly discovered tasks to their owners (durably accepted on return).
-        Tasks of the key ``urgent`` should not wait for company: a host fetched here on
-        loan waits for its own links to reach its owner. ``found``: links found on a page,
-        which need not be sent to an owner that said it holds them."""
-
-
-class FinishedHook(Protocol):
-    def __call__(self, tasks: list[Task], *, hurry: bool = False) -> Awaitable[None]:
-        """Tell whoever keeps copies that ``tasks`` are finished; ``hurry`` when a remote
-        caller waits for it."""
 
 
 class Engine:
@@ -80,12 +64,15 @@ class Engine:
         router: Router | None = None,
         on_finished: FinishedHook | None = None,
         on_failure: Callable[[BaseException], None] | None = None,
+        loans: LoanPort = NO_LOANS,
+        data_dir: Path | None = None,
+        link_bytes: Callable[[], int] | None = None,
     ) -> None:
         self.settings = settings
         self.ledger = ledger
         self.warc = warc
         self.partition: Partition = partition
-        self.router: Router = router or LocalRouter(self)
+        self.router: Router = router or LocalRouter(ledger, self.wake)
         self.on_finished = on_finished
         self.on_failure = on_failure
         # Why this engine stopped fetching for good (its output failed), or None.
@@ -94,6 +81,9 @@ class Engine:
         self.frontier = Frontier(settings)
         self.fetcher = Fetcher(settings)
         self.pacer = Pacer(settings.max_rate)
+        # What the link carries besides the fetches (the RPCs): --max-rate counts it too.
+        if link_bytes is not None and self.pacer.enabled:
+            self.pacer.count_also(link_bytes)
         self.unreachable = Unreachable(
             settings.politeness.max_retries, settings.politeness.robots_error_ttl
         )
@@ -102,34 +92,26 @@ class Engine:
         )
         self.links = LinkFilter(settings, partition, self.stats)
         self.in_flight: dict[int, Task] = {}
-        # Our tasks another peer fetches for us (network/lender.py): still queued in the
-        # ledger, kept out of the frontier until the borrower reports them.
-        self.lent: dict[int, Task] = {}
+        self.loans = loans
         self.refill = WindowRefill(
-            settings, self.frontier, ledger, self.in_flight, partition, lent=self.lent
+            settings, self.frontier, ledger, self.in_flight, partition, lent=loans.lent
         )
-        self.paused = False  # no new fetches (leaving)
+        # Why no fetch may start now, by name; each reason is held and released by its
+        # owner (a join, a stall, a leave, a failure), so one cannot end another's pause.
+        self._pauses: set[str] = set()
         # Pages that could hold the loop are parsed in processes, under a deadline.
         self.parsers = ParseWorkers(settings.parse_workers, deadline=settings.parse_deadline)
         self._host_pages: collections.Counter[str] = collections.Counter()
-        # --max-disk: measured, and estimated between measurements.
         self.domains = DomainTable(settings.domains)
+        # --max-disk: measured, and estimated between measurements.
         self.disk = DiskBudget(settings.scope.max_disk_bytes, lambda: self.stats.bytes_fetched)
-        self.data_dir: Path | None = None
+        self.data_dir = data_dir  # measured against max_disk_bytes
         self._tasks = TaskSet("engine")
         self._progress = asyncio.Event()
-        self._started = False
         self._fetching = 0  # page fetches under way, reserved against max_pages
         self._refused_hosts: set[str] = set()
         # Set by whoever watches the network's total (--max-network-pages).
         self.network_limit_reached = False
-        # Tasks borrowed from other owners (network/borrower.py), queued or in flight here but
-        # not in our ledger; each one ends through ``settle_borrowed``: finished or given back.
-        self.borrowed = 0
-        self.settle_borrowed: Callable[[list[Task], bool], Awaitable[None]] | None = None
-        # Whether a borrowed task may be fetched now (its loan is not too far ahead of its
-        # lender's word); asked before each fetch of one.
-        self.may_fetch_borrowed: Callable[[Task], bool] | None = None
         # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
         # the stores, so with only one per fetch slot the fetchers sat idle behind them.
         self.tail_slots = TAILS_PER_FETCH * settings.concurrency
@@ -143,21 +125,29 @@ class Engine:
 
     async def start(self) -> None:
         await self.fetcher.start()
-        self._spawn(self.refill.run(), "refill")
-        self._spawn(self._housekeeping_loop(), "housekeeping")
+        self._tasks.spawn(self.refill.run(), "refill")
+        self._tasks.spawn(every(1.0, self._housekeeping, first=0.0), "housekeeping")
         if self.disk.limit and self.data_dir is not None:
-            self._spawn(self.disk.run(self.data_dir, self._progress.set), "disk")
+            self._tasks.spawn(self.disk.run(self.data_dir, self._progress.set), "disk")
         for i in range(self.settings.concurrency):
-            self._spawn(self._worker(), f"worker-{i}")
-        self._started = True
+            self._tasks.spawn(self._worker(), f"worker-{i}")
         self.refill.wanted.set()
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        self._tasks.spawn(coro, name)
+    @property
+    def paused(self) -> bool:
+        """No new fetch starts: some reason to pause is held."""
+        return bool(self._pauses)
+
+    def pause(self, reason: str) -> None:
+        """Start no fetch until ``resume(reason)`` and every other reason's."""
+        self._pauses.add(reason)
+
+    def resume(self, reason: str) -> None:
+        self._pauses.discard(reason)
 
     async def stop_fetching(self, timeout: float) -> list[Task]:
         """Stop taking work, wait up to ``timeout`` for in-flight fetches; returns the rest."""
-        self.paused = True
+        self.pause("stopped")
         self.frontier.wake_all()
         deadline = time.monotonic() + timeout
         while self.in_flight and time.monotonic() < deadline:
@@ -193,11 +183,11 @@ class Engine:
 
     @property
     def tasks_queued(self) -> int:
-        return max(0, self.ledger.queued + self.borrowed - len(self.in_flight))
+        return max(0, self.ledger.queued + self.loans.borrowed - len(self.in_flight))
 
     @property
     def idle(self) -> bool:
-        return not self.in_flight and self.ledger.queued == 0 and not self.borrowed
+        return not self.in_flight and self.ledger.queued == 0 and not self.loans.borrowed
 
     @property
     def exhausted(self) -> bool:
@@ -263,9 +253,7 @@ class Engine:
         keys = self.refill.exclude(keys)
         if self.partition != "host":
             return []
-        hosts = [
-            h for h, hq in self.frontier.hosts.items() if hq.tasks and hq.tasks[0][1].key in keys
-        ]
+        hosts = [h for h, hq in self.frontier.hosts.items() if hq.key in keys]
         out: list[Task] = []
         for h in hosts:
             out += self.frontier.take_tasks(h, lambda t: not t.lease)
@@ -274,13 +262,14 @@ class Engine:
     def include_keys(self, keys: Iterable[bytes]) -> None:
         self.refill.include(keys)
 
-    async def _housekeeping_loop(self) -> None:
-        while True:
-            self.stats.sample()
-            self.frontier.prune()
-            if self.refill.low() or self.refill.overflowing:
-                self.refill.wanted.set()
-            await asyncio.sleep(1.0)
+    def excludes(self, key: bytes) -> bool:
+        return key in self.refill.excluded_keys  # moving to another peer
+
+    async def _housekeeping(self) -> None:
+        self.stats.sample()
+        self.frontier.prune()
+        if self.refill.low() or self.refill.overflowing:
+            self.refill.wanted.set()
 
     # -- the worker ----------------------------------------------------------------------
 
@@ -396,7 +385,7 @@ class Engine:
             return
         log.error("stopped fetching: %s", exc)
         self.failure = exc
-        self.paused = True
+        self.pause("failed")
         self.frontier.wake_all()
         self._progress.set()
         if self.on_failure is not None:
@@ -421,7 +410,7 @@ class Engine:
         """Drop a task this peer's configuration refuses, without recording it done: the
         same URL seeded again once the configuration allows it is crawled."""
         if task.lease:
-            await self._settle_borrowed([task], finished=False)  # its owner may be allowed to
+            await self.loans.settle([task], finished=False)  # its owner may be allowed to
             return
         await self.ledger.drop([task.fp])
         if self.on_finished is not None:
@@ -430,8 +419,8 @@ class Engine:
     async def finish(self, tasks: list[Task], *, hurry: bool = False) -> None:
         """Record ``tasks`` finished here and tell the replicas; ``hurry``: a remote caller
         waits for it (a borrower's report)."""
-        if self.borrowed and any(t.lease for t in tasks):
-            await self._settle_borrowed([t for t in tasks if t.lease], finished=True)
+        if self.loans.borrowed and any(t.lease for t in tasks):
+            await self.loans.settle([t for t in tasks if t.lease], finished=True)
             tasks = [t for t in tasks if not t.lease]
             if not tasks:
                 return
@@ -443,22 +432,3 @@ class Engine:
         """Lent tasks came back (finished or not): as after a fetch of ours."""
         self._progress.set()
         self.refill.after_task(key)
-
-    async def _settle_borrowed(self, tasks: list[Task], *, finished: bool) -> None:
-        """A borrowed task ends here: its owner records it (``finished``: returns once it
-        has) or takes it back."""
-        assert self.settle_borrowed is not None, "a borrowed task without a lender"
-        await self.settle_borrowed(tasks, finished)
-
-
-class LocalRouter:
-    """A lone peer owns everything: discovered tasks go straight into its own ledger."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    async def route(
-        self, tasks: list[Task], *, urgent: bytes | None = None, found: bool = False
-    ) -> None:
-        if await self.engine.ledger.accept(tasks):
-            self.engine.wake()

@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
+from p2pcrawl.aio import Memo
 from p2pcrawl.crawl.scope import is_forbidden_address
 from p2pcrawl.settings import CrawlSettings
 
@@ -43,7 +44,7 @@ class GuardedResolver(AbstractResolver):
         self._allow_loopback = allow_loopback
         # host -> the address aiohttp will try first, for WARC-IP-Address: the connection
         # object is often released before the caller could ask it for its peer.
-        self.addresses: dict[str, str] = {}
+        self.addresses: Memo[str, str] = Memo(10_000)
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
@@ -56,9 +57,7 @@ class GuardedResolver(AbstractResolver):
             ]
             if not results:
                 raise ForbiddenAddress(f"{host} resolves only to private addresses")
-        if len(self.addresses) > 10_000:
-            self.addresses.clear()
-        self.addresses[host] = results[0]["host"]
+        self.addresses.remember(host, results[0]["host"])
         return results
 
     async def close(self) -> None:

@@ -76,6 +76,11 @@ class HostQueue:
         """Its queue was lent to this peer by the host's owner (a host is lent whole)."""
         return bool(self.tasks) and self.tasks[0][1].lease != 0
 
+    @property
+    def key(self) -> bytes | None:
+        """The DHT key of the host's queued tasks; None while none is queued."""
+        return self.tasks[0][1].key if self.tasks else None
+
 
 class HostSlot:
     """A ready host taken from the frontier by :meth:`Frontier.slot`.
@@ -347,6 +352,34 @@ class Frontier:
         self._size -= len(out)
         return out
 
+    def lendable(self, hq: HostQueue, least: int) -> bool:
+        """Whether another peer could fetch ``hq``'s queue: ``least`` tasks or more queued
+        here, still in the frontier, ours (not borrowed) and not the :attr:`leader`."""
+        return (
+            len(hq.tasks) >= least
+            and not hq.removed
+            and not hq.borrowed  # lending it on would loop
+            and hq is not self.leader
+        )
+
+    def largest_lendable(
+        self, *, busy: bool, least: int, most: int, skip: Callable[[HostQueue], bool]
+    ) -> HostQueue | None:
+        """The :meth:`lendable` host with the most queued tasks, at most ``most``, among those
+        with a request under way (``busy``) or with none, not reserved and not ``skip``."""
+        best: HostQueue | None = None
+        for hq in self._hosts.values():
+            if (
+                hq.polite.busy == busy
+                and hq.reserved is None
+                and len(hq.tasks) <= most
+                and (best is None or len(hq.tasks) > len(best.tasks))
+                and self.lendable(hq, least)
+                and not skip(hq)
+            ):
+                best = hq
+        return best
+
     def lend_host(self, hq: HostQueue) -> list[Task]:
         """Take a ready host's queued tasks out and mark it busy, as if a request to it were
         under way, until :meth:`release`: another peer fetches them meanwhile."""
@@ -377,6 +410,15 @@ class Frontier:
         if not hq.polite.busy and not hq.queued and not hq.removed and hq.tasks:
             self._schedule(hq, self._clock())
             self._wake_one()
+
+    def hosts_with_work(self, at_most: int) -> int:
+        """Hosts with queued tasks or a request under way, counted up to ``at_most``."""
+        n = 0
+        for hq in self._hosts.values():
+            n += bool(hq.tasks) or hq.polite.busy
+            if n >= at_most:
+                break
+        return n
 
     def busy_hosts(self) -> list[str]:
         return [h for h, hq in self._hosts.items() if hq.polite.busy]

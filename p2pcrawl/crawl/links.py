@@ -20,6 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
+from p2pcrawl.aio import Memo
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.frontier import Task
 from p2pcrawl.crawl.patterns import UrlPatterns
@@ -87,9 +88,9 @@ class LinkFilter:
         )
         # No --allow-domain: the scope is the seeds' hosts, widened as the network tells.
         self.scope_from_seeds = not settings.scope.allow_domains
-        self._key_cache: dict[str, bytes] = {}
+        self._key_cache: Memo[str, bytes] = Memo(MEMO_LIMIT)
         # Host key ("host[:port]") -> in scope; cleared whenever the scope grows.
-        self._in_scope: dict[str, bool] = {}
+        self._in_scope: Memo[str, bool] = Memo(MEMO_LIMIT)
         # Host key -> URLs this peer admitted for it (the per-host URL budget). One int per
         # host this peer has seen links to, which the task store holds anyway.
         self.admitted: Counter[str] = Counter()
@@ -100,9 +101,7 @@ class LinkFilter:
         host = urls.host_of(url)
         k = self._key_cache.get(host)
         if k is None:
-            if len(self._key_cache) > MEMO_LIMIT:
-                self._key_cache.clear()
-            k = self._key_cache[host] = key_for(host)
+            k = self._key_cache.remember(host, key_for(host))
         return k
 
     def seed_task(self, raw: str) -> Task:
@@ -171,7 +170,4 @@ class LinkFilter:
         return out
 
     def _host_in_scope(self, host: str, url: str) -> bool:
-        if len(self._in_scope) > MEMO_LIMIT:
-            self._in_scope.clear()
-        ok = self._in_scope[host] = self.scope.allows_host(urls.hostname_of(url))
-        return ok
+        return self._in_scope.remember(host, self.scope.allows_host(urls.hostname_of(url)))

@@ -30,6 +30,8 @@ import itertools
 import time
 from collections.abc import Callable, Iterable
 
+from p2pcrawl.aio import Rate, TokenBucket
+
 __all__ = ["Pacer", "on_wire", "response_on_wire"]
 
 # The bucket holds this much time at the rate: requests may start together up to it, so a
@@ -67,8 +69,7 @@ class Pacer:
         self.rate = float(rate)
         self._clock = clock
         self.burst = max(MIN_BURST, rate * BURST_S)
-        self._level = self.burst
-        self._at = clock()
+        self._bucket = TokenBucket(Rate(per_s=self.rate, burst=self.burst), clock())
         self.mean = float(FIRST_GUESS)
         self._waiting: list[tuple[float, int, asyncio.Future[float]]] = []
         self._seq = itertools.count()
@@ -87,23 +88,24 @@ class Pacer:
     def enabled(self) -> bool:
         return self.rate > 0
 
-    def _refill(self) -> None:
+    def _refill(self) -> float:
+        """The bucket's level now, what arrived outside the fetches taken out."""
         now = self._clock()
-        self._level = min(self.burst, self._level + (now - self._at) * self.rate)
-        self._at = now
+        bucket = self._bucket
+        bucket.refill(now)
         if self._others is not None:
             total = self._others()
-            self._level -= total - self._others_seen
+            bucket.charge(now, total - self._others_seen)
             self._others_seen = total
+        return bucket.tokens
 
     async def start(self, priority: float = 0.0) -> float:
         """Wait for this request's turn; returns the bytes taken out of the bucket, to be
         passed to :meth:`settle` with the response's real size."""
         if not self.enabled:
             return 0.0
-        self._refill()
-        if not self._waiting and self._level >= 0:
-            self._level -= self.mean
+        if not self._waiting and self._refill() >= 0:
+            self._bucket.tokens -= self.mean
             return self.mean
         self.waits += 1
         fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
@@ -113,7 +115,7 @@ class Pacer:
             return await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
-                self._level += fut.result()  # granted, then cancelled: give it back
+                self._bucket.tokens += fut.result()  # granted, then cancelled: give it back
                 self._grant()
             raise
 
@@ -122,7 +124,7 @@ class Pacer:
         if not self.enabled:
             return
         self._refill()
-        self._level += taken - size
+        self._bucket.tokens += taken - size
         if size > 0:
             self.mean = SMOOTHING * self.mean + (1 - SMOOTHING) * size
         self._grant()
@@ -134,24 +136,25 @@ class Pacer:
         if not self.enabled:
             return
         self._refill()
-        self._level -= size
+        self._bucket.tokens -= size
         self._grant()
 
     def _grant(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        bucket = self._bucket
         self._refill()
-        while self._waiting and self._level >= 0:
+        while self._waiting and bucket.tokens >= 0:
             _, _, fut = heapq.heappop(self._waiting)
             if fut.done():
                 continue  # cancelled while waiting
-            self._level -= self.mean
+            bucket.tokens -= self.mean
             fut.set_result(self.mean)
         while self._waiting and self._waiting[0][2].done():
             heapq.heappop(self._waiting)
         if self._waiting:
-            delay = -self._level / self.rate
+            delay = bucket.wait()
             self._timer = asyncio.get_running_loop().call_later(delay, self._grant)
 
     def close(self) -> None:

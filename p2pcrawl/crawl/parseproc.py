@@ -11,8 +11,8 @@ than :data:`LOOP_MAX_START_TAGS` cannot nest deeper than that, and lexbor parses
 few milliseconds at worst, cheaper than a round trip to a process. So ordinary pages cost
 the loop one ``bytes.count`` more than before (10 us for 30 kB, ~1% of a page's CPU).
 
-Frames on both pipes are a 4-byte little-endian length and a ``marshal``-ed tuple, as for
-the WARC writer process.
+Frames on both pipes (``p2pcrawl.archive.framing``) hold a ``marshal``-ed tuple, as for the WARC
+writer process.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import contextlib
 import logging
 import marshal
 import os
-import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from p2pcrawl.archive import frame, read_frame, read_frame_fd, write_frames_fd
 from p2pcrawl.crawl.parse import ParsedPage, extract_links
 from p2pcrawl.crawl.parsebound import DEFAULT_MAX_DEPTH, flatten_deep_nesting
 
@@ -47,8 +47,6 @@ log = logging.getLogger(__name__)
 LOOP_MAX_START_TAGS = 2048
 LOOP_MAX_BYTES = 1 << 20  # lexbor is linear in size, ~5 ms per MiB of ordinary HTML
 DEFAULT_DEADLINE_S = 10.0
-_FRAME = struct.Struct("<I")
-_MAX_FRAME = 1 << 30
 _START_TIMEOUT_S = 30.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -107,11 +105,9 @@ class _Process:
         self.stdout = proc.stdout
 
     async def parse(self, request: tuple[Any, ...]) -> tuple[Any, ...]:
-        payload = marshal.dumps(request)
-        self.stdin.write(_FRAME.pack(len(payload)) + payload)
+        self.stdin.write(frame(marshal.dumps(request)))
         await self.stdin.drain()
-        (size,) = _FRAME.unpack(await self.stdout.readexactly(_FRAME.size))
-        answer = marshal.loads(await self.stdout.readexactly(size))
+        answer = marshal.loads(await read_frame(self.stdout))
         if not isinstance(answer, tuple):
             raise ValueError(f"not an answer: {answer!r}")
         return answer
@@ -222,8 +218,7 @@ class ParseWorkers:
         self._all.add(worker)
         try:
             async with asyncio.timeout(_START_TIMEOUT_S):
-                (size,) = _FRAME.unpack(await worker.stdout.readexactly(_FRAME.size))
-                ready = marshal.loads(await worker.stdout.readexactly(size))
+                ready = marshal.loads(await read_frame(worker.stdout))
             if ready != ("ready",):
                 raise ValueError(f"it said {ready!r}")
         except (asyncio.IncompleteReadError, TimeoutError, ValueError, EOFError) as exc:
@@ -252,33 +247,14 @@ class ParseWorkers:
 
 
 def _send(fd: int, payload: bytes) -> None:
-    data = memoryview(_FRAME.pack(len(payload)) + payload)
-    while data:
-        data = data[os.write(fd, data) :]
-
-
-def _read_exactly(fd: int, n: int) -> bytes | None:
-    parts: list[bytes] = []
-    while n:
-        chunk = os.read(fd, min(n, 1 << 20))
-        if not chunk:
-            return None
-        parts.append(chunk)
-        n -= len(chunk)
-    return b"".join(parts)
+    write_frames_fd(fd, frame(payload))
 
 
 def serve(source: int, answers: int) -> None:
     """Answer every framed request on fd ``source`` until it closes."""
     _send(answers, marshal.dumps(("ready",)))
     while True:
-        head = _read_exactly(source, _FRAME.size)
-        if head is None:
-            return
-        (size,) = _FRAME.unpack(head)
-        if size > _MAX_FRAME:
-            raise ValueError(f"frame of {size} bytes")
-        payload = _read_exactly(source, size)
+        payload = read_frame_fd(source)
         if payload is None:
             return
         body, url, encoding, max_links, max_url_length, max_depth = marshal.loads(payload)

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 
+from p2pcrawl.aio import backoff_delay
 from p2pcrawl.settings import PolitenessSettings
 
 __all__ = [
     "HostPoliteness",
-    "backoff_seconds",
     "next_gap",
     "retry_after_seconds",
 ]
@@ -66,18 +66,6 @@ def retry_after_seconds(value: str | None, now_epoch: float, default: float, cap
     if math.isnan(seconds):
         seconds = default
     return max(0.0, min(seconds, cap))
-
-
-def backoff_seconds(attempt: int, base: float, cap: float) -> float:
-    """Exponential backoff before retry number ``attempt`` (1, 2, ...): base, 2*base, 4*base...
-
-    Deterministic, without jitter: a host is owned by one peer and served by one connection at
-    a time, so there is no crowd of clients whose retries need spreading out.
-    """
-    if attempt < 1:
-        return 0.0
-    # Bound the exponent: 2.0**1024 overflows, and anything past 2**62 is above any cap anyway.
-    return max(0.0, min(base * 2.0 ** min(attempt - 1, 62), cap))
 
 
 @dataclass(slots=True)
@@ -135,6 +123,6 @@ class HostPoliteness:
         gap = max(
             next_gap(settings, self.robots_delay, self.last_response_time),
             retry_after or 0.0,
-            backoff_seconds(self.consecutive_errors, settings.delay, settings.max_delay),
+            backoff_delay(self.consecutive_errors, settings.delay, settings.max_delay),
         )
         self.next_allowed = now + gap

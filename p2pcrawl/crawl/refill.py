@@ -11,7 +11,7 @@ the store (two-level scheduling: every host queue has work).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.frontier import Frontier, Task
@@ -33,13 +33,13 @@ class WindowRefill:
         in_flight: dict[int, Task],
         partition: Partition,
         *,
-        lent: dict[int, Task] | None = None,
+        lent: Collection[int] = frozenset(),
     ) -> None:
         self.settings = settings
         self.frontier = frontier
         self.ledger = ledger
         self.in_flight = in_flight
-        self.lent: dict[int, Task] = {} if lent is None else lent  # away, yet still queued
+        self.lent = lent  # ours, away on loan yet still queued (``ports.LoanPort``)
         self.partition: Partition = partition
         self.wanted = asyncio.Event()
         self.excluded_keys: set[bytes] = set()

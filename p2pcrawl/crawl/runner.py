@@ -49,8 +49,7 @@ async def crawl(
                 data_dir / "warc", prefix=node_prefix, max_bytes=settings.warc_max_bytes
             )
             await warc.start()
-        engine = Engine(settings, ledger, warc=warc, partition=partition)
-        engine.data_dir = data_dir
+        engine = Engine(settings, ledger, warc=warc, partition=partition, data_dir=data_dir)
         await engine.start()
         await engine.add_seeds(seeds)
         while not (engine.idle or (engine.exhausted and not engine.in_flight)):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
+from p2pcrawl.aio import Memo
+
 __all__ = ["Scope", "is_forbidden_address", "normalise_domain"]
 
 
@@ -88,9 +90,9 @@ class Scope:
         # Names (not addresses): their subdomains are in scope too. A lookup walks the
         # host's parent names (a few) instead of the list (300,000 entries took 0.4 s a host).
         self._names: set[str] = set()
+        self._cache: Memo[str, bool] = Memo(65536)
         for raw in domains:
             self.add(raw)
-        self._cache: dict[str, bool] = {}
 
     @property
     def domains(self) -> list[str]:
@@ -104,7 +106,7 @@ class Scope:
         self._exact.add(d)
         if not _is_ip(d):
             self._names.add(d)
-        self._cache = {}
+        self._cache.clear()
         return True
 
     def _under_a_name(self, name: str) -> bool:
@@ -130,7 +132,5 @@ class Scope:
             and is_forbidden_address(name, allow_loopback=self.allow_loopback)
         ):
             ok = False
-        if len(self._cache) > 65536:
-            self._cache.clear()
-        self._cache[hostname] = ok
+        self._cache.remember(hostname, ok)
         return ok

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from p2pcrawl.crawl.politeness import backoff_seconds
+from p2pcrawl.aio import backoff_delay
 
 __all__ = ["RETRY_BASE_S", "UNREACHABLE_ERRORS", "DeadOrigin", "Unreachable"]
 
@@ -82,7 +82,7 @@ class Unreachable:
         n = self.failures(origin)
         if n > self.retries:
             return self.retry_after
-        return backoff_seconds(n, RETRY_BASE_S, self.retry_after)
+        return backoff_delay(n, RETRY_BASE_S, self.retry_after)
 
     def given_up(self, origin: str, now: float | None = None) -> bool:
         """Past its retries, and its last failure recent enough that nobody tries again."""

@@ -1,16 +1,24 @@
 """The peer: one crawler in a network of equals, wired to the DHT node and its neighbours.
 
-:class:`Peer` owns the stores, the crawl engine and the node; links go to their owners
-through the :class:`Dispatcher`, accepted tasks are copied to the replicas
-(:mod:`~p2pcrawl.network.replication`), and joins, leaves and crashes move host keys between
-peers (:class:`Membership`). docs/architecture.md draws the whole path.
+:class:`Peer` opens the stores and starts the parts that :mod:`~p2pcrawl.network.parts`
+wires: links go to their owners through the :class:`Dispatcher`, accepted tasks are copied
+to the replicas (:mod:`~p2pcrawl.network.replication`), and joins, stalls, crashes and leaves
+move host keys between peers (``join``, ``stall``, ``rebalance``, ``leave``).
+docs/architecture.md draws the whole path.
 """
 
 from __future__ import annotations
 
-from p2pcrawl.network.dispatch import Dispatcher, to_batches
-from p2pcrawl.network.identity import DataDirError, load_or_create_identity, lock_data_dir
-from p2pcrawl.network.membership import HandoffReport, Membership
+from p2pcrawl.network.dispatch import Dispatcher
+from p2pcrawl.network.healing import CONTACTS_FILE, read_contacts
+from p2pcrawl.network.identity import (
+    DataDirError,
+    load_or_create_identity,
+    lock_data_dir,
+    save_identity,
+)
+from p2pcrawl.network.leave import HandoffReport
+from p2pcrawl.network.loanbook import MAX_UNSETTLED
 from p2pcrawl.network.netkey import (
     KEY_FILE,
     KeyDecision,
@@ -18,17 +26,21 @@ from p2pcrawl.network.netkey import (
     decide_key,
     is_loopback,
     join_command,
+    new_key,
 )
+from p2pcrawl.network.parts import Parts
 from p2pcrawl.network.peer import Peer, PeerConfig, State
 
 __all__ = [
+    "CONTACTS_FILE",
     "KEY_FILE",
+    "MAX_UNSETTLED",
     "DataDirError",
     "Dispatcher",
     "HandoffReport",
     "KeyDecision",
-    "Membership",
     "NetworkKeyError",
+    "Parts",
     "Peer",
     "PeerConfig",
     "State",
@@ -37,5 +49,7 @@ __all__ = [
     "join_command",
     "load_or_create_identity",
     "lock_data_dir",
-    "to_batches",
+    "new_key",
+    "read_contacts",
+    "save_identity",
 ]

@@ -15,24 +15,17 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from p2pcrawl.aio import Coalescer
+from p2pcrawl.aio import Coalescer, Memo, backoff_delay
 from p2pcrawl.crawl import Task
 from p2pcrawl.network.known import KnownAtOwners
-from protocol import (
-    CrawlNode,
-    KeyBatch,
-    PeerRef,
-    PeerTimeout,
-    RemoteError,
-    StoreResult,
-    TaskItem,
-    TaskSet,
-)
+from p2pcrawl.network.ports import StoreTask, to_batches
+from protocol import PeerRef, PeerTimeout, RemoteError, StoreResult, TaskSet
 
-__all__ = ["STATUS_FIELDS", "Dispatcher", "to_batches"]
+__all__ = ["STATUS_FIELDS", "Dispatcher", "Owners"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +34,7 @@ log = logging.getLogger(__name__)
 # dead owner is evicted every lookup names it again, and crawling its hosts here meanwhile
 # would fetch pages that its successor fetches too.
 GIVE_UP_AFTER_S = 120.0
+RETRY_DELAY_S = 0.1  # the first re-route waits this, each next one twice the last
 MAX_RETRY_DELAY_S = 2.0
 # An owner whose last STALE_AFTER batches from us were all links it had already is sent to
 # less often while this peer has a backlog: the spacing doubles per such batch up to
@@ -58,19 +52,15 @@ MAX_STALE_OWNERS = 4096  # owners whose streak is remembered (one per peer in pr
 STATUS_FIELDS = ("store_tasks", "urls_sent", "skipped_known", "learned_known")
 
 
-def to_batches(tasks: Sequence[Task], done: dict[bytes, list[int]] | None = None) -> list[KeyBatch]:
-    by_key: dict[bytes, KeyBatch] = {}
-    for t in tasks:
-        b = by_key.get(t.key)
-        if b is None:
-            b = by_key[t.key] = KeyBatch(key=t.key, tasks=[])
-        b.tasks.append(TaskItem(url=t.url, depth=t.depth, hops=t.hops))
-    for key, fps in (done or {}).items():
-        b = by_key.get(key)
-        if b is None:
-            b = by_key[key] = KeyBatch(key=key, tasks=[])
-        b.done.extend(fps)
-    return list(by_key.values())
+class Owners(Protocol):
+    """Who owns a key, the network's one answer and its cache (``CrawlNode.owner``)."""
+
+    @property
+    def me(self) -> PeerRef: ...
+
+    async def owner(self, key: bytes, *, fresh: bool = False) -> PeerRef: ...
+
+    def forget_owner(self, key: bytes) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,24 +75,25 @@ class _Item:
 class Dispatcher:
     def __init__(
         self,
-        node: CrawlNode,
+        owners: Owners,
+        send: StoreTask,
         *,
-        replicas: int,
         intake: Callable[[list[Task]], Awaitable[object]],
         batch: int = 256,
         flush_s: float = 0.2,
         patient: Callable[[], bool] = lambda: False,
     ) -> None:
-        self.node = node
-        self.replicas = replicas
+        """``send``: STORE_TASK (``CrawlNode.store_task``); ``intake``: tasks this peer owns
+        (``Intake.accept``); ``patient``: whether links may wait longer now."""
+        self.owners = owners
+        self._send_to = send
         self.intake = intake
         self.batch = batch
         self.flush_s = flush_s
-        self._owners: dict[bytes, PeerRef] = {}
         # Whether links may wait longer than ``flush_s`` now (this peer has a backlog).
         self._patient = patient
         # Per owner: how many batches in a row it already had every link of.
-        self._stale: dict[PeerRef, int] = {}
+        self._stale: Memo[PeerRef, int] = Memo(MAX_STALE_OWNERS)
         # Links each owner told us it holds (its STORE_TASK answers): not sent again.
         self.known = KnownAtOwners()
         # One outbox per owner: a link for an owner not written to for ``flush_s`` leaves at
@@ -128,31 +119,11 @@ class Dispatcher:
         counts = (self.sent_rpcs, self.sent_urls, self.known.skipped, self.known.learned)
         return dict(zip(STATUS_FIELDS, counts, strict=True))
 
-    # -- owner resolution ------------------------------------------------------------------
-
-    def forget_owners(self) -> None:
-        """Membership changed: every cached owner may be stale."""
-        self._owners.clear()
+    def owners_changed(self) -> None:
+        """Membership changed: what owners told us they hold, and how stale our batches to
+        them were, may no longer hold (the node forgets its cached owners itself)."""
         self._stale.clear()
         self.known.forget()
-
-    async def owner_of(self, key: bytes, *, fresh: bool = False) -> PeerRef:
-        """The key's owner: cached per key until membership changes or ``fresh``.
-
-        ``closest`` answers from the routing table while it knows the whole network (fewer
-        than k contacts) and runs an iterative FIND_NODE otherwise (Kademlia §2.3); either
-        way the local node is compared too, which the library's lookups never do.
-        """
-        if not fresh:
-            hit = self._owners.get(key)
-            if hit is not None:
-                return hit
-        found = await self.node.closest(key, 1)
-        owner = found[0] if found else self.node.me
-        if len(self._owners) > 200_000:
-            self._owners.clear()
-        self._owners[key] = owner
-        return owner
 
     # -- routing ---------------------------------------------------------------------------
 
@@ -181,10 +152,17 @@ class Dispatcher:
         if not tasks:
             return
         groups: dict[PeerRef, list[Task]] = defaultdict(list)
-        me = self.node.me
+        me = self.owners.me
         known = self.known
+        fresh = attempt > 0
+        # Asked once per key of the call: a page's links are mostly to a few hosts.
+        owners: dict[bytes, PeerRef] = {}
         for t in tasks:
-            owner = await self.owner_of(t.key, fresh=attempt > 0)
+            owner = owners.get(t.key)
+            if owner is None:
+                # From the routing table while it knows the whole network, with an iterative
+                # FIND_NODE otherwise (Kademlia §2.3), this node compared too.
+                owner = owners[t.key] = await self.owners.owner(t.key, fresh=fresh)
             if found and owner != me and known.holds(owner.id, t.fp):
                 known.skipped += 1
                 continue
@@ -214,9 +192,7 @@ class Dispatcher:
 
     def _heard(self, owner: PeerRef, result: StoreResult | None) -> None:
         if result is not None and result.new == 0 and not result.refused_keys:
-            if len(self._stale) >= MAX_STALE_OWNERS and owner not in self._stale:
-                self._stale.clear()
-            self._stale[owner] = min(self._stale.get(owner, 0) + 1, 64)
+            self._stale.remember(owner, min(self._stale.get(owner, 0) + 1, 64))
         else:
             self._stale.pop(owner, None)
 
@@ -234,7 +210,7 @@ class Dispatcher:
         try:
             # The owner copies what is new to it to its replicas before it answers
             # (``Replication.copy_new``), so once this returns the copies are there too.
-            result = await self.node.store_task(owner, to_batches(tasks))
+            result = await self._send_to(owner, to_batches(tasks))
             self.sent_rpcs += 1
             self.sent_urls += len(tasks)
         except (PeerTimeout, RemoteError, OSError) as exc:
@@ -246,7 +222,7 @@ class Dispatcher:
             return [None] * len(items)
         refused = set(result.refused_keys) if result is not None else None
         for key in {t.key for t in tasks} if refused is None else refused:
-            self._owners.pop(key, None)
+            self.owners.forget_owner(key)
         # One re-route per routing history, as each ``route`` call keeps its own back-off.
         again: dict[tuple[int, float], list[Task]] = defaultdict(list)
         for it in items:
@@ -273,7 +249,7 @@ class Dispatcher:
             self.fallback_local += len(tasks)
             await self.intake(tasks)
         else:
-            await asyncio.sleep(min(0.1 * (2 ** min(attempt, 8)), MAX_RETRY_DELAY_S))
+            await asyncio.sleep(backoff_delay(attempt + 1, RETRY_DELAY_S, MAX_RETRY_DELAY_S))
             await self.route(tasks, attempt=attempt + 1, first_try=first_try)
 
     async def flush(self) -> None:

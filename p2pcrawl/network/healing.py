@@ -26,15 +26,15 @@ import os
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from protocol import BootstrapError, PeerTimeout, RemoteError
+from p2pcrawl.aio import Backoff, every
+from p2pcrawl.crawl import EventLog
+from protocol import BootstrapError, PeerRef, PeerTimeout, RemoteError
 
-if TYPE_CHECKING:
-    from p2pcrawl.network.peer import Peer
-
-__all__ = ["CONTACTS_FILE", "Healing", "read_contacts"]
+__all__ = ["CONTACTS_FILE", "Healing", "Rejoin", "read_contacts"]
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +75,43 @@ def _write_contacts(data_dir: Path, contacts: list[tuple[str, int]]) -> None:
         raise
 
 
+class Rejoin(Protocol):
+    """What healing asks of the node (``protocol.CrawlNode``)."""
+
+    @property
+    def me(self) -> PeerRef: ...
+
+    def peers(self) -> list[PeerRef]: ...
+
+    async def join(self, addrs: Sequence[tuple[str, int]]) -> list[PeerRef]: ...
+
+
 class Healing:
-    def __init__(self, peer: Peer, interval: float, max_backoff: float) -> None:
-        self.peer = peer
+    def __init__(
+        self,
+        node: Rejoin,
+        events: EventLog,
+        *,
+        data_dir: Path,
+        saved: list[tuple[str, int]],
+        bootstrap: Sequence[tuple[str, int]],
+        active: Callable[[], bool],
+        rebalance_soon: Callable[[], None],
+        interval: float,
+        max_backoff: float,
+    ) -> None:
+        """``saved``: the contacts read from ``data_dir`` (``read_contacts``)."""
+        self.node = node
+        self.events = events
+        self.data_dir = data_dir
+        self.bootstrap = tuple(bootstrap)
+        self._active = active
+        self._rebalance_soon = rebalance_soon
         self.interval = interval
-        self.max_backoff = max_backoff
+        self._backoff = Backoff(interval, max_backoff)
         self.rejoins = 0
         self._sizes: deque[tuple[float, int]] = deque()
-        self._saved: list[tuple[str, int]] = read_contacts(peer.config.data_dir)
+        self._saved = list(saved)
 
     @property
     def saved(self) -> list[tuple[str, int]]:
@@ -96,54 +125,45 @@ class Healing:
 
     async def save(self) -> None:
         """Remember who we know now, newest first, keeping older addresses behind them."""
-        node = self.peer.node
-        if node is None:
-            return
-        me = node.me.addr
-        current = [p.addr for p in node.peers()]
+        me = self.node.me.addr
+        current = [p.addr for p in self.node.peers()]
         merged = list(dict.fromkeys([*current, *self._saved]))
         merged = [a for a in merged if a != me][:MAX_CONTACTS]
         if merged != self._saved:
             self._saved = merged
-            await asyncio.to_thread(_write_contacts, self.peer.config.data_dir, merged)
+            await asyncio.to_thread(_write_contacts, self.data_dir, merged)
 
     def _needs_healing(self) -> bool:
-        node = self.peer.node
-        if node is None:
-            return False
-        size = len(node.peers())
+        size = len(self.node.peers())
         recent = self._recent_max(time.monotonic(), size)
         return size == 0 or size * 2 < recent
 
     async def rejoin(self) -> bool:
         """Join again through the saved contacts and the bootstrap addresses."""
-        node = self.peer.node
-        assert node is not None
-        addrs = list(dict.fromkeys([*self._saved, *self.peer.config.bootstrap]))
+        addrs = list(dict.fromkeys([*self._saved, *self.bootstrap]))
         if not addrs:
             return False
         try:
-            await node.join(addrs)
+            await self.node.join(addrs)
         except (BootstrapError, PeerTimeout, RemoteError, OSError) as exc:
             log.info("rejoin failed: %s", exc)
             return False
         self.rejoins += 1
-        self.peer.events.add("rejoined", peers=len(node.peers()))
-        self.peer.membership.kick.set()
+        self.events.add("rejoined", peers=len(self.node.peers()))
+        self._rebalance_soon()
         return True
 
     async def run(self) -> None:
         """Owned by the peer: save contacts, and heal a shrunken table with backoff."""
-        backoff = self.interval
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                if self._needs_healing() and self.peer.state == "active":
-                    if await self.rejoin():
-                        backoff = self.interval
-                    else:
-                        await asyncio.sleep(backoff)
-                        backoff = min(2 * backoff, self.max_backoff)
-                await self.save()
-            except OSError as exc:
-                log.warning("saving contacts failed: %s", exc)
+        await every(self.interval, self._round)
+
+    async def _round(self) -> None:
+        try:
+            if self._needs_healing() and self._active():
+                if await self.rejoin():
+                    self._backoff.reset()
+                else:
+                    await asyncio.sleep(self._backoff.next())
+            await self.save()
+        except OSError as exc:
+            log.warning("saving contacts failed: %s", exc)

@@ -7,20 +7,27 @@ network (``protocol.survey``) and saves it once it has joined (``Peer.start``).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 from pathlib import Path
 
-from protocol import new_node_id
+from p2pcrawl.crawl import EventLog
+from p2pcrawl.settings import PeerSettings
+from protocol import BootstrapError, new_node_id, survey
 from storage import DataDirLocked, DirLock
 
 __all__ = [
     "DataDirError",
+    "choose_id",
     "load_identity",
     "load_or_create_identity",
     "lock_data_dir",
     "save_identity",
 ]
+
+log = logging.getLogger(__name__)
 
 IDENTITY_FILE = "node.json"
 
@@ -78,3 +85,39 @@ def load_or_create_identity(data_dir: Path) -> bytes:
         node_id = new_node_id()
         save_identity(data_dir, node_id)
     return node_id
+
+
+async def choose_id(
+    bootstrap: tuple[tuple[str, int], ...],
+    listen: tuple[str, int],
+    settings: PeerSettings,
+    fallback: bytes,
+    events: EventLog,
+) -> bytes:
+    """An ID that halves the most loaded peer's region (``protocol.survey``), learned by a
+    probe on our --listen address before our node exists; ``fallback`` (random) if the probe
+    learns nothing in time."""
+    try:
+        async with asyncio.timeout(settings.id_survey_timeout):
+            found = await survey(bootstrap, listen=listen, config=settings.node_config())
+    except (BootstrapError, TimeoutError) as exc:
+        why = str(exc) or f"no answer within {settings.id_survey_timeout:g} s"
+        log.warning("could not survey the network (%s); taking a random node ID", why)
+        events.add("id_random", reason=why[:200])
+        return fallback
+    if not found.known:
+        log.warning("the survey found no peer; taking a random node ID")
+        events.add("id_random", reason="no peer found")
+        return fallback
+    chosen = found.choose()
+    load = sum(r.load for r in found.reports.values())
+    log.info(
+        "chose node ID %s, which halves the busiest peer's part of the key space, from %d "
+        "known peers (%d reported, %d pages)",
+        chosen.hex()[:8],
+        len(found.known),
+        len(found.reports),
+        load,
+    )
+    events.add("id_chosen", known=len(found.known), reported=len(found.reports), load=load)
+    return chosen

@@ -28,8 +28,9 @@ from collections.abc import Iterable
 
 import xxhash
 
-from p2pcrawl.crawl.seen import SeenCache
-from protocol.model import MAX_KNOWN
+from p2pcrawl.aio import Memo
+from p2pcrawl.crawl import SeenCache
+from protocol import MAX_KNOWN
 
 __all__ = ["MAX_KNOWN", "Advertised", "KnownAtOwners"]
 
@@ -50,8 +51,9 @@ class Advertised:
         self.capacity = capacity
         self._ring = array("Q", bytes(8 * capacity))
         self._next = 0  # sequence number of the next fingerprint added
-        self._told: dict[bytes, int] = {}  # sender id -> sequence number it has heard up to
-        self._max_senders = max_senders
+        # Sender id -> sequence number it has heard up to. Past ``max_senders`` (senders that
+        # left, in practice) it starts again empty: the rest hear the ring again.
+        self._told: Memo[bytes, int] = Memo(max_senders)
         self.told = 0  # fingerprints sent in answers
 
     def __len__(self) -> int:
@@ -76,9 +78,7 @@ class Advertised:
         end = min(self._next, start + most)
         if end <= start:
             return []
-        if sender not in self._told and len(self._told) >= self._max_senders:
-            self._told.clear()  # senders that left; the rest hear the ring again
-        self._told[sender] = end
+        self._told.remember(sender, end)
         cap, ring = self.capacity, self._ring
         a, b = start % cap, end % cap
         out = ring[a:b].tolist() if a < b else ring[a:].tolist() + ring[:b].tolist()

@@ -1,9 +1,9 @@
 """The owner's side of lending (``network.lending``): leases on one host's queued tasks.
 
-The owner keeps every lent task in its task store and in ``Engine.lent``: its queue still
-counts them, refill skips them, and they are finished (done record, DELETE_BACKUP) only when
-the borrower reports them. The host is marked busy while the lease runs, so the owner does
-not fetch it meanwhile: one server is still fetched by one peer at a time.
+The owner keeps every lent task in its task store and in the loan book's ``lent``: its queue
+still counts them, refill skips them, and they are finished (done record, DELETE_BACKUP)
+only when the borrower reports them. The host is marked busy while the lease runs, so the
+owner does not fetch it meanwhile: one server is still fetched by one peer at a time.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
-from p2pcrawl.crawl import Task, urls
-from p2pcrawl.crawl.frontier import HostQueue
-from protocol import KeyBatch, PeerRef, TaskItem
-from protocol.lending import (
+from p2pcrawl.crawl import HostQueue, Task, urls
+from p2pcrawl.network.loanbook import LoanBook
+from p2pcrawl.network.ports import FrontierView
+from protocol import (
     LEASE_S,
     LEND_REPLY_BUDGET,
     LOAN_BYTES_MOST,
@@ -27,18 +28,20 @@ from protocol.lending import (
     MAX_ROBOTS_TTL,
     MAX_WANT,
     GiveBack,
+    GiveBackArgs,
+    GiveBackReply,
+    KeyBatch,
+    LendArgs,
+    LendReply,
     LentRobots,
-    check_lend_request,
-    check_return_request,
-    loan_to_wire,
+    PeerRef,
+    TaskItem,
+    loan_reply,
     one_chunk,
-    returns_to_wire,
+    returns_reply,
 )
 
-if TYPE_CHECKING:
-    from p2pcrawl.network.peer import Peer
-
-__all__ = ["MIN_LEND", "Lease", "Lender", "contact", "is_member", "lending_enabled"]
+__all__ = ["MIN_LEND", "Lease", "Lender", "LendingCrawl"]
 
 log = logging.getLogger(__name__)
 
@@ -63,25 +66,14 @@ def _robots_size(robots: LentRobots | None) -> int:
     return 0 if robots is None or robots.body is None else len(robots.body)
 
 
-def lending_enabled(peer: Peer) -> bool:
-    """``--no-lend`` turns it off; with the URL partition there is nothing to lend."""
-    ps = peer.config.peer
-    return ps.lend and ps.partition == "host"
+class LendingCrawl(FrontierView, Protocol):
+    """What the lender asks of its own crawler (``crawl.Engine``)."""
 
+    def excludes(self, key: bytes) -> bool: ...
 
-def contact(peer: Peer, other: PeerRef) -> PeerRef | None:
-    """``other`` as our routing table knows it now (its address may have changed since),
-    or None if it is not there."""
-    node = peer.node
-    if node is None:
-        return None
-    return next((p for p in node.peers() if p.id == other.id), None)
+    async def finish(self, tasks: list[Task], *, hurry: bool = False) -> None: ...
 
-
-def is_member(peer: Peer, other: PeerRef) -> bool:
-    """In our routing table: admitted, and not declared dead."""
-    node = peer.node
-    return node is not None and node.is_member(other.id)
+    def after_lent(self, key: bytes) -> None: ...
 
 
 @dataclass(slots=True)
@@ -98,8 +90,25 @@ class Lease:
 
 
 class Lender:
-    def __init__(self, peer: Peer) -> None:
-        self.peer = peer
+    def __init__(
+        self,
+        crawl: LendingCrawl,
+        book: LoanBook,
+        queued: Callable[[], int],
+        *,
+        is_member: Callable[[bytes], bool],
+        active: Callable[[], bool],
+        enabled: bool,
+    ) -> None:
+        """``queued``: tasks in our store (lent and under way included); ``is_member``: only
+        members borrow; ``active``: lending only while the peer is; ``enabled``: not
+        ``--no-lend``, and the host partition (with the URL one there is nothing to lend)."""
+        self.crawl = crawl
+        self.lent = book.lent
+        self._queued = queued
+        self._is_member = is_member
+        self._active = active
+        self.enabled = enabled
         self.leases: dict[int, Lease] = {}
         self._no_leases = asyncio.Event()
         self.lent_total = 0  # tasks lent, ever (status)
@@ -109,28 +118,18 @@ class Lender:
         self.leases_made = 0
         self.reports_served = 0  # GIVE_BACKs served (each reports on one or more leases)
 
-    @property
-    def enabled(self) -> bool:
-        return lending_enabled(self.peer)
-
-    def _member(self, peer: PeerRef) -> bool:
-        return is_member(self.peer, peer)
-
-    async def serve_lend(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        want, have, hosts = check_lend_request(args)
-        engine, node = self.peer.engine, self.peer.node
-        if engine is None or node is None:
-            return loan_to_wire(0, None, 0)
+    async def serve_lend(self, sender: PeerRef, args: LendArgs) -> LendReply:
+        want, have, hosts = args.want, args.have, args.hosts
         # Our own queue only: borrowed tasks are not ours to lend on.
-        backlog = max(0, engine.ledger.queued - len(engine.lent) - len(engine.in_flight))
+        backlog = max(0, self._queued() - len(self.lent) - len(self.crawl.in_flight))
         if not self._may_lend_to(sender):
-            return loan_to_wire(0, None, backlog)
+            return loan_reply(0, None, backlog)
         least = MIN_LEND_IDLE if have == 0 else MIN_LEND
         hq = self._host_to_lend(backlog, have, least, busy=False)
         if hq is None:
             busy = self._host_to_lend(backlog, have, least, busy=True)
             if busy is None or not await self._wait_for_request(busy, sender, least):
-                return loan_to_wire(0, None, backlog)
+                return loan_reply(0, None, backlog)
             hq = busy
         self.lends_answered += 1
         # What one answer may move in all: the rule for one host (``_host_to_lend``) for
@@ -159,16 +158,15 @@ class Lender:
             want -= len(extra.tasks)
             room -= len(extra.tasks)
             budget -= len(extra_payload) + _robots_size(extra_robots)
-        return loan_to_wire(lease.lease, payload, backlog, robots, more)
+        return loan_reply(lease.lease, payload, backlog, robots, more)
 
     def _lease(
         self, hq: HostQueue, borrower: PeerRef, want: int
     ) -> tuple[Lease, bytes, LentRobots | None]:
         """Lend up to ``want`` of ``hq``'s queued tasks (as many as one reply chunk holds);
         the rest of the host waits here for the lease to end."""
-        engine = self.peer.engine
-        assert engine is not None
-        tasks = engine.frontier.lend_host(hq)
+        frontier = self.crawl.frontier
+        tasks = frontier.lend_host(hq)
         key = tasks[0].key
         payload, held = one_chunk(
             KeyBatch(key, [TaskItem(t.url, t.depth, t.hops) for t in tasks[: min(want, MAX_WANT)]])
@@ -184,9 +182,9 @@ class Lender:
         )
         for t in tasks:
             if t.fp in lease.tasks:
-                engine.lent[t.fp] = t
+                self.lent[t.fp] = t
             else:
-                engine.frontier.push(hq.host, t)  # waits for the lease: the host is busy
+                frontier.push(hq.host, t)  # waits for the lease: the host is busy
         self.leases[lease.lease] = lease
         self.leases_made += 1
         self.lent_total += len(lease.tasks)
@@ -197,11 +195,9 @@ class Lender:
     def _robots_for(self, url: str) -> LentRobots | None:
         """Our robots.txt policy for ``url``'s origin, to lend with it; None if we hold none
         worth lending (none yet, an unreachable file's "disallow all", or a long file)."""
-        engine = self.peer.engine
-        assert engine is not None
         origin = urls.origin_of(url)
         now = time.monotonic()
-        policy = engine.robots.get(origin, now)
+        policy = self.crawl.robots.get(origin, now)
         if policy is None or policy.kind == "disallow_all":
             return None
         ttl = min(int(policy.expires_at - now), MAX_ROBOTS_TTL)
@@ -214,29 +210,24 @@ class Lender:
         return LentRobots(origin, policy.body, ttl)
 
     def _may_lend_to(self, borrower: PeerRef) -> bool:
-        engine = self.peer.engine
         return (
             self.enabled
-            and engine is not None
-            and self.peer.state == "active"
-            and not engine.paused
-            and self._member(borrower)  # only members borrow
+            and self._active()
+            and not self.crawl.paused
+            and self._is_member(borrower.id)  # only members borrow
         )
 
     def _worth_lending(self, hq: HostQueue, least: int = MIN_LEND) -> bool:
         """Enough of ``hq`` queued here, ours, and ours to keep; not our leader: it goes
         first here and has most of our link, while on loan it shares the borrower's and
-        waits for our word every ``borrower.MAX_UNSETTLED`` pages (cluster benchmark, 8
+        waits for our word every ``loanbook.MAX_UNSETTLED`` pages (cluster benchmark, 8
         peers: the 300-page host, lent at 19 s, went at 12 pages a second there against 26
         here, and ended the crawl)."""
-        engine = self.peer.engine
-        assert engine is not None
+        key = hq.key
         return (
-            len(hq.tasks) >= least
-            and not hq.removed
-            and not hq.borrowed  # lending it on would loop
-            and hq is not engine.frontier.leader
-            and hq.tasks[0][1].key not in engine.refill.excluded_keys
+            self.crawl.frontier.lendable(hq, least)
+            and key is not None
+            and not self.crawl.excludes(key)
         )
 
     def _most(self, backlog: int, have: int) -> int:
@@ -244,9 +235,7 @@ class Lender:
         least as much as the borrower will then have (moving more than half the gap would
         only turn it round; and the largest host, fetched one request at a time wherever it
         goes, stays put)."""
-        engine = self.peer.engine
-        assert engine is not None
-        return min((backlog - have) // 2, backlog - engine.settings.concurrency)
+        return min((backlog - have) // 2, backlog - self.crawl.settings.concurrency)
 
     def _host_to_lend(
         self, backlog: int, have: int, least: int, *, busy: bool, cap: int | None = None
@@ -256,33 +245,27 @@ class Lender:
         one) and leaves this peer enough of its own to keep its fetchers busy: among the
         hosts with no request under way, or (``busy``) among those with one, which
         :meth:`_wait_for_request` lets end first."""
-        engine = self.peer.engine
-        assert engine is not None
         most = self._most(backlog, have) if cap is None else min(cap, self._most(backlog, have))
         if most < least:
             return None
         lent = {id(le.hq) for le in self.leases.values()}
-        best: HostQueue | None = None
-        for hq in engine.frontier.hosts.values():
-            if (
-                hq.polite.busy == busy
-                and hq.reserved is None
-                and len(hq.tasks) <= most
-                and (best is None or len(hq.tasks) > len(best.tasks))
-                and self._worth_lending(hq, least)
-                and id(hq) not in lent  # busy because it is lent: its rest waits for that
-            ):
-                best = hq
-        return best
+
+        def skip(hq: HostQueue) -> bool:
+            key = hq.key
+            return (
+                key is None
+                or self.crawl.excludes(key)
+                or id(hq) in lent  # busy because it is lent: its rest waits for that
+            )
+
+        return self.crawl.frontier.largest_lendable(busy=busy, least=least, most=most, skip=skip)
 
     async def _wait_for_request(self, hq: HostQueue, borrower: PeerRef, least: int) -> bool:
         """Hold ``hq`` back from its next request and wait for the one under way to end.
         True: it ended, and the host is out of the queues, still ours and worth lending.
         A crawl's last minutes are a few long hosts, each with a request always under way:
         without this, the owner with the most left could lend none of them."""
-        engine = self.peer.engine
-        assert engine is not None
-        frontier = engine.frontier
+        frontier = self.crawl.frontier
         ready = False
         try:
             async with asyncio.timeout(LEND_WAIT_S):
@@ -296,37 +279,35 @@ class Lender:
                 frontier.unreserve(hq)
         return ready
 
-    async def serve_return(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        reports = check_return_request(args)
-        engine = self.peer.engine
+    async def serve_return(self, sender: PeerRef, args: GiveBackArgs) -> GiveBackReply:
+        reports = args.reports()
         settled: dict[int, tuple[Lease, GiveBack]] = {}  # the leases we know, by lease id
         finished: list[Task] = []
         for report in reports:
             lease = self.leases.get(report.lease)
-            if lease is None or lease.borrower.id != sender.id or engine is None:
+            if lease is None or lease.borrower.id != sender.id:
                 continue
             lease.deadline = time.monotonic() + LEASE_S
             done = [t for fp in report.done if (t := lease.tasks.pop(fp, None)) is not None]
             back = [t for fp in report.back if (t := lease.tasks.pop(fp, None)) is not None]
             for t in done + back:
-                engine.lent.pop(t.fp, None)
+                self.lent.pop(t.fp, None)
             self._requeue(lease, back)
             finished += done
             settled[report.lease] = (lease, report)
         if finished:
-            assert engine is not None
             # Recorded before the lease may end: a leave waiting for its leases then counts
             # its queue with these gone, and hands off exactly the rest. One record for all
             # the leases reported on; hurried: the borrower's next pages wait for our answer.
-            await engine.finish(finished, hurry=True)
+            await self.crawl.finish(finished, hurry=True)
             for key in {t.key for t in finished}:
-                engine.after_lent(key)
+                self.crawl.after_lent(key)
         for lease, report in settled.values():
             # (It may have ended meanwhile: revoked by a hand-off, or ended by a leave.)
             if (report.final or not lease.tasks) and lease.lease in self.leases:
                 self._end(lease, requeue=True)
         self.reports_served += 1
-        return returns_to_wire(
+        return returns_reply(
             [
                 (True, settled[r.lease][0].recalled) if r.lease in settled else (False, False)
                 for r in reports
@@ -334,29 +315,25 @@ class Lender:
         )
 
     def _requeue(self, lease: Lease, tasks: list[Task]) -> None:
-        engine = self.peer.engine
-        assert engine is not None
-        if not tasks or lease.hq.removed or lease.key in engine.refill.excluded_keys:
+        if not tasks or lease.hq.removed or self.crawl.excludes(lease.key):
             return  # no longer ours to crawl: the store's rows went (or go) with the key
         for t in tasks:
-            engine.frontier.push(lease.hq.host, t)
+            self.crawl.frontier.push(lease.hq.host, t)
 
     def _end(self, lease: Lease, *, requeue: bool) -> None:
         """The lease is over: what was not reported is crawled here again (``requeue``) or
         left to the key's new owner; the host may be fetched again."""
-        engine = self.peer.engine
-        assert engine is not None
         self.leases.pop(lease.lease, None)
         if not self.leases:
             self._no_leases.set()
         rest = list(lease.tasks.values())
         lease.tasks.clear()
         for t in rest:
-            engine.lent.pop(t.fp, None)
+            self.lent.pop(t.fp, None)
         if requeue:
             self._requeue(lease, rest)
-        engine.frontier.release(lease.hq, response_time=0.0, gap=0.0)
-        engine.after_lent(lease.key)
+        self.crawl.frontier.release(lease.hq, response_time=0.0, gap=0.0)
+        self.crawl.after_lent(lease.key)
 
     def recall(self, keys: set[bytes] | None = None) -> None:
         """Leaving (or handing ``keys`` over): each borrower is asked, at its next report,
@@ -402,7 +379,7 @@ class Lender:
         for lease in [le for le in self.leases.values() if le.deadline < now]:
             self._lapse(lease, f"no report for {LEASE_S:g} s")
 
-    def borrower_removed(self, peer_id: bytes) -> None:
+    def borrower_gone(self, peer_id: bytes, reason: str = "") -> None:
         """A peer left the routing table: its leases lapse."""
         for lease in [le for le in self.leases.values() if le.borrower.id == peer_id]:
             self._lapse(lease, "it left the network")

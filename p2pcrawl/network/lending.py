@@ -6,12 +6,14 @@ with more pages than the others and the crawl lasts as long as that owner needs.
 work moves instead of the keys: a peer whose fetchers would otherwise idle asks a peer with a
 backlog for one host's queued tasks; the owner stops fetching that host while the lease
 runs, so a server is still fetched by one peer at a time (docs/membership.md, "Lending").
-The owner's side is ``network.lender``, the borrower's ``network.borrower``; this module
-runs them together, one loop and one status block per peer.
+The owner's side is ``network.lender``; the borrower's is ``network.borrower`` (asking),
+``network.reporting`` (telling the lender what it finished) and ``network.loanbook`` (what
+the engine sees of loans: ``crawl.LoanPort``); this module runs them together, one loop and
+one status block per peer.
 
-The owner keeps every lent task in its task store and in ``Engine.lent``: its queue still
-counts them, refill skips them, and they are finished (done record, DELETE_BACKUP) only when
-the borrower reports them. What can go wrong costs duplicates, never a task:
+The owner keeps every lent task in its task store and in the loan book's ``lent``: its queue
+still counts them, refill skips them, and they are finished (done record, DELETE_BACKUP)
+only when the borrower reports them. What can go wrong costs duplicates, never a task:
 
 * the borrower dies: the failure detector's word (or ``LEASE_S`` of silence) ends the lease,
   and the owner crawls the rest itself; the pages fetched since the borrower's last report
@@ -33,52 +35,47 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
 
-from p2pcrawl.network.borrower import TICK_S, Borrower
+from p2pcrawl.network.borrower import Borrower
 from p2pcrawl.network.lender import Lender
-from protocol.lending import LEND_RPC, RETURN_RPC
+from p2pcrawl.network.loanbook import LoanBook
+from p2pcrawl.network.reporting import TICK_S, Reports
 
-if TYPE_CHECKING:
-    from p2pcrawl.network.peer import Peer
-
-__all__ = ["Lending"]
+__all__ = ["LendingLoop"]
 
 
-class Lending:
-    """A peer's two roles in lending: ``lender`` (owner) and ``borrower``."""
+class LendingLoop:
+    """A peer's two roles in lending, run together: borrow while hungry or behind, report
+    what was finished on loan, and end the leases that lapsed."""
 
-    def __init__(self, peer: Peer) -> None:
-        self.peer = peer
-        self._wake = asyncio.Event()
-        self.lender = Lender(peer)
-        self.borrower = Borrower(peer, self._wake)
+    def __init__(
+        self, book: LoanBook, lender: Lender, borrower: Borrower, reports: Reports
+    ) -> None:
+        self.book = book
+        self.lender = lender
+        self.borrower = borrower
+        self.reports = reports
 
-    def serve(self) -> None:
-        node = self.peer.node
-        assert node is not None and node.protocol is not None
-        node.protocol.serve(LEND_RPC, self.lender.serve_lend)
-        node.protocol.serve(RETURN_RPC, self.lender.serve_return)
-
-    def peer_removed(self, peer_id: bytes) -> None:
+    def peer_gone(self, peer_id: bytes, reason: str = "") -> None:
         """A peer left the routing table: its leases lapse, its loans are dropped."""
-        self.lender.borrower_removed(peer_id)
-        self.borrower.lender_removed(peer_id)
+        self.lender.borrower_gone(peer_id)
+        self.reports.lender_gone(peer_id)
+        self.borrower.lender_gone(peer_id)
 
     async def run(self) -> None:
-        """Owned by the peer: borrow while hungry, report, and end leases that lapsed."""
-        borrower = self.borrower
+        """Owned by the peer: every ``TICK_S``, or at once when a borrowed page settles."""
+        borrower, wake = self.borrower, self.book.wake
         while True:
             try:
                 async with asyncio.timeout(TICK_S):
-                    await self._wake.wait()
+                    await wake.wait()
             except TimeoutError:
                 pass
-            self._wake.clear()
+            wake.clear()
             now = time.monotonic()
             borrower.give_back_if_stopped()
             self.lender.lapse_expired(now)
-            borrower.report_due(now)
+            self.reports.report_due(now)
             if not borrower.enabled:
                 continue
             if borrower.hungry():
@@ -88,6 +85,17 @@ class Lending:
 
     async def aclose(self) -> None:
         await self.borrower.aclose()
+        await self.reports.aclose()
 
     def status(self) -> dict[str, int]:
-        return {**self.lender.status(), **self.borrower.status()}
+        b = self.borrower
+        return {
+            **self.lender.status(),
+            "tasks_borrowed": self.book.borrowed,
+            "loans_in": len(self.book.loans),
+            "borrowed_total": b.borrowed_total,
+            "borrowed_behind": b.borrowed_behind,
+            "robots_adopted": b.robots_adopted,
+            "loans_taken": b.loans_taken,
+            "reports_sent": self.reports.reports_sent,
+        }

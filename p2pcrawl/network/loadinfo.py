@@ -16,13 +16,11 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 from p2pcrawl.crawl import Ledger
-from protocol import CrawlNode, PeerRef
-from protocol.balance import bit_loads
-from protocol.loadreport import MAX_PEERS, LoadReport
+from p2pcrawl.network.ports import Spawn
+from protocol import MAX_PEERS, LoadReport, PeerRef, bit_loads
 
 __all__ = ["LoadInfo"]
 
@@ -34,15 +32,17 @@ MAX_PROFILE_KEYS = 50_000  # beyond this a uniform sample (the URL partition has
 class LoadInfo:
     def __init__(
         self,
-        ledger: Callable[[], Ledger | None],
-        node: Callable[[], CrawlNode | None],
-        spawn: Callable[[Coroutine[Any, Any, None], str], None],
+        ledger: Ledger,
+        neighbours: Callable[[int], list[PeerRef]],
+        spawn: Spawn,
         *,
         max_age: float = 60.0,
         wait: float = 0.5,
     ) -> None:
-        self._ledger = ledger
-        self._node = node
+        """``neighbours``: the ``n`` contacts of our routing table nearest this node
+        (``CrawlNode.neighbours``)."""
+        self.ledger = ledger
+        self._neighbours = neighbours
         self._spawn = spawn
         self.max_age = max_age
         self.wait = wait
@@ -51,15 +51,11 @@ class LoadInfo:
         self._fresh: asyncio.Event | None = None  # set when the refresh under way ends
 
     async def report(self) -> LoadReport:
-        ledger, node = self._ledger(), self._node()
-        if ledger is None or node is None:
-            return LoadReport(0)
+        ledger = self.ledger
         load = await ledger.tasks.count() + await ledger.done.count()  # counters, no disk
         # The whole routing table, as FIND_NODE answers from it: contacts still too young to
         # own keys are there too, and a joiner must count them or it splits their region.
-        table = node.protocol.router if node.protocol is not None else None
-        nearest = table.find_neighbors(node.node, MAX_PEERS) if table is not None else []
-        peers = tuple(PeerRef(n.id, n.ip, n.port) for n in nearest)
+        peers = tuple(self._neighbours(MAX_PEERS))
         if load == 0:
             return LoadReport(0, None, peers[:MAX_PEERS])
         await self._refresh_if_stale()
@@ -83,9 +79,7 @@ class LoadInfo:
 
     async def _refresh(self, done: asyncio.Event) -> None:
         try:
-            ledger = self._ledger()
-            if ledger is None:
-                return
+            ledger = self.ledger
             counts: Counter[bytes] = Counter(await ledger.tasks.key_counts())
             counts.update(await ledger.done.key_counts())
             items = list(counts.items())

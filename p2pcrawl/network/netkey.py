@@ -24,6 +24,7 @@ __all__ = [
     "decide_key",
     "is_loopback",
     "join_command",
+    "new_key",
 ]
 
 KEY_FILE = "network.key"

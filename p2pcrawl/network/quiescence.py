@@ -21,34 +21,86 @@ answered "not quiet" asks *it*: only a quiet peer asks, so that peer just became
 last one to do so makes everyone ask again within a tick. Asking again after each of them (as
 it once did) cost a round from every quiet peer each time one more went quiet.
 
-QUIET is served through the node's crawl RPC table (``CrawlProtocol.serve``); it carries no
-arguments and answers ``{"quiet": bool, "done": int}``.
+QUIET is served through the node's crawl RPC table (``CrawlNode.serve``); it carries no
+arguments and answers whether this peer is quiet and how many pages it has done
+(``answer``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
 
+from p2pcrawl.aio import every
+from p2pcrawl.crawl import CrawlStats, EventLog, Task
 from protocol import PeerRef, PeerTimeout, RemoteError
 
-if TYPE_CHECKING:
-    from p2pcrawl.network.peer import Peer
-
-__all__ = ["Quiescence"]
+__all__ = ["Quiescence", "Work"]
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
 POLL_MAX_S = 5.0  # the longest wait between two rounds of QUIET while nothing changes
 
+# A peer's answer to QUIET: whether it is quiet, and how many pages it has done.
+QuietAnswer = tuple[bool, int]
+
+
+class Work(Protocol):
+    """What our crawler has to do and has done (``crawl.Engine``)."""
+
+    @property
+    def tasks_queued(self) -> int: ...
+
+    @property
+    def in_flight(self) -> Mapping[int, Task]: ...
+
+    @property
+    def stats(self) -> CrawlStats: ...
+
+    @property
+    def exhausted(self) -> bool:
+        """A limit (--max-pages, --max-disk, --max-network-pages) stopped its fetching."""
+        ...
+
+
+class Members(Protocol):
+    def peers(self) -> list[PeerRef]: ...
+
+    def suspects(self) -> list[bytes]: ...
+
 
 class Quiescence:
-    def __init__(self, peer: Peer, settle: float) -> None:
-        self.peer = peer
+    def __init__(
+        self,
+        work: Work,
+        members: Members,
+        events: EventLog,
+        *,
+        me: bytes,
+        done_count: Callable[[], int],
+        in_transit: Callable[[], int],
+        backup_owners: Callable[[], Awaitable[dict[bytes, int]]],
+        steady: Callable[[], bool],
+        ask: Callable[[PeerRef], Awaitable[QuietAnswer]],
+        settle: float,
+    ) -> None:
+        """``done_count``: pages done here; ``in_transit``: URLs and news waiting in our RPC
+        lanes; ``backup_owners``: backups held here by owner; ``steady``: the peer is active
+        and not re-syncing after a stall; ``ask``: QUIET to a peer; ``settle``: how long
+        nothing may change before this peer calls itself quiet."""
+        self.work = work
+        self.members = members
+        self.events = events
+        self.me = me
+        self._done_count = done_count
+        self._in_transit = in_transit
+        self._backup_owners = backup_owners
+        self._steady = steady
+        self._ask = ask
         self.settle = settle
         self.finished = asyncio.Event()
         self.orphaned = 0  # backups held for owners not in the routing table
@@ -63,62 +115,50 @@ class Quiescence:
         self._poll_gap = TICK_S
         self._waiting: set[bytes] = set()  # peers whose last answer was not "quiet"
 
-    async def serve_quiet(self, sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        if sender.id in self._waiting:
-            self._waiting.discard(sender.id)
+    def answer(self, sender: bytes) -> QuietAnswer:
+        """QUIET from ``sender``: whether we are quiet, and how many pages we have done."""
+        if sender in self._waiting:
+            self._waiting.discard(sender)
             if not self._waiting:  # the last one we waited for: everyone may be quiet now
                 self._next_poll = 0.0
-        led = self.peer.ledger
-        return {"quiet": self.quiet(), "done": led.done_count if led else 0}
+        return self.quiet(), self._done_count()
 
     def quiet(self) -> bool:
         since = self._quiet_since
         return since is not None and time.monotonic() - since >= self.settle
 
     def _local_idle(self) -> tuple[bool, tuple[object, ...]]:
-        p = self.peer
-        eng, node, disp, rep, led = p.engine, p.node, p.dispatcher, p.replication, p.ledger
-        if not (eng and node and disp and rep and led and node.protocol) or p.state != "active":
+        if not self._steady():
             return False, ()
-        suspects = node.protocol.liveness.suspects()
+        work, members = self.work, self.members
         idle = (
             # A peer at a limit (--max-pages, --max-disk, --max-network-pages) fetches no
             # more: what it has queued waits for a later run, and counts as done here.
-            (eng.tasks_queued == 0 or eng.exhausted)
-            and not eng.in_flight
-            and disp.pending == 0
-            and rep.pending == 0
+            (work.tasks_queued == 0 or work.exhausted)
+            and not work.in_flight
+            and self._in_transit() == 0
             and self.orphaned == 0
-            and not suspects
-            and not p.membership.resyncing
+            and not members.suspects()
         )
-        stats = eng.stats
+        stats = work.stats
         marks = (
-            led.done_count,
+            self._done_count(),
             stats.pages_fetched,
             stats.urls_discovered,
             self.held,
-            frozenset(x.id for x in node.peers()),
+            frozenset(x.id for x in members.peers()),
         )
         return idle, marks
 
     async def _count_orphans(self) -> None:
-        p = self.peer
-        if p.backups is None or p.node is None:
-            return
-        live = {x.id for x in p.node.peers()} | {p.node_id}
-        owners = await p.backups.owner_counts()
+        live = {x.id for x in self.members.peers()} | {self.me}
+        owners = await self._backup_owners()
         self.held = sum(owners.values())
         self.orphaned = sum(n for owner, n in owners.items() if owner not in live)
 
     async def run(self) -> None:
         """Owned by the peer: re-evaluate every ``TICK_S`` seconds."""
-        while True:
-            await asyncio.sleep(TICK_S)
-            try:
-                await self.tick()
-            except Exception:
-                log.exception("quiescence check failed")
+        await every(TICK_S, self.tick)
 
     async def tick(self) -> None:
         await self._count_orphans()
@@ -139,30 +179,25 @@ class Quiescence:
         if await self._network_quiet():
             if not self.finished.is_set():
                 log.info("the network is finished: every peer is quiet")
-                self.peer.events.add("finished")
+                self.events.add("finished")
             self.finished.set()
         else:
             self.finished.clear()
 
     async def _network_quiet(self) -> bool:
-        p = self.peer
-        node, led = p.node, p.ledger
-        assert node is not None and node.protocol is not None and led is not None
-        proto = node.protocol
-        others = node.peers()
+        others = self.members.peers()
 
-        async def ask(other: PeerRef) -> dict[str, Any] | None:
-            with contextlib.suppress(PeerTimeout, RemoteError, OSError):
-                return await proto.request(other, "quiet", [])
-            return None
+        async def ask(other: PeerRef) -> QuietAnswer | None:
+            try:
+                return await self._ask(other)
+            except (PeerTimeout, RemoteError, OSError):
+                return None
 
         answers = await asyncio.gather(*(ask(o) for o in others))
-        work = led.done_count + sum(int(a.get("done") or 0) for a in answers if a)
+        work = self._done_count() + sum(a[1] for a in answers if a)
         self._work_seen = self._work_seen or work > 0
         self._waiting = {
-            o.id
-            for o, a in zip(others, answers, strict=True)
-            if a is None or a.get("quiet") is not True
+            o.id for o, a in zip(others, answers, strict=True) if a is None or a[0] is not True
         }
         if self._waiting:
             return False

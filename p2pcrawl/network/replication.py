@@ -8,9 +8,9 @@ the paper, this module keeps the invariant of docs/membership.md:
   copies each task new to it (``store_backups``, ``copy_new`` for tasks that came by
   STORE_TASK, whose handler waits for the copies at most ``copy_wait_s``, well inside its
   caller's deadline, so a dead replica cannot make a live owner look dead); it *follows* its
-  replica set (``follow``): whenever the r nearest peers of a key change (join, leave, crash,
-  takeover, a handoff arriving), or a replica missed a copy, the ones lacking the key receive
-  its queued tasks and its done fingerprints;
+  replica set (``follower``): whenever the r nearest peers of a key change (join, leave,
+  crash, takeover, a handoff arriving), or a replica missed a copy, the ones lacking the key
+  receive its queued tasks and its done fingerprints;
 * a finished task is known as done by every peer that could republish it: the current
   replicas hear it in the same spaced STORE_BACKUP lane as the copies (its done fingerprints),
   every other peer this owner copied the key to since it last changed by DELETE_BACKUP; a
@@ -28,25 +28,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from p2pcrawl.aio import Coalescer
-from p2pcrawl.crawl import Task, to_stored
-from p2pcrawl.network.dispatch import Dispatcher, to_batches
-from protocol import CrawlNode, PeerRef, PeerTimeout, RemoteError
-
-if TYPE_CHECKING:
-    from p2pcrawl.crawl import Ledger
-    from storage import BackupStore
+from p2pcrawl.crawl import Ledger, Task, to_stored
+from p2pcrawl.network.follower import ReplicaBook
+from p2pcrawl.network.ports import Ownership, to_batches
+from protocol import KeyBatch, PeerRef, PeerTimeout, RemoteError
+from storage import BackupStore
 
 __all__ = ["Replication"]
 
 log = logging.getLogger(__name__)
 
-FOLLOW_PAGE = 2000  # tasks read from the store per round trip when a key is re-replicated
-FOLLOW_KEYS = 64  # keys re-replicated at once: their copies share STORE_BACKUPs
 # Copies of this peer's own keys (and the news of pages finished) go to a replica at most
 # this often: a peer finishes a page every 30-60 ms at its cap, and each page's new links
 # used to cost one STORE_BACKUP per replica on their own.
@@ -64,11 +59,9 @@ DELETE_SPACING_S = 0.2
 # A STORE_TASK handler waits at most this share of the RPC timeout for its copies: the
 # caller's deadline must measure the owner, not a replica behind it.
 COPY_WAIT_SHARE = 0.25
-MAX_HOLDERS = 8  # peers remembered per key as possibly holding copies
-RETRY_S = 1.0  # wait before re-replicating keys a replica missed
-# Keys remembered as seen this run (``Replication._fresh``). Past it, first copies no longer
-# put keys in step (the follower sends them, as it did for every key): about 80 bytes each.
-KNOWN_MAX = 200_000
+
+StoreBackup = Callable[[PeerRef, bytes, Sequence[KeyBatch]], Awaitable[int]]
+DeleteBackup = Callable[[PeerRef, bytes, Mapping[bytes, Sequence[int]]], Awaitable[int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,17 +76,26 @@ class _KeyCopy:
 class Replication:
     def __init__(
         self,
-        node: CrawlNode,
-        dispatcher: Dispatcher,
+        ownership: Ownership,
+        book: ReplicaBook,
         ledger: Ledger,
         backups: BackupStore,
         *,
+        store_backup: StoreBackup,
+        delete_backup: DeleteBackup,
+        replicas: int,
+        rpc_timeout: float,
         patient: Callable[[], bool] = lambda: False,
     ) -> None:
-        self.node = node
-        self.dispatcher = dispatcher
+        """``store_backup``, ``delete_backup``: the RPCs (``CrawlNode``); ``replicas``: r;
+        ``patient``: whether the news of finished pages may wait longer now."""
+        self.ownership = ownership
+        self.book = book
         self.ledger = ledger
         self.backups = backups
+        self._store_backup = store_backup
+        self._delete_backup = delete_backup
+        self.replicas = replicas
         self._deletes: Coalescer[PeerRef, tuple[bytes, int], None] = Coalescer(
             self._send_deletes, spacing=DELETE_SPACING_S, max_items=2000, name="delete-backup"
         )
@@ -106,29 +108,13 @@ class Replication:
             max_items=256,
             name="store-backup",
         )
-        # Per owned key: the replica set it was last brought up to date with, and every peer
-        # it was copied to since (they may hold copies until told the work is done).
-        self._synced: dict[bytes, frozenset[PeerRef]] = {}
-        self._holders: dict[bytes, dict[PeerRef, None]] = defaultdict(dict)
-        self._dirty: set[bytes] = set()
-        # Bumped by every membership change: a copy that began under an older replica set
-        # must not mark its key in step with it.
-        self._epoch = 0
-        # Keys this peer held no state for before this run (``_fresh``) can be counted in
-        # step once their first copies are held; with a ledger left from an earlier run, any
-        # key may already hold tasks or done pages that only the follower knows to send.
-        self._enroll_new = ledger.queued == 0 and ledger.done_count == 0
-        self._known: set[bytes] = set()  # keys with tasks or done pages here, this run
-        self._wake = asyncio.Event()
-        self.copy_wait_s = COPY_WAIT_SHARE * node.config.rpc_timeout
-        self.resynced_keys = 0
+        self.copy_wait_s = COPY_WAIT_SHARE * rpc_timeout
         self.late_copies = 0  # STORE_TASK handlers that answered before their copies were held
-        self.enrolled_keys = 0  # keys in step from their first copies, no follower pass
         self.missed_copies = 0  # STORE_BACKUPs a replica did not take: its keys are re-sent
 
     @property
     def pending(self) -> int:
-        return self._deletes.pending + self._copies.pending + len(self._dirty)
+        return self._deletes.pending + self._copies.pending + len(self.book.dirty)
 
     async def aclose(self) -> None:
         # Shutting down: what was not sent stays on the replicas until a takeover dedups it,
@@ -151,8 +137,8 @@ class Replication:
 
     def replicas_for(self, owner: bytes, key: bytes) -> list[PeerRef]:
         """The r nodes nearest ``key`` after ``owner``, as this peer sees the network."""
-        found = self.node.closest_local(key, self.dispatcher.replicas + 1)
-        return [p for p in found if p.id != owner][: self.dispatcher.replicas]
+        found = self.ownership.closest_local(key, self.replicas + 1)
+        return [p for p in found if p.id != owner][: self.replicas]
 
     async def copy_for(
         self,
@@ -168,6 +154,7 @@ class Replication:
         filled by the owner's ``follow``. Keys in ``enroll`` (our own, with nothing of theirs
         held before these tasks) count as in step with their replicas once all copies are
         held."""
+        book, me = self.book, self.ownership.me.id
         by_rep: dict[PeerRef, list[Task]] = defaultdict(list)
         keys = {t.key for t in tasks} | set(done or {})
         dones: dict[PeerRef, dict[bytes, list[int]]] = defaultdict(dict)
@@ -179,40 +166,22 @@ class Replication:
                 by_rep[rep].extend(t for t in tasks if t.key == key)
                 if done and done.get(key):
                     dones[rep][key] = done[key]
-                if owner.id == self.node.me.id:
-                    self._holder(key, rep)
-        epoch = self._epoch
+                if owner.id == me:
+                    book.holder(key, rep)
+        epoch = book.epoch
         sent = list(by_rep)
         results = await asyncio.gather(
-            *(self._store(r, owner.id, ts, dones.get(r), hurry) for r, ts in by_rep.items())
+            *(self.store(r, owner.id, ts, dones.get(r), hurry) for r, ts in by_rep.items())
         )
-        if epoch != self._epoch:
+        if epoch != book.epoch:
             # The replica sets changed meanwhile: these went to the old ones.
-            self._dirty.update(enroll)
-            self._wake.set()
+            book.mark(enroll)
             return
         failed = {r for r, ok in zip(sent, results, strict=True) if not ok}
         for key in enroll:
             held = reps_of.get(key)
-            if held is not None and key not in self._synced and not held & failed:
-                self._synced[key] = held
-                self.enrolled_keys += 1
-
-    def _fresh(self, tasks: Sequence[Task], exclude: Iterable[bytes]) -> set[bytes]:
-        """Keys of ``tasks`` this peer holds nothing else of. Every task queued here is
-        copied as it is queued (so it passes here first), a page is queued before it is
-        done, and done pages of other owners' keys pass ``record_done``: a key not yet
-        ``_known`` has no other task and no done page here."""
-        if not self._enroll_new:
-            return set()
-        keys = {t.key for t in tasks}
-        exclude = set(exclude)
-        fresh = keys - self._known - exclude
-        self._known |= keys | exclude
-        if len(self._known) > KNOWN_MAX:
-            self._enroll_new, self._known = False, set()
-            return set()
-        return {k for k in fresh if k not in self._synced}
+            if held is not None and not held & failed:
+                book.enroll(key, held)
 
     async def store_backups(
         self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = (), hurry: bool = False
@@ -220,7 +189,8 @@ class Replication:
         """Copies of tasks this peer owns and just queued. Keys in ``exclude`` came with a
         done range the copies do not carry: the follower sends it. ``hurry``: someone
         waits for them, and a patient lane's spacing does not hold them."""
-        await self.copy_for(self.node.me, tasks, enroll=self._fresh(tasks, exclude), hurry=hurry)
+        enroll = self.book.fresh(tasks, exclude)
+        await self.copy_for(self.ownership.me, tasks, enroll=enroll, hurry=hurry)
 
     async def copy_new(self, tasks: Sequence[Task], *, exclude: Iterable[bytes] = ()) -> None:
         """Copies of tasks that came by STORE_TASK, inside its handler: waited for at most
@@ -232,7 +202,7 @@ class Replication:
         except TimeoutError:
             self.late_copies += 1
 
-    async def _store(
+    async def store(
         self,
         rep: PeerRef,
         owner: bytes,
@@ -240,19 +210,22 @@ class Replication:
         done: dict[bytes, list[int]] | None,
         hurry: bool = False,
     ) -> bool:
-        if rep.id == self.node.me.id:
+        """Copies of ``owner``'s tasks (and done range) to ``rep``; whether they are held.
+        Our own go in ``rep``'s spaced lane, a handoff's for another owner at once."""
+        me = self.ownership.me.id
+        if rep.id == me:
             if done:
                 await self.record_done(owner, done)
             await self.hold(owner, ts)
             return True
-        if owner == self.node.me.id:
+        if owner == me:
             by_key: dict[bytes, list[Task]] = {k: [] for k in done or {}}
             for t in ts:
                 by_key.setdefault(t.key, []).append(t)
             items = [_KeyCopy(k, kts, (done or {}).get(k, [])) for k, kts in by_key.items()]
             return all(await self._copies.submit(rep, items, within=self._within(hurry)))
         try:
-            await self.node.store_backup(rep, owner, to_batches(ts, done))
+            await self._store_backup(rep, owner, to_batches(ts, done))
             return True
         except (PeerTimeout, RemoteError, OSError) as exc:
             log.info("STORE_BACKUP to %s failed: %s", rep, exc)
@@ -264,7 +237,7 @@ class Replication:
         for it in items:
             done[it.key].extend(it.done)
         try:
-            await self.node.store_backup(rep, self.node.me.id, to_batches(tasks, done))
+            await self._store_backup(rep, self.ownership.me.id, to_batches(tasks, done))
             ok = True
         except (PeerTimeout, RemoteError, OSError) as exc:
             log.info("STORE_BACKUP to %s failed: %s", rep, exc)
@@ -272,16 +245,12 @@ class Replication:
             # Its submitters may have stopped waiting (``copy_new``): the follower makes
             # good what this replica lacks, tasks and done fingerprints alike.
             self.missed_copies += 1
-            self._missed(rep, {it.key for it in items})
+            self.book.missed(rep, {it.key for it in items})
         return [ok] * len(items)
 
-    def _missed(self, rep: PeerRef, keys: set[bytes]) -> None:
-        for key in keys:
-            synced = self._synced.get(key)
-            if synced is not None:
-                self._synced[key] = synced - {rep}
-        self._dirty.update(keys)
-        self._wake.set()
+    def note_keys(self, keys: Iterable[bytes]) -> None:
+        """Keys whose tasks just arrived (routed or handed over): check their replicas soon."""
+        self.book.note_keys(keys)
 
     async def hold(self, owner: bytes, tasks: Sequence[Task]) -> int:
         """Keep copies of ``owner``'s tasks here, except finished ones; returns how many.
@@ -304,117 +273,6 @@ class Replication:
             added -= await self.backups.remove(owner, late)
         return max(0, added)
 
-    def _holder(self, key: bytes, rep: PeerRef) -> None:
-        held = self._holders[key]
-        held.pop(rep, None)
-        held[rep] = None
-        while len(held) > MAX_HOLDERS:
-            del held[next(iter(held))]
-
-    # -- following the replica set ---------------------------------------------------------
-
-    def note_keys(self, keys: Iterable[bytes]) -> None:
-        """Keys whose tasks just arrived (routed or handed over): check their replicas soon."""
-        new = [k for k in keys if k not in self._synced]
-        if new:
-            self._dirty.update(new)
-            self._wake.set()
-
-    def forget_peer(self, peer_id: bytes) -> None:
-        """A peer left the routing table. It is no longer told of finished pages: each
-        DELETE_BACKUP to it would wait out a timeout, and the page's finish with it. If it
-        comes back with copies, it re-routes them to their owner, whose done record drops
-        them."""
-        for key in list(self._holders):
-            held = self._holders[key]
-            for rep in [r for r in held if r.id == peer_id]:
-                del held[rep]
-            if not held:
-                del self._holders[key]
-
-    def membership_changed(self) -> None:
-        self._epoch += 1
-        self._dirty.update(self._synced)
-        self._wake.set()
-
-    async def run(self) -> None:
-        """Owned by the peer: re-replicate dirty keys, off every RPC handler's path."""
-        while True:
-            await self._wake.wait()
-            await asyncio.sleep(0.2)  # a join brings several membership events at once
-            self._wake.clear()
-            try:
-                await self.follow()
-            except (PeerTimeout, RemoteError, OSError) as exc:
-                log.warning("replication pass failed: %s; retrying", exc)
-                self._dirty.update(self._synced)
-            if self._dirty:
-                # A replica missed its copy (a timeout on a saturated link, say): try again
-                # soon. Left for the next membership change instead, the key stayed "in
-                # transit" for good and the network never counted itself finished.
-                await asyncio.sleep(RETRY_S)
-                self._wake.set()
-
-    async def follow(self) -> int:
-        """Bring the replicas of every dirty owned key up to date; returns keys re-copied."""
-        me = self.node.me
-        keys, self._dirty = self._dirty, set()
-        owned = await self.ledger.tasks.queued_keys(keys)
-        todo: list[tuple[bytes, frozenset[PeerRef], frozenset[PeerRef]]] = []
-        for key in keys:
-            found = self.node.closest_local(key, 1)
-            if key not in owned or not found or found[0].id != me.id:
-                self._synced.pop(key, None)  # not ours (any more): its new owner follows it
-                continue
-            reps = frozenset(self.replicas_for(me.id, key))
-            fresh = reps - self._synced.get(key, frozenset())
-            if fresh:
-                todo.append((key, reps, fresh))
-            else:
-                self._synced[key] = reps
-        # Concurrently, so that the keys' copies to one replica share its STORE_BACKUPs.
-        limit = asyncio.Semaphore(FOLLOW_KEYS)
-
-        async def one(key: bytes, fresh: frozenset[PeerRef]) -> bool:
-            async with limit:
-                return await self._resync(key, fresh)
-
-        results = await asyncio.gather(*(one(k, f) for k, _, f in todo), return_exceptions=True)
-        resynced = 0
-        for (key, reps, _), ok in zip(todo, results, strict=True):
-            if ok is True:
-                self._synced[key] = reps
-                resynced += 1
-            else:
-                self._dirty.add(key)  # a replica missed it: again on the next pass
-        self.resynced_keys += resynced
-        for ok in results:
-            if isinstance(ok, BaseException):
-                raise ok
-        return resynced
-
-    async def _resync(self, key: bytes, reps: frozenset[PeerRef]) -> bool:
-        """Send ``key``'s queued tasks and done fingerprints to replicas that lack them."""
-        done = await self.ledger.done.fps_for_keys([key])
-        ok = True
-        after = 0
-        first = True
-        while True:
-            rows = await self.ledger.load_key(key, after, FOLLOW_PAGE)
-            tasks = [t for _, t in rows]
-            if not tasks and not first:
-                return ok
-            results = await asyncio.gather(
-                *(self._store(r, self.node.me.id, tasks, done if first else None) for r in reps)
-            )
-            for rep in reps:
-                self._holder(key, rep)
-            ok = ok and all(results)
-            first = False
-            if len(rows) < FOLLOW_PAGE:
-                return ok
-            after = rows[-1][0]
-
     # -- finished work ----------------------------------------------------------------------
 
     async def finished(self, tasks: list[Task], *, hurry: bool = False) -> None:
@@ -425,7 +283,8 @@ class Replication:
         for it (a borrower, for our answer to its report), and a patient lane's spacing does
         not hold it.
         """
-        me = self.node.me.id
+        me = self.ownership.me.id
+        holders = self.book.holders
         # The current replicas hear it in their copy lane (done fingerprints of a
         # STORE_BACKUP): that lane flushes to them anyway, and one RPC carries both.
         to_reps: dict[PeerRef, dict[bytes, list[int]]] = defaultdict(lambda: defaultdict(list))
@@ -435,7 +294,7 @@ class Replication:
             for rep in reps:
                 if rep.id != me:
                     to_reps[rep][t.key].append(t.fp)
-            for rep in self._holders.get(t.key, {}):
+            for rep in holders.get(t.key, {}):
                 if rep.id != me and rep not in reps:
                     by_rep[rep].append((t.key, t.fp))
         waits: list[Awaitable[object]] = [
@@ -453,8 +312,7 @@ class Replication:
         fingerprint under its key, copy or not, so whoever takes the host over does not
         fetch it again. Returns how many copies went."""
         pairs = [(k, fp) for k, fps in done.items() for fp in fps]
-        if self._enroll_new:
-            self._known.update(done)
+        self.book.seen_done(done)
         await self.ledger.done.add(pairs)
         return await self.backups.remove(owner, [fp for _, fp in pairs])
 
@@ -462,14 +320,14 @@ class Replication:
         """Pages of ``owner``'s that this peer crawled on loan and ``owner`` does not answer
         for: its replicas record them as done now, so that if it is dead, its successor (one
         of them) does not crawl them again from its copies (docs/membership.md, "Lending")."""
-        me = self.node.me.id
+        me = self.ownership.me.id
 
         async def one(rep: PeerRef) -> None:
             if rep.id == me:
                 await self.record_done(owner, {key: fps})
                 return
             try:
-                await self.node.delete_backup(rep, owner, {key: fps})
+                await self._delete_backup(rep, owner, {key: fps})
             except (PeerTimeout, RemoteError, OSError) as exc:
                 log.info("DELETE_BACKUP for %s to %s failed: %s", owner.hex()[:8], rep, exc)
 
@@ -480,7 +338,7 @@ class Replication:
         for key, fp in pairs:
             done[key].append(fp)
         try:
-            await self.node.delete_backup(rep, self.node.me.id, done)
+            await self._delete_backup(rep, self.ownership.me.id, done)
         except (PeerTimeout, RemoteError, OSError) as exc:
             # The copies stay; the replica's republish pass re-routes them to the owner,
             # which dedups them against its done record.

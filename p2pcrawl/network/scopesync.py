@@ -20,10 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
+import logging
+from collections.abc import Iterable
+from typing import Any, Protocol
 
-from p2pcrawl.crawl import Engine, decode_rules, encode_rules
-from protocol import CrawlNode, PeerTimeout, RemoteError, key_for
+from p2pcrawl.aio import every
+from p2pcrawl.crawl import DomainTable, decode_rules, encode_rules
+from protocol import PeerRef, PeerTimeout, RemoteError, key_for
 
 __all__ = ["MAX_SCOPE_HOSTS", "SCOPE_KEY", "ScopeSync", "parse_scope"]
 
@@ -35,10 +38,43 @@ RULES_REPUBLISH_S = 60.0
 MAX_SCOPE_HOSTS = 10_000
 
 
+class Values(Protocol):
+    """A local copy of a value (``storage``), and the DHT's value store (``CrawlNode``)."""
+
+    def __setitem__(self, key: bytes, value: Any) -> None: ...
+
+    def get(self, key: bytes, default: Any = None) -> Any: ...
+
+
+class Dht(Protocol):
+    """Kademlia's value store as the node serves it (``protocol.CrawlNode``)."""
+
+    @property
+    def storage(self) -> Values: ...
+
+    def peers(self) -> list[PeerRef]: ...
+
+    async def get(self, key: str | bytes) -> Any: ...
+
+    async def set(self, key: str | bytes, value: Any) -> bool: ...
+
+
+class ScopeCrawl(Protocol):
+    """Our crawler's scope (``crawl.Engine``)."""
+
+    @property
+    def scope_from_seeds(self) -> bool: ...
+
+    def adopt_hosts(self, hostnames: Iterable[str]) -> None: ...
+
+    @property
+    def domains(self) -> DomainTable: ...
+
+
 class ScopeSync:
-    def __init__(self, node: CrawlNode, engine: Engine, *, trusted: bool) -> None:
+    def __init__(self, node: Dht, crawl: ScopeCrawl, *, trusted: bool) -> None:
         self.node = node
-        self.engine = engine
+        self.crawl = crawl
         self.trusted = trusted
 
     async def publish(self, hosts: set[str]) -> None:
@@ -67,12 +103,12 @@ class ScopeSync:
     @property
     def needed(self) -> bool:
         """Whether there is anything to keep in step with the network."""
-        return self.trusted or self.engine.scope_from_seeds or bool(self.engine.domains.own)
+        return self.trusted or self.crawl.scope_from_seeds or bool(self.crawl.domains.own)
 
     async def publish_rules(self) -> None:
         """Put this peer's own per-domain rules where the others read them, merged into
         what is there (a peer's own tables win over the network's for its domains)."""
-        own = self.engine.domains.own
+        own = self.crawl.domains.own
         if not own:
             return
         merged = {**decode_rules(await self._get(RULES_KEY)), **own}
@@ -82,22 +118,23 @@ class ScopeSync:
             await self.node.set(RULES_KEY, value)
 
     async def refresh(self) -> None:
-        if self.engine.scope_from_seeds and self.trusted:
-            self.engine.adopt_hosts(await self.fetch())
+        if self.crawl.scope_from_seeds and self.trusted:
+            self.crawl.adopt_hosts(await self.fetch())
         if self.trusted:
-            self.engine.domains.adopt(decode_rules(await self._get(RULES_KEY)))
+            self.crawl.domains.adopt(decode_rules(await self._get(RULES_KEY)))
 
     async def run(self) -> None:
-        published = -RULES_REPUBLISH_S
-        while True:
-            with contextlib.suppress(Exception):
-                # Again now and then: a value lives on the nodes nearest its key, and those
-                # change as peers join and leave.
-                if time.monotonic() - published >= RULES_REPUBLISH_S:
-                    await self.publish_rules()
-                    published = time.monotonic()
-                await self.refresh()
-            await asyncio.sleep(SCOPE_REFRESH_S)
+        """Owned by the peer: publish this peer's own rules now and every
+        ``RULES_REPUBLISH_S`` (a value lives on the nodes nearest its key, and those change
+        as peers come and go), and read the scope and the rules every ``SCOPE_REFRESH_S``
+        (a peer that stops answers only after a timeout: such failures are expected)."""
+        if self.crawl.domains.own:
+            await self.publish_rules()
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(every(RULES_REPUBLISH_S, self.publish_rules, failures=logging.DEBUG))
+            tasks.create_task(
+                every(SCOPE_REFRESH_S, self.refresh, first=0.0, failures=logging.DEBUG)
+            )
 
 
 def parse_scope(raw: object) -> list[str]:

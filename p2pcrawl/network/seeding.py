@@ -10,16 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from p2pcrawl.crawl import SeedVerdict, Task, check_seed, urls
-from p2pcrawl.network.dispatch import to_batches
-from protocol import PeerTimeout, RemoteError
+from p2pcrawl.crawl import Ledger, LinkFilter, SeedVerdict, SeenCache, Task, check_seed, urls
+from p2pcrawl.network.intake import AcceptTasks
+from p2pcrawl.network.ports import ScopeView, StoreTask, to_batches
+from protocol import PeerRef, PeerTimeout, RemoteError
 
-if TYPE_CHECKING:
-    from p2pcrawl.network.peer import Peer
-
-__all__ = ["Forward", "log_verdicts", "seed_with_report"]
+__all__ = ["Forward", "Seeder", "log_verdicts"]
 
 log = logging.getLogger("p2pcrawl.seeds")
 
@@ -32,88 +30,144 @@ SEEDS_AT_ONCE = 16
 Forward = Callable[[bytes, str], Awaitable[dict[str, Any] | None]]
 
 
-async def seed_with_report(
-    peer: Peer, seeds: Iterable[str], *, recrawl: bool = False, forward: Forward | None = None
-) -> list[SeedVerdict]:
-    eng, disp, node = peer.engine, peer.dispatcher, peer.node
-    assert eng is not None and disp is not None and node is not None and peer.ledger is not None
-    settings = peer.config.crawl
-    # Each seed may wait on DNS or on its owner's reply: a few at a time, so a request of
-    # many seeds ends well within the client's timeout even when some owners are slow.
-    gate = asyncio.Semaphore(SEEDS_AT_ONCE)
+class SeedCrawl(ScopeView, Protocol):
+    """What seeding asks of our crawler (``crawl.Engine``)."""
 
-    async def verdict(raw: str) -> SeedVerdict:
-        async with gate:
-            return await check_seed(
-                raw,
-                scope=eng.scope,
-                scope_from_seeds=eng.scope_from_seeds,
-                patterns=eng.links.patterns,
-                max_url_length=settings.fetch.max_url_length,
-            )
+    @property
+    def links(self) -> LinkFilter: ...
 
-    verdicts = list(await asyncio.gather(*(verdict(raw) for raw in seeds)))
-    ok = [v for v in verdicts if v.result == SeedVerdict.ACCEPTED and v.canonical is not None]
-    if not ok:
+    @property
+    def seen(self) -> SeenCache: ...
+
+    def seed_tasks(self, seeds: Iterable[str]) -> list[Task]: ...
+
+    async def add_seeds(self, seeds: Iterable[str]) -> int: ...
+
+
+class Owners(Protocol):
+    @property
+    def me(self) -> PeerRef: ...
+
+    async def owner(self, key: bytes, *, fresh: bool = False) -> PeerRef: ...
+
+
+class Route(Protocol):
+    """``Dispatcher.route``."""
+
+    def __call__(self, tasks: list[Task], *, attempt: int = 0) -> Awaitable[None]: ...
+
+
+class Seeder:
+    def __init__(
+        self,
+        crawl: SeedCrawl,
+        ledger: Ledger,
+        owners: Owners,
+        *,
+        send: StoreTask,
+        route: Route,
+        accept: AcceptTasks,
+        publish: Callable[[set[str]], Awaitable[None]],
+    ) -> None:
+        """``route``: to a seed's owner with retries (``Dispatcher.route``); ``accept``: a
+        seed this peer owns (``Intake.accept``); ``publish``: the seeds' hosts into the
+        network-wide default scope (``ScopeSync.publish``)."""
+        self.crawl = crawl
+        self.ledger = ledger
+        self.owners = owners
+        self._send = send
+        self._route = route
+        self._accept = accept
+        self._publish = publish
+
+    async def add(self, seeds: Iterable[str]) -> int:
+        """Seed without a report: each URL routed to its owner."""
+        crawl = self.crawl
+        seeds = list(seeds)
+        if crawl.scope_from_seeds:
+            tasks = crawl.seed_tasks(seeds)  # validates; raises ValueError first
+            # Published before the seeds travel, so an owner that refreshes its scope on
+            # receiving a seed already finds every seed host there.
+            await self._publish({urls.hostname_of(t.url) for t in tasks})
+        return await crawl.add_seeds(seeds)
+
+    async def seed(
+        self, seeds: Iterable[str], *, recrawl: bool = False, forward: Forward | None = None
+    ) -> list[SeedVerdict]:
+        """Seed, and say per URL what became of it."""
+        crawl = self.crawl
+        settings = crawl.settings
+        # Each seed may wait on DNS or on its owner's reply: a few at a time, so a request
+        # of many seeds ends well within the client's timeout even when some owners are slow.
+        gate = asyncio.Semaphore(SEEDS_AT_ONCE)
+
+        async def verdict(raw: str) -> SeedVerdict:
+            async with gate:
+                return await check_seed(
+                    raw,
+                    scope=crawl.scope,
+                    scope_from_seeds=crawl.scope_from_seeds,
+                    patterns=crawl.links.patterns,
+                    max_url_length=settings.fetch.max_url_length,
+                )
+
+        verdicts = list(await asyncio.gather(*(verdict(raw) for raw in seeds)))
+        ok = [v for v in verdicts if v.result == SeedVerdict.ACCEPTED and v.canonical is not None]
+        if not ok:
+            return verdicts
+        tasks = crawl.seed_tasks([v.canonical for v in ok if v.canonical is not None])
+        if crawl.scope_from_seeds:
+            # Published before the seeds travel, so an owner that refreshes its scope on
+            # receiving a seed already finds every seed host there.
+            await self._publish({urls.hostname_of(t.url) for t in tasks})
+
+        async def offer(v: SeedVerdict, t: Task) -> None:
+            async with gate:
+                await self._offer(v, t, recrawl, forward)
+
+        for t in tasks:
+            crawl.seen.check_and_add(t.fp)
+        await asyncio.gather(*(offer(v, t) for v, t in zip(ok, tasks, strict=True)))
         return verdicts
-    tasks = eng.seed_tasks([v.canonical for v in ok if v.canonical is not None])
-    if eng.scope_from_seeds and peer.scope_sync is not None:
-        # Published before the seeds travel, so an owner that refreshes its scope on
-        # receiving a seed already finds every seed host there.
-        await peer.scope_sync.publish({urls.hostname_of(t.url) for t in tasks})
 
-    async def offer(v: SeedVerdict, t: Task) -> None:
-        async with gate:
-            await _offer(peer, v, t, recrawl, forward)
-
-    for t in tasks:
-        eng.seen.check_and_add(t.fp)
-    await asyncio.gather(*(offer(v, t) for v, t in zip(ok, tasks, strict=True)))
-    return verdicts
-
-
-async def _offer(
-    peer: Peer, v: SeedVerdict, t: Task, recrawl: bool, forward: Forward | None
-) -> None:
-    """Hand one accepted seed to its owner and write the owner's answer into ``v``."""
-    disp, node, ledger = peer.dispatcher, peer.node, peer.ledger
-    assert disp is not None and node is not None and ledger is not None
-    owner = await disp.owner_of(t.key)
-    if owner.id == node.me.id:
-        again = recrawl and await ledger.forget_done([t]) > 0
-        new = await peer.intake([t])
-        if again and new:
-            v.reason = "crawled before; queued again (--recrawl)"
-        elif not new:
-            v.result = SeedVerdict.ALREADY_KNOWN
-            v.reason = "already queued or done here" + (
-                "" if recrawl else "; --recrawl fetches it again"
-            )
-        return
-    try:
-        result = await node.store_task(owner, to_batches([t]))
-    except (PeerTimeout, RemoteError, OSError):
-        # The dispatcher retries and re-resolves the owner; what it says is not known.
-        await disp.route([t])
-        v.reason = f"routed; its owner {owner.id.hex()[:8]} did not answer yet"
-        return
-    if result.refused_keys:
-        await disp.route([t], attempt=1)  # ownership moved meanwhile: look it up afresh
-        v.reason = "routed to its new owner"
-    elif not result.new:
-        short = owner.id.hex()[:8]
-        answer = await forward(owner.id, t.url) if recrawl and forward is not None else None
-        if answer is not None:
-            v.result = str(answer.get("result", SeedVerdict.ALREADY_KNOWN))
-            v.reason = f"{answer.get('reason') or 'accepted'}, at its owner {short}"
+    async def _offer(self, v: SeedVerdict, t: Task, recrawl: bool, forward: Forward | None) -> None:
+        """Hand one accepted seed to its owner and write the owner's answer into ``v``."""
+        owner = await self.owners.owner(t.key)
+        if owner.id == self.owners.me.id:
+            again = recrawl and await self.ledger.forget_done([t]) > 0
+            new = await self._accept([t])
+            if again and new:
+                v.reason = "crawled before; queued again (--recrawl)"
+            elif not new:
+                v.result = SeedVerdict.ALREADY_KNOWN
+                v.reason = "already queued or done here" + (
+                    "" if recrawl else "; --recrawl fetches it again"
+                )
             return
-        v.result = SeedVerdict.ALREADY_KNOWN
-        v.reason = f"already queued or done at its owner {short}" + (
-            " (its status server could not be asked to fetch it again: seed it there "
-            "with --recrawl)"
-            if recrawl
-            else "; --recrawl fetches it again"
-        )
+        try:
+            result = await self._send(owner, to_batches([t]))
+        except (PeerTimeout, RemoteError, OSError):
+            # The dispatcher retries and re-resolves the owner; what it says is not known.
+            await self._route([t])
+            v.reason = f"routed; its owner {owner.id.hex()[:8]} did not answer yet"
+            return
+        if result.refused_keys:
+            await self._route([t], attempt=1)  # ownership moved meanwhile: look it up afresh
+            v.reason = "routed to its new owner"
+        elif not result.new:
+            short = owner.id.hex()[:8]
+            answer = await forward(owner.id, t.url) if recrawl and forward is not None else None
+            if answer is not None:
+                v.result = str(answer.get("result", SeedVerdict.ALREADY_KNOWN))
+                v.reason = f"{answer.get('reason') or 'accepted'}, at its owner {short}"
+                return
+            v.result = SeedVerdict.ALREADY_KNOWN
+            v.reason = f"already queued or done at its owner {short}" + (
+                " (its status server could not be asked to fetch it again: seed it there "
+                "with --recrawl)"
+                if recrawl
+                else "; --recrawl fetches it again"
+            )
 
 
 def log_verdicts(verdicts: Iterable[SeedVerdict]) -> None:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from p2pcrawl.aio.service import Service
+from p2pcrawl.aio import Service
 
 __all__ = ["CASES", "GUARD_TARGETS", "RESET_LINKS", "HostileConfig", "HostileWeb"]
 

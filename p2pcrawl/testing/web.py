@@ -17,7 +17,7 @@ import time
 
 from aiohttp import web
 
-from p2pcrawl.aio.service import Service
+from p2pcrawl.aio import Service
 from p2pcrawl.testing.canonical import canonical_target
 from p2pcrawl.testing.hostile import HostileConfig, HostileWeb
 from p2pcrawl.testing.pages import Link

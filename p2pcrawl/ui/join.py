@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from p2pcrawl.aio import TaskSet
 from p2pcrawl.crawl import scheme_hint, urls
 from p2pcrawl.ui.logs import set_node_id
 from p2pcrawl.ui.options import EXIT_FAILURE, UsageError, parse_hostport, settings_from
@@ -25,7 +26,6 @@ from p2pcrawl.ui.progress import (
     summary_lines,
     warc_output,
 )
-from protocol import TaskSet
 
 __all__ = ["run_join"]
 
@@ -169,9 +169,7 @@ async def run_join(opts: dict[str, Any]) -> int:
         progress.spawn(_progress_loop(peer, interval, sys.stderr.isatty()), "progress")
         running = asyncio.ensure_future(peer.run())
         finished = (
-            asyncio.ensure_future(peer.quiescence.finished.wait())
-            if opts.get("exit_when_finished")
-            else None
+            asyncio.ensure_future(peer.finished.wait()) if opts.get("exit_when_finished") else None
         )
         try:
             waits = [running] if finished is None else [running, finished]
@@ -197,7 +195,7 @@ async def run_join(opts: dict[str, Any]) -> int:
             log.info("the network is finished; exiting")
             # Nothing to hand off, but the others should not spend a suspicion timeout
             # finding out that we are gone (a peer still confirming the finish waits on it).
-            await peer.membership.say_goodbye()
+            await peer.say_goodbye()
             print(json.dumps({"finished": True, **done}), flush=True)
             return 0
         report = running.result()

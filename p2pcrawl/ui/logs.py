@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import time
+
+from p2pcrawl.aio import Throttle
 
 __all__ = ["RateLimitFilter", "set_node_id", "setup_logging"]
 
@@ -30,35 +31,20 @@ class RateLimitFilter(logging.Filter):
 
     def __init__(self, burst: int = 10, window: float = 10.0, max_keys: int = 1000) -> None:
         super().__init__()
-        self.burst = burst
-        self.window = window
-        self.max_keys = max_keys
-        self.suppressed_total = 0
-        # key -> [window start, records let through in it, records held back in it]
-        self._seen: dict[tuple[str, object], list[float]] = {}
+        self.throttle = Throttle(burst, window, max_keys)
+
+    @property
+    def suppressed_total(self) -> int:
+        return self.throttle.held_total
 
     def filter(self, record: logging.LogRecord) -> bool:
-        now = time.monotonic()
-        key = (record.name, record.msg)
-        entry = self._seen.get(key)
-        if entry is None:
-            if len(self._seen) >= self.max_keys:
-                self._seen.clear()
-            self._seen[key] = [now, 1, 0]
-            return True
-        if now - entry[0] >= self.window:
-            held = int(entry[2])
-            entry[:] = [now, 1, 0]
-            if held:
-                # Told on the next line of its kind, so the count is never silently lost.
-                record.msg = f"{record.msg} [{held} similar lines held back in the last window]"
-            return True
-        if entry[1] < self.burst:
-            entry[1] += 1
-            return True
-        entry[2] += 1
-        self.suppressed_total += 1
-        return False
+        held = self.throttle.admit((record.name, record.msg))
+        if held is None:
+            return False
+        if held:
+            # Told on the next line of its kind, so the count is never silently lost.
+            record.msg = f"{record.msg} [{held} similar lines held back in the last window]"
+        return True
 
 
 def setup_logging(level: str, fmt: str = "text") -> None:
@@ -75,10 +61,6 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper()))
-    # The DHT library logs every datagram at info; keep it to warnings unless debugging.
-    if level != "debug":
-        for name in ("kademlia", "rpcudp"):
-            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class _JsonFormatter(logging.Formatter):

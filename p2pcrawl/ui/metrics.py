@@ -88,9 +88,10 @@ class _Collector:
 
     def _crawl(self) -> Iterator[Metric]:
         peer = self.peer
-        s = peer.crawl_stats
-        if s is None:
+        parts = peer.running
+        if parts is None:
             return
+        s, handler = parts.engine.stats, parts.handler
         urls_, hosts = peer.frontier_size()
         yield _gauge("p2pcrawl_frontier_urls", "URLs in the in-memory frontier", urls_)
         yield _gauge("p2pcrawl_frontier_hosts", "Hosts in the in-memory frontier", hosts)
@@ -108,7 +109,7 @@ class _Collector:
         yield _labelled_counter(
             "p2pcrawl_budget", "URLs held back by a budget or trap rule", "rule", s.budget
         )
-        lag = peer.loop_lag.snapshot()
+        lag = parts.node.lag.snapshot()
         yield _gauge(
             "p2pcrawl_loop_lag_p99_seconds", "Event-loop lag, p99 of recent samples", lag.p99
         )
@@ -128,17 +129,17 @@ class _Collector:
             (
                 "p2pcrawl_malformed_tasks",
                 "Tasks from peers that failed checks",
-                peer.handler.malformed,
+                handler.malformed,
             ),
             (
                 "p2pcrawl_refused_keys",
                 "Keys refused because another peer owns them",
-                peer.handler.refused,
+                handler.refused,
             ),
             (
                 "p2pcrawl_store_task_busy",
                 "STORE_TASK requests answered busy (sender over its rate; it retries)",
-                peer.handler.busy,
+                handler.busy,
             ),
             ("p2pcrawl_handoff_tasks", "Tasks handed to other owners", peer.handoff.tasks),
             ("p2pcrawl_handoff_failed", "Tasks a handoff could not place", peer.handoff.failed),
@@ -150,7 +151,7 @@ class _Collector:
             "p2pcrawl_tasks_rejected",
             "Tasks from peers outside this peer's own scope or depth limit, by reason",
             "reason",
-            {r: peer.handler.rejected.get(r, 0) for r in ("scope", "depth")},
+            {r: handler.rejected.get(r, 0) for r in ("scope", "depth")},
         )
         links = peer.dispatch_status()
         yield _labelled_counter(

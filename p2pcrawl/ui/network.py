@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from p2pcrawl.aio import Memo, every
 from p2pcrawl.ui.announce import (
     ANNOUNCE_EVERY_S,
     ANNOUNCE_MAX_AGE_S,
@@ -71,13 +72,15 @@ class NetworkMonitor:
         self.status_addr = status_addr
         self.token = token
         self.announced = 0  # announcements stored (locally at least)
-        self._lookups: dict[bytes, tuple[str, float]] = {}
+        self._lookups: Memo[bytes, tuple[str, float]] = Memo(MAX_PEERS * 2)
         self._udp_hosts: dict[bytes, str] = {}
         self._view: tuple[float, dict[str, Any]] | None = None
         self._view_lock = asyncio.Lock()
         self._session: Any = None
         self._task: asyncio.Task[None] | None = None
         self._limit_task: asyncio.Task[None] | None = None
+        self._announced_at = -ANNOUNCE_EVERY_S
+        self._announced_peers = -1
 
     async def start(self) -> None:
         import aiohttp
@@ -86,9 +89,13 @@ class NetworkMonitor:
         self._session = aiohttp.ClientSession(
             headers=headers, timeout=aiohttp.ClientTimeout(total=3.0)
         )
-        self._task = asyncio.ensure_future(self._announce_loop())
+        self._task = asyncio.ensure_future(
+            every(1.0, self._announce_round, first=0.0, failures=logging.DEBUG)
+        )
         if self.peer.config.crawl.scope.max_network_pages:
-            self._limit_task = asyncio.ensure_future(self._network_limit_loop())
+            self._limit_task = asyncio.ensure_future(
+                every(NETWORK_LIMIT_EVERY_S, self._check_network_limit)
+            )
 
     async def aclose(self) -> None:
         if self._limit_task is not None:
@@ -129,28 +136,21 @@ class NetworkMonitor:
                 log.debug("status announcement not stored: %s", exc)
         return True
 
-    async def _announce_loop(self) -> None:
-        last_at = -ANNOUNCE_EVERY_S
-        last_peers = -1
-        while True:
-            node = self.peer.node
-            peers = len(node.peers()) if node is not None and node.protocol is not None else -1
-            now = time.monotonic()
-            due = now - last_at >= ANNOUNCE_EVERY_S
-            changed = peers != last_peers and now - last_at >= FAST_ANNOUNCE_S
-            if peers >= 0 and (due or changed):
-                try:
-                    # A joiner's server starts before its peer has joined: it counts as
-                    # announced only once it was (it waited a whole ANNOUNCE_EVERY_S, and
-                    # the others' views said "not announced yet" that long).
-                    if await self.announce():
-                        last_at, last_peers = now, peers
-                except Exception:
-                    # The node closes under us while the peer stops; the next round retries.
-                    log.debug("status announcement failed", exc_info=True)
-            await asyncio.sleep(1.0)
+    async def _announce_round(self) -> None:
+        """Announce when due, or soon after the routing table changed. The node closes under
+        this while the peer stops (logged at debug level); the next round retries."""
+        node = self.peer.node
+        peers = len(node.peers()) if node is not None and node.listening else -1
+        now = time.monotonic()
+        due = now - self._announced_at >= ANNOUNCE_EVERY_S
+        changed = peers != self._announced_peers and now - self._announced_at >= FAST_ANNOUNCE_S
+        # A joiner's server starts before its peer has joined: it counts as announced only
+        # once it was (it waited a whole ANNOUNCE_EVERY_S, and the others' views said "not
+        # announced yet" that long).
+        if peers >= 0 and (due or changed) and await self.announce():
+            self._announced_at, self._announced_peers = now, peers
 
-    async def _network_limit_loop(self) -> None:
+    async def _check_network_limit(self) -> None:
         """--max-network-pages: stop fetching once the peers together fetched that many.
 
         The total is the network view's, so it counts the peers whose status servers this
@@ -158,27 +158,25 @@ class NetworkMonitor:
         network fetches in that time.
         """
         limit = int(self.peer.config.crawl.scope.max_network_pages)
-        while True:
-            await asyncio.sleep(NETWORK_LIMIT_EVERY_S)
-            engine = self.peer.engine
-            if engine is None or engine.network_limit_reached or self.peer.node is None:
-                continue
-            try:
-                doc = await self.view()
-            except Exception:
-                log.debug("network view for --max-network-pages failed", exc_info=True)
-                continue
-            total = int(doc["totals"]["pages_fetched"])
-            if total >= limit:
-                engine.network_limit_reached = True
-                log.info(
-                    "network page limit reached: %d pages fetched by %d peers "
-                    "(--max-network-pages %d); this peer stops fetching",
-                    total,
-                    doc["peers_reachable"],
-                    limit,
-                )
-                self.peer.events.add("network_limit", pages=total)
+        engine = self.peer.engine
+        if engine is None or engine.network_limit_reached or self.peer.node is None:
+            return
+        try:
+            doc = await self.view()
+        except Exception:
+            log.debug("network view for --max-network-pages failed", exc_info=True)
+            return
+        total = int(doc["totals"]["pages_fetched"])
+        if total >= limit:
+            engine.network_limit_reached = True
+            log.info(
+                "network page limit reached: %d pages fetched by %d peers "
+                "(--max-network-pages %d); this peer stops fetching",
+                total,
+                doc["peers_reachable"],
+                limit,
+            )
+            self.peer.events.add("network_limit", pages=total)
 
     # -- the view ----------------------------------------------------------------------------
 
@@ -199,9 +197,7 @@ class NetworkMonitor:
         ann = decode_announcement(raw, node_id, self._secret())
         if ann is None:
             return None
-        if len(self._lookups) >= MAX_PEERS * 2:
-            self._lookups.clear()
-        self._lookups[node_id] = (ann.status, now)
+        self._lookups.remember(node_id, (ann.status, now))
         return ann.status
 
     async def lookup_reachable(self, node_id: bytes) -> str | None:
@@ -250,7 +246,7 @@ class NetworkMonitor:
             if self._view is not None and now - self._view[0] < VIEW_TTL_S:
                 return self._view[1]
             node = self.peer.node
-            known = node.peers() if node is not None and node.protocol else []
+            known = node.peers() if node is not None and node.listening else []
             self._udp_hosts = {p.id: p.host for p in known}
             me = PeerRow(self.peer.node_id.hex(), self.status_addr(), self.peer.status(), me=True)
             others = [p.id for p in known]

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from yarl import URL
 
+from p2pcrawl.aio import TaskSet, every
 from p2pcrawl.ui.connlimit import ConnectionLimits, GuardedServer
 from p2pcrawl.ui.metrics import PeerMetrics
 from p2pcrawl.ui.network import NetworkMonitor, announced_address
 from p2pcrawl.ui.prerender import prerender
 from p2pcrawl.ui.progress import extended_status, warc_output
-from protocol import TaskSet
 
 if TYPE_CHECKING:
     from p2pcrawl.network import Peer
@@ -159,6 +159,7 @@ class StatusServer:
         self.network = NetworkMonitor(peer, self.announced_address, token)
         self._backup_owners: dict[str, int] = {}
         self._output: dict[str, Any] = {}
+        self._last_owners = self._last_output = -OUTPUT_SCAN_EVERY_S  # sampler rounds
         self._runner: web.AppRunner | None = None
         self.limits = limits or ConnectionLimits()
         self.connections: GuardedServer | None = None
@@ -173,7 +174,7 @@ class StatusServer:
         """Where other peers reach this server (its bind address, or the peer's UDP host
         when it listens on every interface)."""
         node = self.peer.node
-        udp_host = node.me.host if node is not None and node.protocol is not None else self.host
+        udp_host = node.me.host if node is not None and node.listening else self.host
         return announced_address(self.host, self.port, udp_host)
 
     def app(self) -> web.Application:
@@ -204,7 +205,9 @@ class StatusServer:
             self._runner = None
             raise
         self._tasks = TaskSet("status")
-        self._tasks.spawn(self._sample_loop(), "sampler")
+        self._tasks.spawn(
+            every(1.0, self._sample_once, first=0.0, failures=logging.DEBUG), "sampler"
+        )
         await self.network.start()
 
     async def aclose(self) -> None:
@@ -218,26 +221,21 @@ class StatusServer:
             await self._runner.cleanup()
             self._runner = None
 
-    async def _sample_loop(self) -> None:
-        last_owners = last_output = -OUTPUT_SCAN_EVERY_S
-        while True:
-            try:
-                await self.peer.refresh_counts()
-                now = time.monotonic()
-                if now - last_output >= OUTPUT_SCAN_EVERY_S:
-                    last_output = now
-                    warc_dir = self.peer.config.data_dir / "warc"
-                    self._output = await asyncio.to_thread(warc_output, warc_dir)
-                    self._output["data_dir"] = str(self.peer.config.data_dir)
-                if now - last_owners >= OWNER_COUNTS_EVERY_S:
-                    counts = await self.peer.backup_owners()
-                    if counts is not None:
-                        last_owners = now
-                        self._backup_owners = {o.hex(): n for o, n in counts.items()}
-            except Exception:
-                # The stores close under us while the peer stops; the next round retries.
-                log.debug("status sampler round failed", exc_info=True)
-            await asyncio.sleep(1.0)
+    async def _sample_once(self) -> None:
+        """One round of the sampler. The stores close under it while the peer stops (its
+        failures are logged at debug level); the next round retries."""
+        await self.peer.refresh_counts()
+        now = time.monotonic()
+        if now - self._last_output >= OUTPUT_SCAN_EVERY_S:
+            self._last_output = now
+            warc_dir = self.peer.config.data_dir / "warc"
+            self._output = await asyncio.to_thread(warc_output, warc_dir)
+            self._output["data_dir"] = str(self.peer.config.data_dir)
+        if now - self._last_owners >= OWNER_COUNTS_EVERY_S:
+            counts = await self.peer.backup_owners()
+            if counts is not None:
+                self._last_owners = now
+                self._backup_owners = {o.hex(): n for o, n in counts.items()}
 
     # -- middlewares -------------------------------------------------------------------------
 

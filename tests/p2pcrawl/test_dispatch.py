@@ -34,7 +34,7 @@ async def test_an_owner_that_has_every_link_is_sent_to_less_often_while_we_are_b
 ) -> None:
     a = await make_peer(crawl=CRAWL, peer=PeerSettings())
     assert a.engine is not None
-    a.engine.paused = True  # every accepted task stays queued
+    a.engine.pause("test")  # every accepted task stays queued
     b = await make_peer(crawl=CRAWL, bootstrap=(a.me.addr,))
     assert b.node is not None and b.engine is not None
     hosts = [f"h{i}.busy.test" for i in range(200)]
@@ -45,7 +45,7 @@ async def test_an_owner_that_has_every_link_is_sent_to_less_often_while_we_are_b
     async def local(ts: list[Task]) -> None:
         raise AssertionError("every task here has a live owner")
 
-    d = Dispatcher(b.node, replicas=2, intake=local, flush_s=0.05, patient=lambda: busy[0])
+    d = Dispatcher(b.node, b.node.store_task, intake=local, flush_s=0.05, patient=lambda: busy[0])
     try:
         first = tasks_for(host, range(10))
         await d.route(first)
@@ -73,14 +73,13 @@ async def test_an_owner_that_has_every_link_is_sent_to_less_often_while_we_are_b
 
 async def test_a_peer_is_patient_only_with_a_backlog(make_peer: PeerFactory) -> None:
     peer = await make_peer(crawl=CRAWL)
-    assert peer.engine is not None and peer.dispatcher is not None
-    peer.engine.paused = True
-    assert not peer._backlogged()
+    assert peer.engine is not None
+    peer.engine.pause("test")
+    assert not peer.parts.patience()
     conc = peer.engine.settings.concurrency
     await peer.intake(tasks_for("busy.test", range(2 * conc + 1)))
-    assert peer._backlogged()
+    assert peer.parts.patience()
     # A hand-off waits for our pages' tails, and they wait on our lanes: no patience then.
-    peer.membership.handing_off += 1
-    assert not peer._backlogged()
-    peer.membership.handing_off -= 1
-    assert peer._backlogged()
+    with peer.parts.patience.waiting():
+        assert not peer.parts.patience()
+    assert peer.parts.patience()

@@ -561,7 +561,7 @@ async def test_a_long_host_queue_does_not_fill_the_window(tmp_path: Path) -> Non
             tasks += [engine.seed_tasks([f"{s.base}/p{i}"])[0] for i in range(10)]
         assert len(await ledger.accept(tasks)) == 340
         try:
-            engine.paused = True  # fill the window, fetch nothing yet
+            engine.pause("test")  # fill the window, fetch nothing yet
             await engine.start()
             async with asyncio.timeout(10):
                 while len(engine.frontier) < 60:
@@ -571,7 +571,7 @@ async def test_a_long_host_queue_does_not_fill_the_window(tmp_path: Path) -> Non
                 f"{long_host.host}:{long_host.port}": 20,
                 **{f"{s.host}:{s.port}": 10 for s in short_hosts},
             }
-            engine.paused = False
+            engine.resume("test")
             async with asyncio.timeout(30):
                 while not engine.idle:
                     await engine.wait_progress(0.1)

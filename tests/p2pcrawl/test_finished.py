@@ -33,17 +33,17 @@ async def test_a_peer_that_did_no_work_sees_the_finish_after_the_others_left(
     b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
     await a.seed([web.hub_url])
     both = (a, b)
-    await eventually(lambda: all(p.quiescence.finished.is_set() for p in both), timeout=40)
+    await eventually(lambda: all(p.parts.quiescence.finished.is_set() for p in both), timeout=40)
     assert b.crawl_stats is not None and b.crawl_stats.pages_fetched == 0
     assert a.crawl_stats is not None and a.crawl_stats.pages_fetched > 0
     # a leaves as `join --exit-when-finished` does once it sees the finish: b, alone now,
     # has done nothing itself, yet the network it saw finish is still finished.
-    await a.membership.say_goodbye()
+    await a.say_goodbye()
     await a.aclose()
     assert b.node is not None
     await eventually(lambda: b.node is not None and b.node.peers() == [], timeout=5)
-    await eventually(lambda: not b.quiescence.finished.is_set(), timeout=5)  # membership moved
-    await eventually(lambda: b.quiescence.finished.is_set(), timeout=15)
+    await eventually(lambda: not b.finished.is_set(), timeout=5)  # membership moved
+    await eventually(lambda: b.finished.is_set(), timeout=15)
     assert b.status()["state"] == "finished"
 
 
@@ -58,10 +58,10 @@ async def test_a_finished_network_asks_quiet_less_and_less_often(
     b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
     await a.seed([web.hub_url])
     both = (a, b)
-    await eventually(lambda: all(p.quiescence.finished.is_set() for p in both), timeout=40)
+    await eventually(lambda: all(p.parts.quiescence.finished.is_set() for p in both), timeout=40)
 
     def quiet_sent() -> int:
-        protos = [p.node.protocol for p in both if p.node is not None]
+        protos = [p.node.rpc for p in both if p.node is not None]
         return sum(proto.stats.sent["quiet"] for proto in protos if proto is not None)
 
     await asyncio.sleep(3 * TICK_S)  # past the first doublings
@@ -85,20 +85,21 @@ async def test_a_quiet_peer_asks_again_once_the_last_busy_peer_went_quiet(
     b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
     await a.seed([web.hub_url])
     await eventually(
-        lambda: a.quiescence.finished.is_set() and b.quiescence.finished.is_set(), timeout=40
+        lambda: a.finished.is_set() and b.finished.is_set(),
+        timeout=40,
     )
-    assert a.node is not None and a.node.protocol is not None
-    stats = a.node.protocol.stats
-    q = a.quiescence
+    assert a.node is not None and a.node.rpc is not None
+    stats = a.node.rpc.stats
+    q = a.parts.quiescence
     # As if two more peers had last answered "not quiet", with a's next round far off (b's
     # own asks do not count: a waits for nothing from b).
     x, y = (PeerRef(os.urandom(20), "127.0.0.1", port) for port in (9, 10))
     q._waiting = {x.id, y.id}
     q._next_poll = float("inf")
     sent = stats.sent["quiet"]
-    await q.serve_quiet(x, [])
+    q.answer(x.id)
     await asyncio.sleep(3 * TICK_S)
     assert stats.sent["quiet"] == sent, "asked again while still waiting for one"
-    await q.serve_quiet(y, [])
+    q.answer(y.id)
     await eventually(lambda: stats.sent["quiet"] > sent, timeout=3 * TICK_S)
     assert q.finished.is_set()

@@ -55,7 +55,7 @@ async def test_a_failed_handoff_is_retried_and_the_host_stays_parked_meanwhile(
         crawl=crawl_settings_for(web), peer=PeerSettings(min_peer_age=TEST_MIN_PEER_AGE)
     )
     assert a.engine is not None and a.node is not None
-    a.engine.paused = True
+    a.engine.pause("test")
     key = key_for(host)
     assert await a.intake([Task(u, urls.fingerprint(u), key, 1) for u in truth]) == len(truth)
     handler = BusyAtFirst(busy_for=3)
@@ -66,7 +66,7 @@ async def test_a_failed_handoff_is_retried_and_the_host_stays_parked_meanwhile(
         # Until the newcomer is established the host is rightly a's; once the first handoff
         # has failed, a may crawl whatever it still counts as its own.
         await eventually(lambda: handler.calls >= 1, timeout=10)
-        a.engine.paused = False
+        a.engine.resume("test")
         await eventually(lambda: len(handler.tasks.get(key, [])) == len(truth), timeout=20)
     finally:
         await newcomer.aclose()
@@ -85,7 +85,7 @@ async def test_a_joiner_that_receives_a_large_host_gets_all_of_it_before_crawlin
     crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("big.test",)))
     a = await make_peer(crawl=crawl)
     assert a.engine is not None and a.ledger is not None
-    a.engine.paused = True  # the queue stays whole until it moves
+    a.engine.pause("test")  # the queue stays whole until it moves
     key = key_for("big.test")
     queued = [f"http://big.test/q{i}" for i in range(5000)]
     finished = [urls.fingerprint(f"http://big.test/d{i}") for i in range(5000)]
@@ -128,8 +128,8 @@ async def test_a_replica_that_missed_its_copy_gets_it_without_a_membership_chang
     must be tried again by itself, or the network never counts itself finished."""
     crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("kept.test",)))
     a = await make_peer(crawl=crawl)
-    assert a.engine is not None and a.replication is not None and a.node is not None
-    a.engine.paused = True
+    assert a.engine is not None and a.node is not None
+    a.engine.pause("test")
     key = key_for("kept.test")
     handler = CountingBackups(busy_for=1)  # a replica: a, not it, owns the key
     replica = CrawlNode(id_outranked_by(a.node_id, key), handler, NodeConfig())
@@ -141,7 +141,7 @@ async def test_a_replica_that_missed_its_copy_gets_it_without_a_membership_chang
         sent = KeyBatch(key, [TaskItem(url=u, depth=1) for u in page])
         assert (await replica.store_task(a.me, [sent])).new == len(page)
         await eventually(lambda: len(handler.backups.get(a.node_id, {})) == len(page), timeout=10)
-        await eventually(lambda: a.replication is not None and a.replication.pending == 0)
+        await eventually(lambda: a.parts.replication.pending == 0)
     finally:
         await replica.aclose()
     assert handler.backup_calls >= 2
@@ -154,8 +154,8 @@ async def test_copies_of_links_found_by_pages_finishing_together_share_one_store
     page counts as done; pages finishing together must not cost a STORE_BACKUP each."""
     crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("kept.test",)))
     a = await make_peer(crawl=crawl)
-    assert a.engine is not None and a.replication is not None and a.node is not None
-    a.engine.paused = True
+    assert a.engine is not None and a.node is not None
+    a.engine.pause("test")
     key = key_for("kept.test")
     handler = CountingBackups()
     replica = CrawlNode(id_outranked_by(a.node_id, key), handler, NodeConfig())

@@ -7,12 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kademlia.node import Node
-
-from p2pcrawl.network import Peer, PeerConfig
-from p2pcrawl.network.healing import CONTACTS_FILE, read_contacts
+from p2pcrawl.network import CONTACTS_FILE, Peer, PeerConfig, read_contacts
 from p2pcrawl.settings import PeerSettings
 from protocol import CrawlNode
+from protocol.kbucket import Node
 from tests.conftest import TEST_MIN_PEER_AGE
 
 HEAL = PeerSettings(
@@ -54,12 +52,12 @@ async def test_a_split_merges_within_the_bound(make_peer: Any) -> None:
     assert a.node is not None and b.node is not None and c.node is not None
     # The split a burst used to cause: a dropped everyone, everyone dropped a. Nobody talks
     # to anybody across it any more, so without healing it would last for ever.
-    proto_a = a.node.protocol
+    proto_a = a.node.rpc
     assert proto_a is not None
     for other in (b, c):
-        assert other.node is not None and other.node.protocol is not None
-        proto_a.declare_dead(Node(other.node_id, *other.me.addr))
-        other.node.protocol.declare_dead(Node(a.node_id, *a.me.addr))
+        assert other.node is not None and other.node.rpc is not None
+        proto_a.contacts.declare_dead(Node(other.node_id, *other.me.addr))
+        other.node.rpc.contacts.declare_dead(Node(a.node_id, *a.me.addr))
     assert a.node.peers() == []
     took = await wait_for(
         lambda: (
@@ -70,7 +68,7 @@ async def test_a_split_merges_within_the_bound(make_peer: Any) -> None:
     )
     # The merge is a's rejoin: the tables fill while its join still runs (the lookup of its
     # own ID), and the rejoin counts itself once the join returns.
-    await wait_for(lambda: a.healing.rejoins >= 1, 3 * HEAL.rpc_timeout + 1.0)
+    await wait_for(lambda: a.parts.healing.rejoins >= 1, 3 * HEAL.rpc_timeout + 1.0)
     print(f"merged in {took:.2f} s (bound {MERGE_BOUND_S:.2f} s)")
 
 

@@ -78,8 +78,8 @@ async def test_tasks_outside_the_receivers_scope_are_rejected_and_counted(
         peer.me.addr, [KeyBatch(key_for(host), injected), KeyBatch(key_for(own_host), deep)]
     )
     assert replies and all("error" not in r and r["new"] == 0 for r in replies)
-    await eventually(lambda: peer.handler.rejected["scope"] == 300)
-    assert peer.handler.rejected["depth"] == 1
+    await eventually(lambda: peer.parts.handler.rejected["scope"] == 300)
+    assert peer.parts.handler.rejected["depth"] == 1
     assert metric(peer, 'p2pcrawl_tasks_rejected_total{reason="scope"}') == 300
     assert metric(peer, 'p2pcrawl_tasks_rejected_total{reason="depth"}') == 1
     assert not [u for u in await queued_urls(peer) if host in u or "too-deep" in u]
@@ -213,7 +213,7 @@ async def target(make_peer: PeerFactory, tmp_path: Any) -> Any:
 def rejections(peer: Peer) -> float:
     assert peer.node is not None
     rpc: dict[str, Any] = peer.node.stats()
-    h = peer.handler
+    h = peer.parts.handler
     counted = h.malformed + h.refused + sum(h.rejected.values()) + rpc["replies_trimmed"]
     return float(sum(rpc["dropped"].values()) + counted)
 
@@ -228,7 +228,7 @@ async def test_fuzzed_rpcs_never_raise_never_store_invalid_tasks_and_are_counted
     target: Any, data: st.DataObject
 ) -> None:
     peer, member = target
-    proto = peer.node.protocol
+    proto = peer.node.rpc
     request = data.draw(requests(member.me.id, member.me.id))
     try:
         body = umsgpack.packb(request)
@@ -236,7 +236,7 @@ async def test_fuzzed_rpcs_never_raise_never_store_invalid_tasks_and_are_counted
         return
     before = rejections(peer)
     received_before = sum(peer.node.stats()["rpc_received"].values())
-    proto.datagram_received(b"\x00" + secrets.token_bytes(20) + body, member.me.addr)
+    proto.endpoint.datagram_received(b"\x00" + secrets.token_bytes(20) + body, member.me.addr)
     await proto.tasks.join()  # the deferred handler runs in its own task
     stats = peer.node.stats()
     assert stats["dropped"].get("handler_error", 0) == 0, request  # nothing raised
@@ -272,19 +272,19 @@ async def test_a_flooding_sender_is_answered_busy_and_loses_nothing(
         crawl=crawl, peer=PeerSettings(sender_tasks_per_s=500.0, sender_tasks_burst=100.0)
     )
     assert a.engine is not None and a.ledger is not None
-    a.engine.paused = True  # nothing is fetched: every accepted task stays in the queue
+    a.engine.pause("test")  # nothing is fetched: every accepted task stays in the queue
     b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
-    assert b.engine is not None and b.dispatcher is not None and b.node is not None
+    assert b.engine is not None and b.node is not None
     hosts = [f"h{i}.busy.test" for i in range(200)]
     owned_by_a = [h for h in hosts if b.node.closest_local(key_for(h), 1)[0].id == a.node_id]
     seeds = [f"http://{h}/p{j}" for h in owned_by_a[:10] for j in range(200)]
     tasks = b.engine.seed_tasks(seeds)
     for i in range(0, len(tasks), 400):  # returns once every task was accepted somewhere
-        await b.dispatcher.route(tasks[i : i + 400])
-    assert a.handler.busy > 0  # the flood was slowed down ...
+        await b.parts.dispatcher.route(tasks[i : i + 400])
+    assert a.parts.handler.busy > 0  # the flood was slowed down ...
     assert set(await queued_urls(a)) == set(seeds)  # ... and every task reached its owner
     assert await queued_urls(b) == []
-    assert metric(a, "p2pcrawl_store_task_busy_total") == a.handler.busy
+    assert metric(a, "p2pcrawl_store_task_busy_total") == a.parts.handler.busy
 
 
 async def test_a_new_id_next_to_a_busy_host_takes_nothing_before_the_minimum_age(
@@ -299,7 +299,7 @@ async def test_a_new_id_next_to_a_busy_host_takes_nothing_before_the_minimum_age
     crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("busy.test",)))
     a = await make_peer(crawl=crawl, peer=PeerSettings())  # the default minimum age: on
     assert a.engine is not None and a.ledger is not None and a.node is not None
-    a.engine.paused = True  # nothing is fetched: every task stays queued
+    a.engine.pause("test")  # nothing is fetched: every task stays queued
     key = key_for("busy.test")
     page = [f"http://busy.test/p{i}" for i in range(50)]
     assert await a.intake([Task(u, urls.fingerprint(u), key, 1) for u in page]) == 50
@@ -310,7 +310,7 @@ async def test_a_new_id_next_to_a_busy_host_takes_nothing_before_the_minimum_age
         await eventually(lambda: a.node.owner_wait(fake.me.id) is not None)  # type: ignore[union-attr]
         answer = await fake.refresh_task(a.me)  # "hand me my host", at once
         assert answer.keys == 0 and answer.retry_after > PeerSettings().min_peer_age - 1
-        a.membership.kick.set()  # a rebalance pass must not hand it anything either
+        a.parts.rebalance.due.set()  # a rebalance pass must not hand it anything either
         await asyncio.sleep(0.5)
         assert a.node.closest_local(key, 1) == [a.me]
         assert a.node.peers() == []

@@ -51,11 +51,10 @@ def test_what_an_owner_said_counts_for_that_owner_only() -> None:
 async def test_links_an_owner_holds_are_not_sent_to_it_again(make_peer: PeerFactory) -> None:
     owner = await make_peer(crawl=CRAWL, peer=PeerSettings())
     assert owner.engine is not None
-    owner.engine.paused = True  # every accepted task stays queued
+    owner.engine.pause("test")  # every accepted task stays queued
     b = await make_peer(crawl=CRAWL, bootstrap=(owner.me.addr,))
     c = await make_peer(crawl=CRAWL, bootstrap=(owner.me.addr,))
     assert b.node is not None and c.node is not None
-    assert c.dispatcher is not None and b.dispatcher is not None
     hosts = [f"h{i}.busy.test" for i in range(400)]
     nodes = (b.node, c.node)
     host = next(
@@ -64,21 +63,21 @@ async def test_links_an_owner_holds_are_not_sent_to_it_again(make_peer: PeerFact
         if all(n.closest_local(key_for(h), 1)[0].id == owner.node_id for n in nodes)
     )
     found = tasks_for(host, range(10))
-    await b.dispatcher.route(found, found=True)  # new to the owner: it tells the others
+    await b.parts.dispatcher.route(found, found=True)  # new to the owner: it tells the others
     # c sends the owner a link of its own, and the answer says what the owner holds.
-    await c.dispatcher.route(tasks_for(host, range(10, 11)), found=True)
-    assert c.dispatcher.known.learned >= 10
-    sent = c.dispatcher.sent_rpcs
-    await c.dispatcher.route(found, found=True)
-    assert c.dispatcher.sent_rpcs == sent  # no STORE_TASK for links the owner holds
-    assert c.dispatcher.known.skipped == 10
+    await c.parts.dispatcher.route(tasks_for(host, range(10, 11)), found=True)
+    assert c.parts.dispatcher.known.learned >= 10
+    sent = c.parts.dispatcher.sent_rpcs
+    await c.parts.dispatcher.route(found, found=True)
+    assert c.parts.dispatcher.sent_rpcs == sent  # no STORE_TASK for links the owner holds
+    assert c.parts.dispatcher.known.skipped == 10
     # Only links found on pages are skipped: a take-over or a seed is always sent.
-    await c.dispatcher.route(found[:1])
-    assert c.dispatcher.sent_rpcs == sent + 1
+    await c.parts.dispatcher.route(found[:1])
+    assert c.parts.dispatcher.sent_rpcs == sent + 1
     # After a membership change nothing the owners said counts until they say it again.
-    c.dispatcher.forget_owners()
-    await c.dispatcher.route(found[1:2], found=True)
-    assert c.dispatcher.sent_rpcs == sent + 2
+    c.parts.dispatcher.owners_changed()
+    await c.parts.dispatcher.route(found[1:2], found=True)
+    assert c.parts.dispatcher.sent_rpcs == sent + 2
     assert await queued_urls(owner) == {t.url for t in tasks_for(host, range(11))}
     assert c.status()["dispatch"]["skipped_known"] == 10  # type: ignore[index]
 
@@ -90,18 +89,18 @@ async def test_an_owner_does_not_tell_what_it_holds_because_it_found_it_itself(
     pages, which nobody else comes across."""
     owner = await make_peer(crawl=CRAWL)
     assert owner.engine is not None
-    owner.engine.paused = True
+    owner.engine.pause("test")
     own: list[Task] = tasks_for("mine.busy.test", range(5))
     await owner.intake(own)
-    assert len(owner.advertised) == 0
+    assert len(owner.parts.advertised) == 0
     await owner.intake(tasks_for("mine.busy.test", range(5, 8)), routed=True)
-    assert len(owner.advertised) == 3
+    assert len(owner.parts.advertised) == 3
 
 
 async def test_a_stranger_is_not_told_what_an_owner_holds(make_peer: PeerFactory) -> None:
     """Only members hear it: a stranger's reply stays as small as its request allows."""
     owner = await make_peer(crawl=CRAWL)
-    owner.advertised.add(range(1, 100))
+    owner.parts.advertised.add(range(1, 100))
     replies = await stranger_store_task(owner.me.addr, [KeyBatch(key_for("h1.busy.test"), [])])
     assert replies and all("error" not in r and "known" not in r for r in replies)
-    assert owner.advertised.told == 0
+    assert owner.parts.advertised.told == 0

@@ -18,8 +18,7 @@ import pytest
 
 from p2pcrawl.crawl import HostQueue, Task, urls
 from p2pcrawl.crawl.engine import TAILS_PER_FETCH
-from p2pcrawl.network import Peer, PeerConfig
-from p2pcrawl.network.borrower import MAX_UNSETTLED
+from p2pcrawl.network import MAX_UNSETTLED, Peer, PeerConfig
 from p2pcrawl.network.identity import save_identity
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from p2pcrawl.testing import TestWeb
@@ -157,7 +156,7 @@ async def owner_successor_other(
 
 
 async def all_finished(*peers: Peer) -> None:
-    await asyncio.wait_for(asyncio.gather(*(p.quiescence.finished.wait() for p in peers)), 60)
+    await asyncio.wait_for(asyncio.gather(*(p.parts.quiescence.finished.wait() for p in peers)), 60)
 
 
 def fetched_once(web: TestWeb) -> tuple[set[str], dict[str, int]]:
@@ -181,18 +180,18 @@ async def test_an_idle_peer_crawls_a_busy_owners_hosts_on_loan(
         # The other peer owns nothing, yet fetched part of the crawl, on loan ...
         assert other.ledger.done_count == 0
         assert other.engine.stats.pages_fetched > 0
-        assert other.lending.borrower.borrowed_total > 0 and owner.lending.lender.lent_total > 0
+        assert other.parts.borrower.borrowed_total > 0 and owner.parts.lender.lent_total > 0
         # Borrowed tasks are never lent on: the owner never got its own hosts back on loan.
-        assert other.lending.lender.lent_total == 0 and owner.lending.borrower.borrowed_total == 0
+        assert other.parts.lender.lent_total == 0 and owner.parts.borrower.borrowed_total == 0
         # Each loan carried the owner's robots.txt policy: every site saw one request for it.
-        assert other.lending.borrower.robots_adopted > 0
+        assert other.parts.borrower.robots_adopted > 0
         assert web.robots_counts and set(web.robots_counts.values()) == {1}
         # ... and the owner recorded every URL done, its own fetches and the borrowed ones.
         assert owner.ledger.done_count == len(truth)
         assert owner.engine.stats.pages_fetched + other.engine.stats.pages_fetched == len(truth)
-        assert owner.ledger.queued == 0 and not owner.engine.lent
-        assert not owner.lending.lender.leases
-        assert not other.lending.borrower.loans and other.engine.borrowed == 0
+        assert owner.ledger.queued == 0 and not owner.parts.loans.lent
+        assert not owner.parts.lender.leases
+        assert not other.parts.loans.loans and other.parts.loans.borrowed == 0
         # The replica copies of the borrowed tasks were dropped too: nothing is left over.
         await other.refresh_counts()
         assert other.status()["backups_held"] == 0
@@ -208,14 +207,13 @@ async def test_a_borrower_that_does_not_trust_the_network_fetches_robots_itself(
     word, which could lift a site's Disallow rules: the borrower fetches the file itself."""
     web, owner, other = await owner_and_other(make_web, tmp_path)
     try:
-        assert other.scope_sync is not None
-        other.scope_sync.trusted = False
+        other.parts.borrower.trusted = False
         await owner.seed([web.hub_url])
         await all_finished(owner, other)
         assert not any(fetched_once(web))
-        borrower = other.lending.borrower
+        borrower = other.parts.borrower
         assert borrower.borrowed_total > 0 and borrower.robots_adopted == 0
-        assert owner.lending.lender.robots_lent > 0  # it was offered, and not taken
+        assert owner.parts.lender.robots_lent > 0  # it was offered, and not taken
         assert max(web.robots_counts.values()) == 2  # the owner's fetch, and the borrower's
     finally:
         await other.aclose()
@@ -235,7 +233,7 @@ async def test_a_peer_far_behind_borrows_before_its_fetchers_idle(
     other = await start_peer(
         tmp_path, "other", other_id, web, concurrency=2, bootstrap=(owner.me.addr,)
     )
-    borrower = other.lending.borrower
+    borrower = other.parts.borrower
     try:
         assert owner.engine is not None and other.engine is not None
         assert owner.ledger is not None and other.ledger is not None
@@ -282,7 +280,7 @@ async def test_an_idle_peer_borrows_hosts_of_a_few_pages(
         missing, again = fetched_once(web)
         assert not missing and not again
         assert owner.ledger.done_count == len(web.ground_truth())
-        lender, borrower = owner.lending.lender, other.lending.borrower
+        lender, borrower = owner.parts.lender, other.parts.borrower
         assert 2 <= borrower.borrowed_total < len(web.ground_truth())
         assert lender.lent_total == borrower.borrowed_total
         assert lender.leases_made > lender.lends_answered == borrower.loans_taken
@@ -303,7 +301,7 @@ async def test_an_idle_peer_holds_a_loan_for_each_of_its_fetchers(
     other = await start_peer(
         tmp_path, "other", other_id, web, concurrency=8, delay=0.5, bootstrap=(owner.me.addr,)
     )
-    loans = other.lending.borrower.loans
+    loans = other.parts.loans.loans
     most = 0
 
     async def watch() -> None:
@@ -321,7 +319,7 @@ async def test_an_idle_peer_holds_a_loan_for_each_of_its_fetchers(
         assert not missing and not again
         assert owner.ledger.done_count == len(web.ground_truth())
         assert most >= 3
-        assert owner.lending.lender.lent_total == other.lending.borrower.borrowed_total > 0
+        assert owner.parts.lender.lent_total == other.parts.borrower.borrowed_total > 0
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -368,13 +366,13 @@ async def test_a_borrower_that_dies_loses_no_task(make_web: WebFactory, tmp_path
     try:
         assert owner.engine is not None and owner.ledger is not None
         await owner.seed([web.hub_url])
-        await eventually(lambda: bool(other.lending.borrower.loans), timeout=30)
+        await eventually(lambda: bool(other.parts.loans.loans), timeout=30)
         # Dies with a loan in hand: no goodbye, no report.
         await other.aclose()
         closed = True
-        await eventually(lambda: not owner.lending.lender.leases, timeout=20)
-        assert owner.lending.lender.lapsed >= 1
-        await asyncio.wait_for(owner.quiescence.finished.wait(), 60)
+        await eventually(lambda: not owner.parts.lender.leases, timeout=20)
+        assert owner.parts.lender.lapsed >= 1
+        await asyncio.wait_for(owner.parts.quiescence.finished.wait(), 60)
         missing, again = fetched_once(web)
         assert not missing
         truth = web.ground_truth()
@@ -396,14 +394,14 @@ async def test_pages_finished_on_a_lapsed_lease_count_as_done_at_their_owner(
     history: those pages are done at the owner, and its status counts them, as it counts the
     pages a borrower reports in time (the network view sums every peer's "done")."""
     web, owner, other = await owner_and_other(make_web, tmp_path)
-    loans = other.lending.borrower.loans
+    loans = other.parts.loans.loans
     try:
         assert owner.ledger is not None
         await owner.seed([web.hub_url])
         # Finished on loan, not yet reported: then the owner gives up on the lease.
         await eventually(lambda: any(b.done for b in loans.values()), timeout=30)
-        owner.lending.lender.lapse_expired(float("inf"))
-        assert owner.lending.lender.lapsed >= 1
+        owner.parts.lender.lapse_expired(float("inf"))
+        assert owner.parts.lender.lapsed >= 1
         await all_finished(owner, other)
         missing, _ = fetched_once(web)
         assert not missing
@@ -431,7 +429,7 @@ async def test_pages_finished_on_a_loan_that_ended_unreported_are_done_at_the_bo
     other = await start_peer(
         tmp_path, "other", other_id, web, concurrency=4, settings=alone, bootstrap=(owner.me.addr,)
     )
-    loans = other.lending.borrower.loans
+    loans = other.parts.loans.loans
     try:
         assert other.ledger is not None and owner.ledger is not None
         await owner.seed([web.hub_url])
@@ -445,7 +443,7 @@ async def test_pages_finished_on_a_loan_that_ended_unreported_are_done_at_the_bo
                         break
         # The owner gives up on every lease at once, with nothing awaited in between: the
         # borrower's next report hears "unknown lease".
-        owner.lending.lender.lapse_expired(float("inf"))
+        owner.parts.lender.lapse_expired(float("inf"))
         done = other.ledger.done
         await eventually(lambda: all(done.maybe_contains(fp) for _, fp in finished), timeout=10)
         assert all(await done.contains(finished))
@@ -467,7 +465,7 @@ async def test_a_lender_restarted_on_a_new_port_ends_the_loan(
     finishes: the restarted owner crawls what its store still holds."""
     web, owner, other = await owner_and_other(make_web, tmp_path)
     restarted: Peer | None = None
-    loans = other.lending.borrower.loans
+    loans = other.parts.loans.loans
     loans_at_crash = 0
     try:
         try:
@@ -487,7 +485,7 @@ async def test_a_lender_restarted_on_a_new_port_ends_the_loan(
         await all_finished(restarted, other)
         missing, again = fetched_once(web)
         assert not missing
-        assert not loans and other.engine is not None and other.engine.borrowed == 0
+        assert not loans and other.engine is not None and other.parts.loans.borrowed == 0
         # What was under way when the owner died, and each loan's pages not yet recorded,
         # may be fetched twice; no more. Under way at the owner (concurrency 2): its
         # fetches, and its pages in their tails, whose finish waits for their links and
@@ -514,10 +512,10 @@ async def test_a_lender_that_leaves_gracefully_costs_no_duplicate(
     try:
         try:
             await owner.seed([web.hub_url])
-            loans = other.lending.borrower.loans
+            loans = other.parts.loans.loans
             await eventually(lambda: any(len(b.held) >= 4 for b in loans.values()), timeout=30)
-            report = await owner.membership.leave()
-            assert report.failed == 0 and not owner.lending.lender.leases
+            report = await owner.leave()
+            assert report.failed == 0 and not owner.parts.lender.leases
         finally:
             await owner.aclose()
         await all_finished(successor, other)
@@ -543,13 +541,13 @@ async def test_handing_on_a_lent_keys_history_keeps_the_loan(
         def queued_on_loan() -> int:
             return sum(
                 1
-                for b in other.lending.borrower.loans.values()
+                for b in other.parts.loans.loans.values()
                 for _, t in getattr(engine.frontier.hosts.get(b.host), "tasks", [])
                 if t.lease == b.lease
             )
 
         await eventually(lambda: queued_on_loan() >= 2, timeout=30)
-        keys = {b.key for b in other.lending.borrower.loans.values()}
+        keys = {b.key for b in other.parts.loans.loans.values()}
         assert engine.exclude_keys(keys) == []  # nothing of its own to hand over
         assert queued_on_loan() >= 2
         await all_finished(owner, other)
@@ -572,7 +570,7 @@ async def test_a_silent_lenders_replicas_learn_what_its_borrower_finished(
     patient = replace(DETECT, suspicion_timeout=60.0)
     web, owner, successor, other = await owner_successor_other(make_web, tmp_path, patient)
     # The selector loop's UDP transport is a ReadTransport too: it can stop reading.
-    transport = owner.node.transport if owner.node is not None else None
+    transport = owner.node.rpc.endpoint.transport if owner.node is not None else None
     assert isinstance(transport, asyncio.ReadTransport)
     try:
         assert other.engine is not None
@@ -583,7 +581,7 @@ async def test_a_silent_lenders_replicas_learn_what_its_borrower_finished(
         def on_loan() -> list[Task]:
             return [
                 t
-                for b in other.lending.borrower.loans.values()
+                for b in other.parts.loans.loans.values()
                 for _, t in getattr(frontier.hosts.get(b.host), "tasks", [])
                 if t.lease == b.lease
             ]
@@ -595,14 +593,14 @@ async def test_a_silent_lenders_replicas_learn_what_its_borrower_finished(
         await eventually(lambda: len(on_loan()) >= MAX_UNSETTLED + 2, timeout=30)
         transport.pause_reading()  # the lender falls silent
         requested = Counter(web.request_counts)
-        lent_hosts = {b.host for b in other.lending.borrower.loans.values()}
+        lent_hosts = {b.host for b in other.parts.loans.loans.values()}
         page = on_loan()[0]
         # Fetched and archived here, as far as the loan is concerned; its tail now waits
         # for the lender's word.
         assert frontier.take_tasks(urls.host_of(page.url), lambda t: t is page) == [page]
-        waiting = other.lending.borrower.settle([page], finished=True)
+        waiting = other.parts.loans.settle_now([page], finished=True)
         assert waiting is not None and not waiting.done()
-        loans = other.lending.borrower.loans
+        loans = other.parts.loans.loans
         await eventually(lambda: any(b.parked for b in loans.values()), timeout=10)
         # Unanswered, each loan fetched at most MAX_UNSETTLED pages more: what the lender's
         # successor would fetch again had it died (their tails wait on links to the lender).
@@ -642,12 +640,12 @@ async def test_a_borrower_at_its_page_limit_gives_its_loan_back(
     try:
         assert owner.ledger is not None and other.engine is not None
         await owner.seed([web.hub_url])
-        await asyncio.wait_for(owner.quiescence.finished.wait(), 60)
+        await asyncio.wait_for(owner.parts.quiescence.finished.wait(), 60)
         missing, again = fetched_once(web)
         assert not missing and not again
         assert owner.ledger.done_count == len(web.ground_truth())
-        assert other.lending.borrower.borrowed_total > other.engine.stats.pages_fetched == 6
-        assert not other.lending.borrower.loans and not owner.lending.lender.leases
+        assert other.parts.borrower.borrowed_total > other.engine.stats.pages_fetched == 6
+        assert not other.parts.loans.loans and not owner.parts.lender.leases
     finally:
         await other.aclose()
         await owner.aclose()

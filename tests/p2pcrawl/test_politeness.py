@@ -7,7 +7,6 @@ import pytest
 
 from p2pcrawl.crawl.politeness import (
     HostPoliteness,
-    backoff_seconds,
     next_gap,
     retry_after_seconds,
 )
@@ -77,14 +76,6 @@ def test_retry_after_is_capped() -> None:
     assert retry_after_seconds("99999999999999999999", NOW_EPOCH, 60.0, 600.0) == 600.0
     assert retry_after_seconds(http_date(NOW_EPOCH + 86400), NOW_EPOCH, 60.0, 600.0) == 600.0
     assert retry_after_seconds(None, NOW_EPOCH, 6000.0, 600.0) == 600.0
-
-
-def test_backoff_doubles_up_to_the_cap() -> None:
-    waits = [backoff_seconds(n, 2.0, 30.0) for n in range(1, 7)]
-    assert waits == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
-    assert backoff_seconds(0, 2.0, 30.0) == 0.0
-    assert backoff_seconds(10_000, 2.0, 30.0) == 30.0
-    assert backoff_seconds(3, 2.0, 30.0) == backoff_seconds(3, 2.0, 30.0)
 
 
 def test_fresh_host_is_ready() -> None:

@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from p2pcrawl.network import Peer
-from p2pcrawl.network import replication as replication_module
+from p2pcrawl.network import follower as follower_module
 from p2pcrawl.settings import CrawlSettings, ScopeSettings
 from protocol import CrawlNode, KeyBatch, NodeConfig, PeerRef, TaskItem, key_for
 from tests.conftest import PeerFactory, id_outranked_by
@@ -48,8 +48,8 @@ async def _owner(make_peer: PeerFactory) -> tuple[Peer, bytes, bytes]:
     ``near`` nearer than ``far``."""
     crawl = CrawlSettings(scope=ScopeSettings(allow_domains=(HOST,)))
     a = await make_peer(crawl=crawl)
-    assert a.engine is not None and a.node is not None and a.replication is not None
-    a.engine.paused = True
+    assert a.engine is not None and a.node is not None
+    a.engine.pause("test")
     near = id_outranked_by(a.node_id, key_for(HOST))
     # Flipping a low bit keeps the bit that makes ``a`` the closer one: ``a`` still owns.
     far = near[:-1] + bytes([near[-1] ^ 1])
@@ -84,8 +84,7 @@ def _batch(n: int) -> KeyBatch:
 
 async def _store_and_settle(sender: CrawlNode, a: Peer) -> None:
     """Route a new key's 20 tasks to ``a``, then wait out its follower's pass."""
-    replication = a.replication
-    assert replication is not None
+    replication = a.parts.replication
     assert (await sender.store_task(a.me, [_batch(20)])).new == 20
     await asyncio.sleep(0.2 + 0.5)  # the follower's pass starts 0.2 s after a wake
     await eventually(lambda: replication.pending == 0)
@@ -95,8 +94,7 @@ async def test_the_owner_has_copied_new_tasks_to_its_replicas_when_the_sender_he
     make_peer: PeerFactory,
 ) -> None:
     a, (sender, sent_side), (other, other_side) = await _owner_and_replicas(make_peer)
-    replication = a.replication
-    assert replication is not None
+    replication = a.parts.replication
     try:
         result = await sender.store_task(a.me, [_batch(20)])
         assert result.new == 20
@@ -122,15 +120,15 @@ async def test_a_key_new_to_the_owner_is_copied_once_not_again_by_the_follower(
     """The copies made as the first tasks of a key were queued are all of that key: the
     replica set follower has nothing to send for it until the replica set changes."""
     a, (sender, sent_side), (other, other_side) = await _owner_and_replicas(make_peer)
-    replication = a.replication
-    assert replication is not None
+    replication = a.parts.replication
     try:
         await _store_and_settle(sender, a)
         assert (sent_side.backup_calls, other_side.backup_calls) == (1, 1)
-        assert (replication.enrolled_keys, replication.resynced_keys) == (1, 0)
+        follower = a.parts.follower
+        assert (follower.book.enrolled_keys, follower.resynced_keys) == (1, 0)
         # The key is followed all the same: a replica set change brings it back to the
         # follower, which finds the same replicas and sends nothing.
-        replication.membership_changed()
+        follower.book.membership_changed()
         assert replication.pending == 1
         await eventually(lambda: replication.pending == 0)
         assert (sent_side.backup_calls, other_side.backup_calls) == (1, 1)
@@ -144,14 +142,13 @@ async def test_past_its_bound_of_keys_the_follower_sends_new_keys_again(
 ) -> None:
     """The keys seen this run are remembered up to ``KNOWN_MAX``; past it a key's first
     copies no longer count, and the follower brings its replicas up to date as it did."""
-    monkeypatch.setattr(replication_module, "KNOWN_MAX", 0)
+    monkeypatch.setattr(follower_module, "KNOWN_MAX", 0)
     a, (sender, sent_side), (other, other_side) = await _owner_and_replicas(make_peer)
-    replication = a.replication
-    assert replication is not None
     try:
         await _store_and_settle(sender, a)
         assert (sent_side.backup_calls, other_side.backup_calls) == (2, 2)
-        assert (replication.enrolled_keys, replication.resynced_keys) == (0, 1)
+        follower = a.parts.follower
+        assert (follower.book.enrolled_keys, follower.resynced_keys) == (0, 1)
         assert len(other_side.backups.get(a.node_id, {})) == 20
     finally:
         await sender.aclose()
@@ -190,8 +187,7 @@ async def test_a_replica_that_does_not_answer_cannot_make_a_live_owner_look_dead
     links and count the owner as failing). The copy the silent replica missed is sent
     again by the replica set follower."""
     a, (sender, sent_side), (silent, silent_side) = await _owner_and_replicas(make_peer)
-    replication = a.replication
-    assert replication is not None
+    replication = a.parts.replication
     try:
         silent_side.hang = True
         result = await sender.store_task(a.me, [_batch(20)])
@@ -217,13 +213,13 @@ async def test_a_backlogged_owner_still_copies_routed_tasks_before_it_answers(
     finished pages can wait), but copies a STORE_TASK handler waits for leave at once: the
     sender's ack still means the replicas hold them."""
     a, (sender, sent_side), (other, other_side) = await _owner_and_replicas(make_peer)
-    replication, engine = a.replication, a.engine
-    assert replication is not None and engine is not None
+    replication, engine = a.parts.replication, a.engine
+    assert engine is not None
     try:
         backlog = 2 * engine.settings.concurrency + 1
         urls = [f"http://{HOST}/q{i}" for i in range(backlog)]
         assert await a.intake(engine.seed_tasks(urls)) == backlog  # copied: the lanes flushed
-        assert a._backlogged()
+        assert a.parts.patience()
         result = await sender.store_task(a.me, [_batch(20)])
         assert result.new == 20
         assert len(sent_side.backups.get(a.node_id, {})) == backlog + 20

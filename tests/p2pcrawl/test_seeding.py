@@ -253,8 +253,8 @@ async def test_recrawl_of_a_url_another_peer_owns_asks_that_peer(
     await _wait_quiet(joiner)
     # Some host belongs to one of the two; seed it again through the other.
     url = f"http://{web.allow_domains[0]}:{web.port}/"
-    assert founder.dispatcher is not None and founder.engine is not None
-    owner_id = (await founder.dispatcher.owner_of(founder.engine.key_of(url))).id
+    assert founder.node is not None and founder.engine is not None
+    owner_id = (await founder.node.owner(founder.engine.key_of(url))).id
     owner, asker = (founder, joiner) if owner_id == founder.node_id else (joiner, founder)
     before = int(owner.status()["pages_fetched"])  # type: ignore[call-overload]
     ask = servers[asker.node_id].url + "api/seed"

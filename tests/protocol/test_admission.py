@@ -56,7 +56,7 @@ async def test_invented_ids_that_do_not_answer_never_enter_the_table(
     for _ in range(30):  # pings that name a new ID each; the script never answers a challenge
         raw_socket.sendto(request("ping", [secrets.token_bytes(20)]), a.me.addr)
     await drain(raw_socket)
-    proto = a.protocol
+    proto = a.rpc
     assert proto is not None
     await proto.admission.settle(2.0)
     assert proto.router.members() == [] and a.peers() == []
@@ -77,7 +77,7 @@ async def test_a_stolen_id_from_another_address_does_not_move_the_contact(
     for got in await drain(raw_socket, 0.5):
         if got[0] == 0:  # a's challenge: answer it as b would
             raw_socket.sendto(b"\x01" + got[1:21] + umsgpack.packb(b.me.id), a.me.addr)
-    proto = a.protocol
+    proto = a.rpc
     assert proto is not None
     await proto.admission.settle(2.0)
     assert [(p.id, p.addr) for p in a.peers()] == [(b.me.id, b.me.addr)]
@@ -101,7 +101,7 @@ async def test_a_new_contact_takes_over_keys_only_after_the_minimum_age(
     b = await make_node(min_owner_age=0.6)
     await b.join([a.me.addr])
     assert [p.id for p in b.peers()] == [a.me.id]  # found while joining: established at once
-    await eventually(lambda: a.protocol is not None and len(a.protocol.router.members()) == 1)
+    await eventually(lambda: len(a.rpc.router.members()) == 1)
     started = time.monotonic()
     assert a.peers() == [] and a.closest_local(b.me.id, 1) == [a.me]
     assert handler_of(a).added == []
@@ -237,7 +237,7 @@ async def test_a_new_contact_flood_of_real_answerers_is_admitted_only_at_the_lim
     finally:
         for s in flood:
             s.close()
-    proto = a.protocol
+    proto = a.rpc
     assert proto is not None
     counts = a.stats()["admission"]
     members = len(proto.router.members())
@@ -249,20 +249,20 @@ async def test_a_new_contact_flood_of_real_answerers_is_admitted_only_at_the_lim
 async def test_calls_awaiting_replies_are_capped(
     make_node: NodeFactory, raw_socket: socket.socket, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import protocol.endpoint
+    import protocol.outstanding
 
-    monkeypatch.setattr(protocol.endpoint, "MAX_PENDING", 10)
+    monkeypatch.setattr(protocol.outstanding, "MAX_PENDING", 10)
     a = await make_node(rpc_timeout=1.0)
-    proto = a.protocol
+    proto = a.rpc
     assert proto is not None
     silent = raw_socket.getsockname()  # receives, never answers
     calls = [proto.ping(silent, a.me.id) for _ in range(25)]
-    assert proto.outstanding() == 10
+    assert proto.endpoint.outstanding() == 10
     failed_at_once = [c for c in calls if c.done()]  # type: ignore[attr-defined]
     assert len(failed_at_once) == 15
     assert all(c.result() == (False, None) for c in failed_at_once)  # type: ignore[attr-defined]
     await asyncio.gather(*calls)
-    assert proto.outstanding() == 0
+    assert proto.endpoint.outstanding() == 0
 
 
 async def test_an_id_established_before_is_established_again_at_once(
@@ -271,11 +271,11 @@ async def test_an_id_established_before_is_established_again_at_once(
     a = await make_node(min_owner_age=30.0)
     b = await make_node()
     await b.join([a.me.addr])
-    await eventually(lambda: a.protocol is not None and len(a.protocol.router.members()) == 1)
+    await eventually(lambda: len(a.rpc.router.members()) == 1)
     assert a.peers() == []  # young: 30 s to go
-    a._establish(b.me)  # what the timer does when the 30 s are up
+    a.members._establish(b.me)  # what the timer does when the 30 s are up
     assert [p.id for p in a.peers()] == [b.me.id]
-    proto = a.protocol
+    proto = a.rpc
     assert proto is not None
     node = proto.router.get(b.me.id)
     assert node is not None

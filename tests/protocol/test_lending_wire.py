@@ -10,28 +10,52 @@ from typing import Any
 
 import pytest
 
-from protocol import KeyBatch, MessageError, PeerRef, TaskItem, key_for
-from protocol.lending import (
+from protocol import KeyBatch, MessageError, PeerRef, TaskItem, key_for, wire
+from protocol.loans import (
+    GIVE_BACK,
+    LEND,
     MAX_FPS,
     MAX_LENT_ROBOTS,
     MAX_LOANS,
     MAX_REPORTS,
     MAX_WANT,
-    RETURN_RPC,
     GiveBack,
+    GiveBackArgs,
+    GiveBackReply,
     LentRobots,
-    check_lend_request,
-    check_return_request,
-    loan_from_wire,
-    loan_to_wire,
+    Loan,
+    answers_of,
+    loan_of,
+    loan_reply,
     one_chunk,
-    report_to_wire,
-    returns_from_wire,
-    returns_to_wire,
+    report_args,
+    returns_reply,
 )
+from protocol.procedures import parse_args, parse_reply, reply_to_wire
 from tests.protocol.conftest import NodeFactory
 
 KEY = key_for("example.org")
+
+
+def loan_to_wire(*args: Any) -> dict[str, Any]:
+    return reply_to_wire(loan_reply(*args))
+
+
+def loan_from_wire(raw: object) -> Loan:
+    return loan_of(parse_reply(LEND, raw))
+
+
+def check_lend_request(raw: list[Any]) -> tuple[int, int, int]:
+    args = parse_args(LEND, raw)
+    return args.want, args.have, args.hosts
+
+
+def check_return_request(raw: list[Any]) -> list[GiveBack]:
+    return parse_args(GIVE_BACK, raw).reports()
+
+
+def returns_from_wire(raw: object, reports: int) -> list[tuple[bool, bool]]:
+    return answers_of(parse_reply(GIVE_BACK, raw), reports)
 
 
 def batch(n: int, path_len: int = 20) -> KeyBatch:
@@ -157,7 +181,6 @@ def test_give_back_requests_are_checked() -> None:
         [9, list(range(MAX_FPS + 1)), [], True],
         [9, [], "3", True],
         [9, [], []],
-        [9, [], [], True, []],  # "more" holds at least one report
         [9, [], [], True, [[9, [], [], True]]],  # a lease reported on twice
         [9, [], [], True, [[10, [], [], "yes"]]],
         [9, [], [], True, [[10, [], []]]],
@@ -175,10 +198,12 @@ def test_reports_on_several_leases_share_a_request_and_its_answer() -> None:
         GiveBack(10, [], [3], True),
         GiveBack(11, [], [], True),
     ]
-    args = report_to_wire(reports)
+    args = wire.unpackb(wire.packb(GIVE_BACK.args_to_wire(report_args(reports))))
+    assert args == [9, [1, 2], [], False, [[10, [], [3], True], [11, [], [], True]]]
     assert check_return_request(args) == reports
+    assert GIVE_BACK.args_to_wire(report_args(reports[:1])) == [9, [1, 2], [], False]  # no more
     answers = [(True, False), (False, False), (True, True)]
-    assert returns_from_wire(returns_to_wire(answers), 3) == answers
+    assert returns_from_wire(reply_to_wire(returns_reply(answers)), 3) == answers
     assert returns_from_wire({"known": True}, 1) == [(True, False)]  # a one-lease reply
     for bad in ({"known": True}, {"known": True, "more": [[True]]}, {"known": 1, "more": []}):
         with pytest.raises(ValueError):
@@ -215,14 +240,13 @@ async def test_a_borrowers_reports_share_requests_within_the_bounds(make_node: N
     lender, borrower = await make_node(), await make_node()
     requests: list[list[GiveBack]] = []
 
-    async def serve(sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        reports = check_return_request(args)
+    async def serve(sender: PeerRef, args: GiveBackArgs) -> GiveBackReply:
+        reports = args.reports()
         requests.append(reports)
         # Lease 3 is unknown here; lease 4 is recalled.
-        return returns_to_wire([(r.lease != 3, r.lease == 4) for r in reports])
+        return returns_reply([(r.lease != 3, r.lease == 4) for r in reports])
 
-    assert lender.protocol is not None
-    lender.protocol.serve(RETURN_RPC, serve)
+    lender.serve(GIVE_BACK, serve)
     reports = [GiveBack(i, [1000 * i + j for j in range(5)], [], True) for i in range(1, 21)]
     reports.append(GiveBack(99, list(range(1, 500)), list(range(500, 900)), False))
     answers = await borrower.give_back(lender.me, reports)

@@ -7,9 +7,8 @@ import socket
 import time
 from typing import Any
 
-from kademlia.node import Node
-
 from protocol import CrawlNode
+from protocol.kbucket import Node
 from protocol.liveness import Detector, LivenessConfig, LocalHealth, socket_drops, socket_inode
 from tests.protocol.conftest import NodeFactory, eventually, handler_of
 from tests.protocol.test_node import free_port
@@ -133,8 +132,7 @@ async def test_a_peer_others_can_reach_is_not_declared_dead(make_node: NodeFacto
     # indirect probe through c keeps b alive in a's view. (b pings nobody on its own here:
     # a request from b would refute the suspicion directly and correct the address.)
     a, b, c = await trio(make_node, quiet_b=True, **LIVE)
-    assert a.protocol is not None
-    a.protocol.router.add_contact(Node(b.me.id, "127.0.0.1", free_port()))
+    a.rpc.router.add_contact(Node(b.me.id, "127.0.0.1", free_port()))
     await asyncio.sleep(3.0)  # many rounds, five times the suspicion timeout
     assert b.me.id in {p.id for p in a.peers()}
     assert handler_of(a).removed == []
@@ -150,30 +148,29 @@ async def test_a_dead_peer_is_probed_indirectly_then_declared(make_node: NodeFac
     assert time.monotonic() - started >= LIVE["suspicion_timeout"]
     assert (b.me, "unresponsive") in handler_of(a).removed
     assert a.stats()["rpc_sent"]["ping_req"] > 0  # type: ignore[index]
-    assert a.protocol is not None and a.protocol.liveness.declared == 1
+    assert a.rpc.liveness.declared == 1
 
 
 async def test_ping_req_refuses_targets_it_does_not_know(make_node: NodeFactory) -> None:
     # No reflection: a helper pings only contacts in its own table, at their known address.
     a, b = await make_node(), await make_node()
     await b.join([a.me.addr])
-    assert a.protocol is not None
     stranger = Node(bytes(20), "127.0.0.1", free_port())
     pings = b.stats()["rpc_sent"].get("ping", 0)  # type: ignore[attr-defined]
-    assert await a.protocol.ping_req(Node(b.me.id, *b.me.addr), stranger) is False
+    assert await a.rpc.ping_req(Node(b.me.id, *b.me.addr), stranger) is False
     assert b.stats()["rpc_sent"].get("ping", 0) == pings  # type: ignore[attr-defined]
     target = Node(b.me.id, *b.me.addr)
     c = await make_node()
     await c.join([b.me.addr])
-    assert await c.protocol.ping_req(Node(a.me.id, *a.me.addr), target) is True  # type: ignore[union-attr]
+    assert await c.rpc.ping_req(Node(a.me.id, *a.me.addr), target) is True
 
 
 async def test_socket_drops_and_a_stalled_loop_lower_local_health(
     make_node: NodeFactory,
 ) -> None:
     a = await make_node(ping_interval=0.2, rpc_timeout=0.2)
-    assert a.protocol is not None and a.protocol.transport is not None
-    sock = a.protocol.transport.get_extra_info("socket")
+    assert a.rpc.endpoint.transport is not None
+    sock = a.rpc.endpoint.transport.get_extra_info("socket")
     before = socket_drops(socket_inode(sock.fileno()))
     await asyncio.sleep(0.2)  # the lag monitor's first tick
     sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -192,7 +189,7 @@ async def test_socket_drops_and_a_stalled_loop_lower_local_health(
     if before is not None:
         after = socket_drops(socket_inode(sock.fileno()))
         assert after is not None and after > before
-    health = a.protocol.liveness.health
+    health = a.rpc.liveness.health
     await eventually(lambda: "loop_lag" in health.signals, timeout=3.0)
     await eventually(lambda: "junk" in health.signals, timeout=3.0)
     if before is not None:

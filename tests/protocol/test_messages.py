@@ -18,7 +18,9 @@ from protocol.codec import MAX_DECOMPRESSED, MAX_ITEMS, MAX_KEYS
 from protocol.messages import (
     FPS_PER_CHUNK,
     MAX_URL_LENGTH,
+    REFRESH_TASK,
     RPC_REQUEST_LIMIT,
+    STORE_TASK,
     KeyBatch,
     RefreshAnswer,
     StoreResult,
@@ -27,12 +29,13 @@ from protocol.messages import (
     decode_fps,
     encode_batches,
     encode_fps,
-    refresh_from_wire,
-    refresh_to_wire,
-    store_result_from_wire,
-    store_result_to_wire,
+    refresh_answer,
+    refresh_reply,
+    store_reply,
+    store_result,
 )
 from protocol.model import MAX_KNOWN
+from protocol.procedures import parse_reply, reply_to_wire
 
 ID = b"\x01" * 20
 
@@ -299,40 +302,62 @@ def test_fingerprints_chunk_and_roundtrip() -> None:
         encode_fps([2**64])
 
 
+def store_wire(result: StoreResult, asked: set[bytes]) -> dict[str, Any]:
+    return reply_to_wire(store_reply(result, asked))
+
+
+def store_back(raw: object, asked: set[bytes]) -> StoreResult:
+    return store_result(parse_reply(STORE_TASK, raw), asked)
+
+
 def test_store_result_reply_only_refuses_asked_keys() -> None:
     a, b, other = key_for("a"), key_for("b"), key_for("other")
-    wire = store_result_to_wire(StoreResult(3, 1, [a, other, a]), {a, b})
+    wire = store_wire(StoreResult(3, 1, [a, other, a]), {a, b})
     assert wire == {"new": 3, "dup": 1, "refused": [a]}
-    back = store_result_from_wire({**wire, "refused": [a, other, "junk"]}, {a, b})
+    back = store_back({**wire, "refused": [a, other], "id": a}, {a, b})  # unknown fields: fine
     assert back == StoreResult(3, 1, [a])
     bad: object
-    for bad in ([], {"new": -1, "dup": 0, "refused": []}, {"new": 1, "dup": 0, "refused": "x"}):
+    for bad in (
+        [],
+        {"new": -1, "dup": 0, "refused": []},
+        {"new": 1, "dup": 0, "refused": "x"},
+        {"new": True, "dup": 0, "refused": []},
+        {"new": 1, "dup": 0, "refused": [a, "junk"]},
+        {"new": 1, "dup": 0, "refused": [a] * (MAX_KEYS + 1)},
+        {"new": 1, "refused": []},
+    ):
         with pytest.raises(MessageError):
-            store_result_from_wire(bad, {a})
+            store_back(bad, {a})
 
 
 def test_store_result_reply_carries_what_the_owner_holds_within_its_bound() -> None:
     a = key_for("a")
     fps = [0, 1, 2**64 - 1, 12345]
-    wire = store_result_to_wire(StoreResult(1, 0, [], fps), {a})
+    wire = store_wire(StoreResult(1, 0, [], fps), {a})
     assert wire["known"] == struct.pack(">4Q", *fps)
-    assert store_result_from_wire(wire, {a}) == StoreResult(1, 0, [], fps)
+    assert store_back(wire, {a}) == StoreResult(1, 0, [], fps)
     # More than the bound is cut to it; nothing at all leaves the field out.
-    many = store_result_to_wire(StoreResult(0, 1, [], list(range(MAX_KNOWN + 7))), {a})
-    assert store_result_from_wire(many, {a}).known == list(range(MAX_KNOWN))
-    assert "known" not in store_result_to_wire(StoreResult(0, 1, []), {a})
+    many = store_wire(StoreResult(0, 1, [], list(range(MAX_KNOWN + 7))), {a})
+    assert store_back(many, {a}).known == list(range(MAX_KNOWN))
+    assert "known" not in store_wire(StoreResult(0, 1, []), {a})
     base = {"new": 0, "dup": 1, "refused": []}
     for bad in (b"\0" * 7, b"\0" * 8 * (MAX_KNOWN + 1), [1, 2], "x" * 8, 5):
         with pytest.raises(MessageError):
-            store_result_from_wire({**base, "known": bad}, {a})
+            store_back({**base, "known": bad}, {a})
 
 
 def test_a_refresh_reply_says_how_many_keys_follow_or_when_to_ask_again() -> None:
-    assert refresh_to_wire(RefreshAnswer(7)) == {"n": 7}  # what peers without "later" read
-    assert refresh_from_wire({"n": 7}) == RefreshAnswer(7)
-    later = refresh_to_wire(RefreshAnswer(0, retry_after=2.5))
+    def to_wire(answer: RefreshAnswer) -> dict[str, Any]:
+        return reply_to_wire(refresh_reply(answer))
+
+    def back(raw: object) -> RefreshAnswer:
+        return refresh_answer(parse_reply(REFRESH_TASK, raw))
+
+    assert to_wire(RefreshAnswer(7)) == {"n": 7}  # what peers without "later" read
+    assert back({"n": 7}) == RefreshAnswer(7)
+    later = to_wire(RefreshAnswer(0, retry_after=2.5))
     assert later == {"n": 0, "later_ms": 2500}
-    assert refresh_from_wire(later) == RefreshAnswer(0, retry_after=2.5)
+    assert back(later) == RefreshAnswer(0, retry_after=2.5)
     bad: object
     for bad in (
         {"n": 3, "later_ms": 100},  # promises keys and says "later"
@@ -342,6 +367,6 @@ def test_a_refresh_reply_says_how_many_keys_follow_or_when_to_ask_again() -> Non
         {"later_ms": 100},
     ):
         with pytest.raises(MessageError):
-            refresh_from_wire(bad)
+            back(bad)
     with pytest.raises(ValueError):
         RefreshAnswer(2, retry_after=1.0)

@@ -186,12 +186,12 @@ async def test_failed_calls_make_a_suspect_never_an_eviction(make_node: NodeFact
         with pytest.raises(PeerTimeout):
             await a.ping_peer(b.me)
     assert b.me in a.peers()
-    assert a.protocol is not None and a.protocol.liveness.is_suspect(b_id)
+    assert a.rpc.liveness.is_suspect(b_id)
     # The same node comes back (same ID, same port): one answer clears the suspicion.
     b = await make_node(node_id=b_id, port=b_port)
     assert await a.ping_peer(b.me) == b_id
-    assert not a.protocol.liveness.is_suspect(b_id)
-    assert a.protocol.liveness.refuted == 1
+    assert not a.rpc.liveness.is_suspect(b_id)
+    assert a.rpc.liveness.refuted == 1
     assert handler_of(a).removed == []
 
 
@@ -414,7 +414,7 @@ async def test_full_bucket_ping_is_owned_and_closed() -> None:
     await eventually(lambda: a.stats()["rpc_sent"].get("ping", 0) >= 1)  # type: ignore[attr-defined]
     for node in (a, *others):
         await node.aclose()
-    assert len(a.protocol.tasks) == 0  # type: ignore[union-attr]
+    assert len(a.rpc.tasks) == 0
     assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
 
 
@@ -422,7 +422,7 @@ async def test_attribute_typo_is_not_a_remote_call(make_node: NodeFactory) -> No
     # Trap 11: rpcudp's __getattr__ turns any missing attribute into a remote call.
     a = await make_node()
     with pytest.raises(AttributeError):
-        a.protocol.find_nodes  # type: ignore[union-attr]  # noqa: B018
+        a.rpc.find_nodes  # type: ignore[attr-defined]  # noqa: B018
 
 
 async def test_garbage_datagrams_never_crash_the_node(

@@ -21,7 +21,7 @@ KEY = "cluster-key"
 def tap(node: CrawlNode) -> list[bytes]:
     """Every datagram ``node`` sends, as it went on the wire (what a sniffer sees)."""
     sent: list[bytes] = []
-    transport: Any = node.transport
+    transport: Any = node.rpc.endpoint.transport
     real = transport.sendto
 
     def sendto(data: bytes, addr: Any = None) -> None:
@@ -55,7 +55,7 @@ async def test_a_replayed_store_backup_does_not_resurrect_a_deleted_backup(
     assert handler_of(a).backups[b.me.id] == {}
     before = a.stats()
     await asyncio.sleep(0.01)  # with answered_s 0, the request is forgotten once time moves
-    b.transport.sendto(store, a.me.addr)  # type: ignore[union-attr]
+    b.rpc.endpoint.transport.sendto(store, a.me.addr)  # type: ignore[union-attr]
     if answered_s:
         await eventually(lambda: a.stats()["duplicate_requests"] == 1)
     else:
@@ -73,7 +73,7 @@ async def test_a_datagram_replayed_from_another_address_is_dropped_unanswered(
     wire = tap(b)
     assert await b.delete_backup(a.me, b.me.id, {key_for("a.example"): [12345]}) == 0
     (delete,) = requests(wire)
-    router = a.protocol.router  # type: ignore[union-attr]
+    router = a.rpc.router
     seen_before = router.last_seen(b.me.id)
     for _ in range(5):
         raw_socket.sendto(delete, a.me.addr)

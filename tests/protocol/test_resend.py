@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(30)
 def lose_next(node: CrawlNode, kind: int) -> list[bytes]:
     """The next datagram of ``kind`` that ``node`` sends is lost; returns what was lost."""
     lost: list[bytes] = []
-    transport: Any = node.transport
+    transport: Any = node.rpc.endpoint.transport
     real = transport.sendto
 
     def sendto(data: bytes, addr: Any = None) -> None:

@@ -16,14 +16,16 @@ from protocol import (
 )
 from protocol.balance import ID_BITS, IdSpace, bit_loads, common_prefix, key_space_share
 from protocol.loadreport import (
+    LOAD,
     LOAD_RPC,
     MAX_PEERS,
     PROFILE_BYTES,
     LoadReport,
-    report_from_wire,
-    report_to_wire,
+    load_reply,
+    report_of,
     serve_load,
 )
+from protocol.procedures import parse_reply, reply_to_wire
 from protocol.survey import survey
 from tests.protocol.conftest import FAST, NodeFactory, eventually
 from tests.protocol.test_node import free_port
@@ -37,12 +39,11 @@ def serving(node: CrawlNode, report: LoadReport) -> None:
     async def answer() -> LoadReport:
         return report
 
-    assert node.protocol is not None
-    node.protocol.serve(LOAD_RPC, serve_load(answer))
+    node.serve(LOAD, serve_load(answer))
 
 
 def nearest(node: CrawlNode) -> tuple[PeerRef, ...]:
-    me = node.node.id
+    me = node.id
     return tuple(p for p in node.closest_local(me, MAX_PEERS + 1) if p.id != me)
 
 
@@ -52,6 +53,14 @@ async def mesh(make_node: NodeFactory, ids: list[bytes], secret: str = "") -> li
         await node.join([nodes[0].me.addr])
     await eventually(lambda: all(len(n.peers()) == len(nodes) - 1 for n in nodes))
     return nodes
+
+
+def report_to_wire(report: LoadReport) -> dict[str, object]:
+    return reply_to_wire(load_reply(report))
+
+
+def report_from_wire(raw: object) -> LoadReport:
+    return report_of(parse_reply(LOAD, raw))
 
 
 def test_a_report_round_trips_within_the_fraction_step() -> None:
@@ -69,7 +78,7 @@ def test_a_report_round_trips_within_the_fraction_step() -> None:
 @pytest.mark.parametrize(
     ("reply", "field"),
     [
-        ([1], "map"),
+        ([1], "object"),
         ({}, "load"),
         ({"load": -1}, "load"),
         ({"load": 2**60}, "load"),
@@ -106,15 +115,14 @@ async def test_a_stranger_gets_the_full_report_only_when_it_pads(
         await b.load_report(a.me, pad=False)
     report = await b.load_report(a.me)
     assert report.load == 2**40 and report.ones is not None and report.peers == listed
-    assert a.protocol is not None and a.protocol.stats.replies_trimmed == 1
+    assert a.rpc.stats.replies_trimmed == 1
 
 
 async def test_a_bad_pad_is_refused(make_node: NodeFactory) -> None:
     a, b = await make_node(), await make_node()
     serving(a, LoadReport(0))
-    assert b.protocol is not None
-    with pytest.raises(RemoteError, match="pad"):
-        await b.protocol.request(a.me, LOAD_RPC, ["not bytes"])
+    ok, reply = await b.rpc.endpoint.call(a.me.addr, LOAD_RPC, [b.id, "not bytes"])
+    assert ok and "pad" in reply["error"]
 
 
 @pytest.mark.parametrize("secret", ["", "network key"])
@@ -126,7 +134,7 @@ async def test_the_probe_learns_everyone_and_is_never_admitted(
         serving(node, LoadReport(0, None, nearest(node)))
     config = NodeConfig(**{**FAST, "secret": secret})
     found = await survey([nodes[0].me.addr], listen=("127.0.0.1", 0), config=config)
-    ids = {n.node.id for n in nodes}
+    ids = {n.id for n in nodes}
     assert found.known == ids and set(found.reports) == ids
     # No load anywhere yet: the joiner halves the largest region, top("1")'s half.
     chosen = found.choose()
@@ -134,10 +142,9 @@ async def test_the_probe_learns_everyone_and_is_never_admitted(
     assert {key_space_share(i, [*ids, chosen]) for i in [*ids, chosen]} == {0.25}
     # The probe answered every admission challenge with an error: nobody added it.
     for node in nodes:
-        assert node.protocol is not None
-        await node.protocol.admission.settle(1.0)
-        assert {p.id for p in node.peers()} == ids - {node.node.id}
-        assert node.protocol.admission.counts["failed"] >= 1
+        await node.rpc.admission.settle(1.0)
+        assert {p.id for p in node.peers()} == ids - {node.id}
+        assert node.rpc.admission.counts["failed"] >= 1
 
 
 async def test_the_probe_learns_a_network_its_lookups_alone_would_not(
@@ -148,7 +155,7 @@ async def test_the_probe_learns_a_network_its_lookups_alone_would_not(
     for node in nodes:
         serving(node, LoadReport(0, None, nearest(node)))
     found = await survey([nodes[0].me.addr], listen=("127.0.0.1", 0), config=NodeConfig(**FAST))
-    assert found.known == {n.node.id for n in nodes} == set(found.reports)
+    assert found.known == {n.id for n in nodes} == set(found.reports)
 
 
 async def test_a_probe_whose_table_may_miss_nodes_looks_up_random_keys(
@@ -161,7 +168,7 @@ async def test_a_probe_whose_table_may_miss_nodes_looks_up_random_keys(
         serving(node, LoadReport(0, None, nearest(node)))
     config = NodeConfig(**{**FAST, "ksize": 2})
     found = await survey([nodes[0].me.addr], listen=("127.0.0.1", 0), config=config)
-    assert found.known == {n.node.id for n in nodes}
+    assert found.known == {n.id for n in nodes}
 
 
 async def test_the_probe_splits_the_most_loaded_peer_by_its_load(make_node: NodeFactory) -> None:

@@ -56,6 +56,6 @@ def test_the_timestamp_extension_is_no_field_s_type() -> None:
 
 
 def test_unpackable_values_raise() -> None:
-    for value in ({1, 2}, object(), 2**64):
+    for value in (object(), 2**64):
         with pytest.raises((TypeError, OverflowError)):
             wire.packb(value)

@@ -12,20 +12,27 @@ handler makes the caller count a timeout against a live peer.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from protocol.errors import MessageError
 from protocol.messages import (
+    DELETE_BACKUP,
+    REFRESH_TASK,
+    STORE_BACKUP,
+    STORE_TASK,
+    BackupArgs,
     KeyBatch,
     PeerRef,
     RefreshAnswer,
+    RefreshReply,
     StoreResult,
-    check_id,
+    StoreTaskArgs,
+    StoreTaskReply,
     decode_batches,
-    refresh_to_wire,
-    store_result_to_wire,
+    refresh_reply,
+    store_reply,
 )
-from protocol.rpc import CrawlServer
+from protocol.procedures import Count, CrawlServer, NoArgs, typed
 
 __all__ = ["CrawlHandler", "NoWork", "crawl_servers"]
 
@@ -91,57 +98,45 @@ class NoWork:
         pass
 
 
-def _args(args: list[Any], n: int, rpc: str) -> list[Any]:
-    if len(args) != n:
-        raise MessageError(f"{rpc} takes {n} arguments after the sender id, got {len(args)}")
-    return args
-
-
-def _count(value: object, what: str) -> dict[str, Any]:
+def _count(value: object, what: str) -> Count:
     if type(value) is not int or value < 0:
         raise TypeError(f"{what} must return a non-negative int, not {value!r}")
-    return {"n": value}
+    return Count(value)
 
 
 def crawl_servers(handler: CrawlHandler) -> dict[str, CrawlServer]:
     """The four crawl RPCs, by wire name, bound to ``handler``."""
 
-    async def store_task(sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        (payload,) = _args(args, 1, "store_task")
-        batches = decode_batches(payload)
+    async def store_task(sender: PeerRef, args: StoreTaskArgs) -> StoreTaskReply:
+        batches = decode_batches(args.payload)
         result = await handler.handle_store_task(sender, batches)
         if not isinstance(result, StoreResult):
             raise TypeError(f"handle_store_task must return a StoreResult, not {result!r}")
-        return store_result_to_wire(result, {b.key for b in batches})
+        return store_reply(result, {b.key for b in batches})
 
-    async def store_backup(sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        owner, payload = _args(args, 2, "store_backup")
-        owner = check_id(owner, "owner")
-        batches = decode_batches(payload)
-        n = await handler.handle_store_backup(sender, owner, batches)
+    async def store_backup(sender: PeerRef, args: BackupArgs) -> Count:
+        batches = decode_batches(args.payload)
+        n = await handler.handle_store_backup(sender, args.owner, batches)
         return _count(n, "handle_store_backup")
 
-    async def delete_backup(sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        owner, payload = _args(args, 2, "delete_backup")
-        owner = check_id(owner, "owner")
+    async def delete_backup(sender: PeerRef, args: BackupArgs) -> Count:
         done: dict[bytes, list[int]] = {}
-        for b in decode_batches(payload):
+        for b in decode_batches(args.payload):
             if b.tasks:
                 raise MessageError("delete_backup carries fingerprints only")
             done.setdefault(b.key, []).extend(b.done)
-        n = await handler.handle_delete_backup(sender, owner, done)
+        n = await handler.handle_delete_backup(sender, args.owner, done)
         return _count(n, "handle_delete_backup")
 
-    async def refresh_task(sender: PeerRef, args: list[Any]) -> dict[str, Any]:
-        _args(args, 0, "refresh_task")
+    async def refresh_task(sender: PeerRef, args: NoArgs) -> RefreshReply:
         answer = await handler.handle_refresh_task(sender)
         if not isinstance(answer, RefreshAnswer):
             raise TypeError(f"handle_refresh_task must return a RefreshAnswer, not {answer!r}")
-        return refresh_to_wire(answer)
+        return refresh_reply(answer)
 
     return {
-        "store_task": store_task,
-        "store_backup": store_backup,
-        "delete_backup": delete_backup,
-        "refresh_task": refresh_task,
+        STORE_TASK.name: typed(STORE_TASK, store_task),
+        STORE_BACKUP.name: typed(STORE_BACKUP, store_backup),
+        DELETE_BACKUP.name: typed(DELETE_BACKUP, delete_backup),
+        REFRESH_TASK.name: typed(REFRESH_TASK, refresh_task),
     }

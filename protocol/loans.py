@@ -60,6 +60,10 @@ site sees one more request per loan, and the loan's first page waits a round tri
 borrower takes it only from a peer it trusts as much as its own scope (a keyed network, or one
 confined to loopback); otherwise it fetches the file itself.
 
+Both are declared once (``LEND``, ``GIVE_BACK``: ``procedures``), and every field is checked
+against its bounds on receipt. A reply field equal to its default is left off (``recall``
+false), which a peer reads as before.
+
 A lease also lapses when no GIVE_BACK arrives for ``LEASE_S``; a borrower with a lease
 outstanding reports at least every ``KEEPALIVE_S``, so a recall is heard that soon.
 """
@@ -68,33 +72,44 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
 
 from protocol.codec import PAYLOAD_LIMIT, decode_batches, encode_chunks
 from protocol.errors import MessageError
-from protocol.model import FP_LIMIT, KeyBatch, check_fingerprint
+from protocol.model import FP_LIMIT, KeyBatch
+from protocol.procedures import U64, Args, Procedure, Reply
 
 __all__ = [
+    "GIVE_BACK",
     "KEEPALIVE_S",
     "LEASE_S",
+    "LEND",
+    "LEND_REPLY_BUDGET",
     "LEND_RPC",
+    "LOAN_BYTES_MOST",
     "MAX_FPS",
     "MAX_LENT_ROBOTS",
     "MAX_LOANS",
     "MAX_REPORTS",
+    "MAX_ROBOTS_TTL",
     "MAX_WANT",
     "RETURN_RPC",
     "GiveBack",
+    "GiveBackArgs",
+    "GiveBackReply",
+    "LendArgs",
+    "LendReply",
     "LentRobots",
     "Loan",
-    "check_lend_request",
-    "check_return_request",
-    "loan_from_wire",
-    "loan_to_wire",
+    "answers_of",
+    "loan_of",
+    "loan_reply",
     "one_chunk",
-    "report_to_wire",
-    "returns_from_wire",
-    "returns_to_wire",
+    "report_args",
+    "returns_reply",
 ]
 
 LEND_RPC = "lend"
@@ -120,15 +135,102 @@ MAX_ROBOTS_TTL = 7 * 86_400
 LEND_REPLY_BUDGET = 24_576
 LOAN_BYTES_MOST = PAYLOAD_LIMIT + MAX_LENT_ROBOTS
 
+Lease = Annotated[int, Meta(ge=1)]  # below MAX_LEASE: msgpack has no wider int
+Fingerprints = Annotated[list[U64], Meta(max_length=MAX_FPS)]
 
-@dataclass(frozen=True, slots=True)
-class LentRobots:
+
+class LentRobots(msgspec.Struct, array_like=True, forbid_unknown_fields=True, frozen=True):
     """The owner's robots.txt policy for ``origin``: ``body`` None for "no rules", else the
-    file; it holds ``ttl`` more seconds."""
+    file; it holds ``ttl`` more seconds. On the wire: ``[origin, body, ttl]``."""
 
-    origin: str
-    body: bytes | None
-    ttl: int
+    origin: Annotated[str, Meta(min_length=1, max_length=MAX_ORIGIN)]
+    body: Annotated[bytes, Meta(max_length=MAX_LENT_ROBOTS)] | None
+    ttl: Annotated[int, Meta(ge=1, le=MAX_ROBOTS_TTL)]
+
+
+class LendArgs(Args):
+    """``have`` 0: the asker is idle; ``hosts``: loans an idle asker takes at once."""
+
+    want: Annotated[int, Meta(ge=1, le=MAX_WANT)]
+    have: Annotated[int, Meta(ge=0, le=MAX_BACKLOG)] = 0
+    hosts: Annotated[int, Meta(ge=1, le=MAX_LOANS)] = 1
+
+
+class FurtherLoan(msgspec.Struct, array_like=True, forbid_unknown_fields=True, frozen=True):
+    lease: Lease
+    tasks: bytes
+    robots: LentRobots | None
+
+
+class LendReply(Reply):
+    lease: Annotated[int, Meta(ge=0)]
+    backlog: Annotated[int, Meta(ge=0, le=MAX_BACKLOG)]
+    tasks: bytes | None = None
+    robots: LentRobots | None = None
+    more: Annotated[list[FurtherLoan], Meta(max_length=MAX_LOANS - 1)] = []
+
+    def __post_init__(self) -> None:
+        if _wide(self.lease, *(m.lease for m in self.more)):
+            raise ValueError("leases are u64 values")
+        if not self.lease and (self.more or self.tasks is not None or self.robots is not None):
+            raise ValueError("lease 0 lends nothing")
+        if self.lease and self.tasks is None:
+            raise ValueError("a lease carries its tasks")
+
+
+class GiveBack(msgspec.Struct, array_like=True, forbid_unknown_fields=True, frozen=True):
+    """A report on one lease: fingerprints finished (``done``) or returned unfetched
+    (``back``); ``final``: the borrower holds nothing more of it."""
+
+    lease: Lease
+    done: Fingerprints
+    back: Fingerprints
+    final: bool
+
+
+class GiveBackArgs(Args):
+    """The first report's fields, then the further ones (``more``, of other leases)."""
+
+    lease: Lease
+    done: Fingerprints
+    back: Fingerprints
+    final: bool
+    more: Annotated[list[GiveBack], Meta(max_length=MAX_REPORTS - 1)] = []
+
+    def __post_init__(self) -> None:
+        reports = self.reports()
+        # Beyond msgpack's ints, so never from the wire; but a value built here is checked too.
+        if any(_wide(r.lease, *r.done, *r.back) for r in reports):
+            raise ValueError("leases and fingerprints are u64 values")
+        if sum(len(r.done) + len(r.back) for r in reports) > MAX_FPS:
+            raise ValueError(f"a GIVE_BACK carries at most {MAX_FPS} fingerprints")
+        if len({r.lease for r in reports}) != len(reports):
+            raise ValueError("a GIVE_BACK reports on each lease once")
+
+    def reports(self) -> list[GiveBack]:
+        return [GiveBack(self.lease, self.done, self.back, self.final), *self.more]
+
+
+class Answer(msgspec.Struct, array_like=True, frozen=True):
+    known: bool
+    recall: bool
+
+
+class GiveBackReply(Reply):
+    """Per report: ``known`` False if the lease had lapsed or was taken back; ``recall``: the
+    owner wants the rest back (it is leaving)."""
+
+    known: bool
+    recall: bool = False
+    more: Annotated[list[Answer], Meta(max_length=MAX_REPORTS - 1)] = []
+
+
+def _wide(*values: int) -> bool:
+    return bool(values) and max(values) >= MAX_LEASE
+
+
+LEND = Procedure(LEND_RPC, LendArgs, LendReply)
+GIVE_BACK = Procedure(RETURN_RPC, GiveBackArgs, GiveBackReply)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,14 +244,6 @@ class Loan:
     more: tuple[Loan, ...] = ()  # further loans of the same answer, each of another host
 
 
-@dataclass(frozen=True, slots=True)
-class GiveBack:
-    lease: int
-    done: list[int]
-    back: list[int]
-    final: bool
-
-
 def one_chunk(batch: KeyBatch) -> tuple[bytes, KeyBatch]:
     """The first wire chunk of ``batch`` and exactly what it holds: a lease is one reply, so
     tasks that do not fit it are not lent."""
@@ -158,186 +252,70 @@ def one_chunk(batch: KeyBatch) -> tuple[bytes, KeyBatch]:
     return payload, held
 
 
-def loan_to_wire(
+def loan_reply(
     lease: int,
     payload: bytes | None,
     backlog: int,
     robots: LentRobots | None = None,
     more: Sequence[tuple[int, bytes, LentRobots | None]] = (),
-) -> dict[str, Any]:
+) -> LendReply:
     """A LEND answer: lease 0 with nothing else for "nothing lent"; ``more``: further
     (lease, tasks, robots) loans of the same answer."""
-    out: dict[str, Any] = {"lease": lease, "backlog": min(backlog, MAX_BACKLOG)}
-    if lease:
-        if payload is None:
-            raise ValueError("a lease carries tasks")
-        out["tasks"] = payload
-        if robots is not None:
-            out["robots"] = _robots_to_wire(robots)
-        if more:
-            if len(more) >= MAX_LOANS:
-                raise ValueError(f"an answer holds at most {MAX_LOANS} loans")
-            out["more"] = [
-                [m_lease, m_payload, None if m_robots is None else _robots_to_wire(m_robots)]
-                for m_lease, m_payload, m_robots in more
-            ]
-    elif more:
+    if lease and payload is None:
+        raise ValueError("a lease carries tasks")
+    if len(more) >= MAX_LOANS:
+        raise ValueError(f"an answer holds at most {MAX_LOANS} loans")
+    if more and not lease:
         raise ValueError("further loans need a first one")
-    return out
+    return LendReply(
+        lease,
+        min(backlog, MAX_BACKLOG),
+        payload if lease else None,
+        robots if lease else None,
+        [FurtherLoan(m_lease, m_payload, m_robots) for m_lease, m_payload, m_robots in more],
+    )
 
 
-def _robots_to_wire(robots: LentRobots) -> list[Any]:
-    _check_robots(robots)
-    return [robots.origin, robots.body, robots.ttl]
-
-
-def _check_robots(robots: LentRobots) -> None:
-    if type(robots.origin) is not str or not 0 < len(robots.origin) <= MAX_ORIGIN:
-        raise ValueError(f"a robots origin is a string of 1 to {MAX_ORIGIN} characters")
-    body = robots.body
-    if body is not None and (type(body) is not bytes or len(body) > MAX_LENT_ROBOTS):
-        raise ValueError(f"a lent robots.txt is nil or at most {MAX_LENT_ROBOTS} bytes")
-    if type(robots.ttl) is not int or not 0 < robots.ttl <= MAX_ROBOTS_TTL:
-        raise ValueError(f"a robots ttl is an int in [1, {MAX_ROBOTS_TTL}]")
-
-
-def _uint(value: object, limit: int, what: str) -> int:
-    if type(value) is not int or not 0 <= value < limit:
-        raise ValueError(f"{what} must be an int in [0, {limit})")
-    return value
-
-
-def loan_from_wire(reply: Any) -> Loan:
-    """The loans in a LEND reply; ValueError names the first field that breaks the rules."""
-    if not isinstance(reply, dict):
-        raise ValueError("not a map")
-    lease = _uint(reply.get("lease"), MAX_LEASE, "lease")
-    backlog = _uint(reply.get("backlog"), MAX_BACKLOG + 1, "backlog")
-    if not lease:
-        if "more" in reply:
-            raise ValueError("further loans need a first one")
-        return Loan(0, None, backlog)
-    first = _loan(lease, reply.get("tasks"), reply.get("robots"), backlog)
-    entries = reply.get("more", [])
-    if not isinstance(entries, list) or len(entries) >= MAX_LOANS:
-        raise ValueError(f"more is a list of at most {MAX_LOANS - 1} loans")
-    more: list[Loan] = []
-    for entry in entries:
-        if not isinstance(entry, list) or len(entry) != 3:
-            raise ValueError("a further loan is [lease, tasks, robots]")
-        m_lease = _uint(entry[0], MAX_LEASE, "lease")
-        if not m_lease:
-            raise ValueError("a further loan has a lease")
-        more.append(_loan(m_lease, entry[1], entry[2], backlog))
+def loan_of(reply: LendReply) -> Loan:
+    """The loans of a LEND reply, their tasks decoded; MessageError if they break the rules."""
+    if not reply.lease:
+        return Loan(0, None, reply.backlog)
+    assert reply.tasks is not None  # LendReply.__post_init__
+    first = _loan(reply.lease, reply.tasks, reply.robots, reply.backlog)
+    more = [_loan(m.lease, m.tasks, m.robots, reply.backlog) for m in reply.more]
     leases = {first.lease, *(m.lease for m in more)}
     keys = {m.batch.key for m in (first, *more) if m.batch is not None}
     if len(leases) != len(more) + 1 or len(keys) != len(more) + 1:
-        raise ValueError("the loans of one answer are of distinct leases and hosts")
-    return Loan(lease, first.batch, backlog, first.robots, tuple(more))
+        raise MessageError("the loans of one answer are of distinct leases and hosts")
+    return Loan(reply.lease, first.batch, reply.backlog, first.robots, tuple(more))
 
 
-def _loan(lease: int, payload: Any, robots_entry: Any, backlog: int) -> Loan:
-    if type(payload) is not bytes:
-        raise ValueError("a lease carries its tasks as bytes")
-    try:
-        batches = decode_batches(payload)
-    except MessageError as exc:
-        raise ValueError(str(exc)) from None
+def _loan(lease: int, payload: bytes, robots: LentRobots | None, backlog: int) -> Loan:
+    batches = decode_batches(payload)
     if len(batches) != 1 or batches[0].done or not batches[0].tasks:
-        raise ValueError("a lease is one key's tasks, with no done list")
-    robots: LentRobots | None = None
-    if robots_entry is not None:
-        if not isinstance(robots_entry, list) or len(robots_entry) != 3:
-            raise ValueError("robots is [origin, body, ttl]")
-        robots = LentRobots(*robots_entry)
-        _check_robots(robots)
+        raise MessageError("a lease is one key's tasks, with no done list")
     return Loan(lease, batches[0], backlog, robots)
 
 
-def check_lend_request(args: Sequence[Any]) -> tuple[int, int, int]:
-    """(want, have, hosts): ``have`` is 0 for an idle asker (a request without it), and
-    ``hosts`` 1 unless the asker takes several loans at once."""
-    if len(args) not in (1, 2, 3):
-        raise MessageError("lend takes 1 to 3 arguments after the sender id (want, have, hosts)")
-    want = args[0]
-    have = args[1] if len(args) >= 2 else 0
-    hosts = args[2] if len(args) == 3 else 1
-    if type(want) is not int or not 1 <= want <= MAX_WANT:
-        raise MessageError(f"want must be an int in [1, {MAX_WANT}]")
-    if type(have) is not int or not 0 <= have <= MAX_BACKLOG:
-        raise MessageError(f"have must be an int in [0, {MAX_BACKLOG}]")
-    if type(hosts) is not int or not 1 <= hosts <= MAX_LOANS:
-        raise MessageError(f"hosts must be an int in [1, {MAX_LOANS}]")
-    return want, have, hosts
-
-
-def report_to_wire(reports: Sequence[GiveBack]) -> list[Any]:
+def report_args(reports: Sequence[GiveBack]) -> GiveBackArgs:
     """A GIVE_BACK request's arguments for ``reports`` on leases of one lender."""
     if not 1 <= len(reports) <= MAX_REPORTS:
         raise ValueError(f"a GIVE_BACK reports on 1 to {MAX_REPORTS} leases")
     if sum(len(r.done) + len(r.back) for r in reports) > MAX_FPS:
         raise ValueError(f"a GIVE_BACK carries at most {MAX_FPS} fingerprints")
     first, *more = reports
-    args: list[Any] = [first.lease, first.done, first.back, first.final]
-    if more:
-        args.append([[r.lease, r.done, r.back, r.final] for r in more])
-    return args
+    return GiveBackArgs(first.lease, first.done, first.back, first.final, more)
 
 
-def check_return_request(args: Sequence[Any]) -> list[GiveBack]:
-    """The reports in a GIVE_BACK request, first one first."""
-    if len(args) not in (4, 5):
-        raise MessageError("give_back takes 4 or 5 arguments after the sender id")
-    entries: list[Any] = [list(args[:4])]
-    if len(args) == 5:
-        more = args[4]
-        if not isinstance(more, list) or not 0 < len(more) < MAX_REPORTS:
-            raise MessageError(f"more is a list of 1 to {MAX_REPORTS - 1} reports")
-        entries += more
-    reports: list[GiveBack] = []
-    fps_in_all = 0
-    for entry in entries:
-        if not isinstance(entry, list) or len(entry) != 4:
-            raise MessageError("a report is [lease, done, back, final]")
-        lease, done, back, final = entry
-        if type(lease) is not int or not 0 < lease < MAX_LEASE:
-            raise MessageError("lease must be a positive int")
-        if type(final) is not bool:
-            raise MessageError("final must be a bool")
-        for name, fps in (("done", done), ("back", back)):
-            if not isinstance(fps, list) or len(fps) > MAX_FPS:
-                raise MessageError(f"{name} must be a list of at most {MAX_FPS} fingerprints")
-            for fp in fps:
-                check_fingerprint(fp)
-            fps_in_all += len(fps)
-        reports.append(GiveBack(lease, done, back, final))
-    if fps_in_all > MAX_FPS:
-        raise MessageError(f"a GIVE_BACK carries at most {MAX_FPS} fingerprints")
-    if len({r.lease for r in reports}) != len(reports):
-        raise MessageError("a GIVE_BACK reports on each lease once")
-    return reports
-
-
-def returns_to_wire(answers: Sequence[tuple[bool, bool]]) -> dict[str, Any]:
+def returns_reply(answers: Sequence[tuple[bool, bool]]) -> GiveBackReply:
     """A GIVE_BACK reply: (known, recall) per report, in the request's order."""
     (known, recall), *more = answers
-    out: dict[str, Any] = {"known": known, "recall": recall}
-    if more:
-        out["more"] = [[k, r] for k, r in more]
-    return out
+    return GiveBackReply(known, recall, [Answer(k, r) for k, r in more])
 
 
-def returns_from_wire(reply: Any, reports: int) -> list[tuple[bool, bool]]:
-    """(known, recall) for each of the ``reports`` of a GIVE_BACK; ValueError if the reply
+def answers_of(reply: GiveBackReply, reports: int) -> list[tuple[bool, bool]]:
+    """(known, recall) for each of the ``reports`` of a GIVE_BACK; MessageError if the reply
     does not answer them all."""
-    if not isinstance(reply, dict) or type(reply.get("known")) is not bool:
-        raise ValueError("no 'known' flag")
-    answers = [(reply["known"], reply.get("recall") is True)]
-    more = reply.get("more", [])
-    if not isinstance(more, list) or len(more) != reports - 1:
-        raise ValueError(f"answers to {reports} reports expected")
-    for entry in more:
-        if not isinstance(entry, list) or len(entry) != 2 or type(entry[0]) is not bool:
-            raise ValueError("an answer is [known, recall]")
-        answers.append((entry[0], entry[1] is True))
-    return answers
+    if len(reply.more) != reports - 1:
+        raise MessageError(f"answers to {reports} reports expected")
+    return [(reply.known, reply.recall), *((a.known, a.recall) for a in reply.more)]

@@ -1,7 +1,9 @@
 """Who is in the routing table: welcoming contacts, replacing ghosts, honouring goodbyes.
 
-A mixin of ``rpc.CrawlProtocol`` (it needs its ``call_ping`` and ``call_store``), kept apart
-because it is one idea: the rules for trusting a contact.
+``Contacts`` holds the table (``routing.ContactTable``), the failure detector
+(``liveness.Detector``) and admission (``admission.Admission``), and is one idea: the rules
+for trusting a contact. The RPC layer (``rpc.Rpc``) feeds it what it hears and lends it the
+three calls it makes itself (a ping, a STORE, an admission probe).
 
 * ``welcome_if_new`` decides which stored values a new node should receive (Kademlia §2.5).
   kademlia measured distances to ``digest(key)`` -- a hash of the stored digest -- so it
@@ -20,18 +22,17 @@ because it is one idea: the rules for trusting a contact.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
-from kademlia.node import Node
-
 from protocol.admission import Admission, AdmissionLimits
+from protocol.kbucket import Node
 from protocol.liveness import Detector, LivenessConfig
 from protocol.model import PeerRef
 from protocol.routing import ContactTable
-from protocol.tasks import TaskSet
+from protocol.taskset import TaskSet
 
-__all__ = ["Membership", "peer_of"]
+__all__ = ["Contacts", "peer_of"]
 
 log = logging.getLogger(__name__)
 
@@ -42,23 +43,30 @@ def peer_of(node: Node) -> PeerRef:
     return PeerRef(node.id, node.ip, node.port)
 
 
-class Membership:
-    # Provided by the protocol this is mixed into.
-    source_node: Node
-    storage: Any
-    tasks: TaskSet
-    call_ping: Callable[[Node], Coroutine[Any, Any, tuple[bool, Any]]]
-    call_store: Callable[[Node, bytes, Any], Coroutine[Any, Any, tuple[bool, Any]]]
-    probe: Callable[[tuple[str, int]], Coroutine[Any, Any, bytes | None]]
-
-    def _init_membership(
+class Contacts:
+    def __init__(
         self,
+        me: Node,
         ksize: int,
+        *,
+        values: Iterable[tuple[bytes, Any]],
+        ping: Callable[[Node], Awaitable[tuple[bool, Any]]],
+        store: Callable[[Node, bytes, Any], Coroutine[Any, Any, tuple[bool, Any]]],
+        probe: Callable[[tuple[str, int]], Awaitable[bytes | None]],
+        tasks: TaskSet,
         liveness: LivenessConfig,
         on_added: Callable[[PeerRef], None],
         on_removed: Callable[[PeerRef, str], None],
         admission: AdmissionLimits | None = None,
     ) -> None:
+        """``values``: the DHT values this node stores (a new contact gets those it should
+        hold, §2.5); ``ping``, ``store`` and ``probe``: the RPC layer's calls; ``tasks``
+        owns the pings and stores started here."""
+        self.source_node = me
+        self._values = values
+        self._ping = ping
+        self._store = store
+        self._tasks = tasks
         self.liveness = Detector(liveness)
 
         def removed(node: Node, why: str) -> None:
@@ -74,7 +82,7 @@ class Membership:
         )
         self._checking: set[bytes] = set()
         self.admission = Admission(
-            self.probe, self._admit, self._move, self.tasks, admission or AdmissionLimits()
+            probe, self._admit, self._move, tasks, admission or AdmissionLimits()
         )
 
     @property
@@ -130,7 +138,7 @@ class Membership:
             self.router.add_contact(node)
             return
         welcomed = 0
-        for key, value in self.storage:
+        for key, value in self._values:
             if welcomed >= WELCOME_STORES:  # each new contact costs us at most this many STOREs
                 break
             keynode = Node(key)  # stock: Node(digest(key)), a digest of the stored digest
@@ -142,7 +150,7 @@ class Membership:
                 this_closest = self.source_node.distance_to(keynode) < first
             if not neighbors or (new_node_close and this_closest):
                 welcomed += 1
-                self.tasks.spawn(self.call_store(node, key, value), "welcome-store")
+                self._tasks.spawn(self._store(node, key, value), "welcome-store")
         self.router.add_contact(node)
 
     def welcome_sender(self, node: Node) -> None:
@@ -152,7 +160,7 @@ class Membership:
         if self.router.is_new_node(node):
             ghost = self.router.by_address(node.ip, node.port)
             if ghost is not None and ghost.id != node.id:
-                self.check_alive(ghost)  # call_ping replaces it if someone else answers
+                self.check_alive(ghost)  # the ping replaces it if someone else answers
                 return
         self.welcome_if_new(node)
 
@@ -184,11 +192,11 @@ class Membership:
 
         async def check() -> None:
             try:
-                await self.call_ping(node)
+                await self._ping(node)
             finally:
                 self._checking.discard(node.id)
 
-        self.tasks.spawn(check(), "check-alive")
+        self._tasks.spawn(check(), "check-alive")
 
 
 def _notify(callback: Callable[..., None], *args: Any) -> None:

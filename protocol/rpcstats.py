@@ -12,10 +12,9 @@ an error because they would have outgrown the request (no amplification).
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
-__all__ = ["RateLimit", "RpcStats"]
+__all__ = ["RpcStats"]
 
 
 class RpcStats:
@@ -62,20 +61,3 @@ class RpcStats:
             "duplicate_requests": self.duplicate_requests,
             "duplicate_replies": self.duplicate_replies,
         }
-
-
-class RateLimit:
-    """Allows one event per ``interval`` seconds and counts what it suppressed meanwhile."""
-
-    def __init__(self, interval: float) -> None:
-        self._interval = interval
-        self._next = 0.0
-        self.suppressed = 0
-
-    def ready(self) -> bool:
-        now = time.monotonic()
-        if now < self._next:
-            self.suppressed += 1
-            return False
-        self._next = now + self._interval
-        return True

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from p2pcrawl.aio.looplag import LoopLagMonitor
+from protocol import LoopLagMonitor
 
 
 def test_p99_and_max_over_the_window() -> None:
@@ -42,3 +42,24 @@ def test_bad_settings_are_refused() -> None:
         LoopLagMonitor(interval=0)
     with pytest.raises(ValueError):
         LoopLagMonitor(window=0)
+
+
+def test_take_returns_the_worst_since_the_last_call_and_stalls_are_reported() -> None:
+    stalls: list[float] = []
+    mon = LoopLagMonitor(stall_after=0.5, on_stall=stalls.append)
+    for lag in (0.01, 0.3, 0.02):
+        mon.record(lag)
+    assert mon.take() == pytest.approx(0.3)
+    assert mon.take() == 0.0
+    mon.record(0.7)
+    assert stalls == [0.7] and mon.stalls == 1
+
+
+def test_a_failing_stall_reader_does_not_stop_the_monitor() -> None:
+    def broken(lag: float) -> None:
+        raise RuntimeError("reader bug")
+
+    mon = LoopLagMonitor(stall_after=0.1, on_stall=broken)
+    mon.record(0.2)
+    mon.record(0.3)
+    assert mon.stalls == 2 and mon.snapshot().samples == 2

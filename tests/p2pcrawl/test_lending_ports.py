@@ -1,0 +1,217 @@
+"""Lending through its ports: an owner and a borrower wired to each other without a socket.
+
+Each side is built as the peer builds it (``parts.assemble``), around its own real ledger and
+a real, unstarted crawl engine: nothing is fetched, the test settles the borrowed pages
+itself. LEND and GIVE_BACK go straight from one side's call to the other side's server, as
+typed messages, so what the owner lends is exactly what the borrower takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from p2pcrawl.crawl import Engine, Ledger, Task, urls
+from p2pcrawl.network.borrower import Borrower
+from p2pcrawl.network.lender import Lender
+from p2pcrawl.network.loanbook import Borrowed, LoanBook
+from p2pcrawl.network.reporting import Reports
+from p2pcrawl.settings import CrawlSettings, ScopeSettings
+from protocol import GiveBack, GiveBackArgs, KeyBatch, LendArgs, Loan, PeerRef, PeerTimeout, key_for
+from protocol.loans import answers_of, loan_of
+from tests.p2pcrawl.netfakes import Net, peer, tasks_of
+from tests.protocol.conftest import eventually
+
+pytestmark = pytest.mark.timeout(30)
+
+SMALL, BIG = "small.test", "big.test"
+OWNER, BORROWER, STRANGER = b"\x10" * 20, b"\x20" * 20, b"\x30" * 20
+
+
+def decode(batches: list[KeyBatch]) -> dict[bytes, list[Task]]:
+    return {
+        b.key: [Task(i.url, urls.fingerprint(i.url), b.key, i.depth, i.hops) for i in b.tasks]
+        for b in batches
+    }
+
+
+class Side:
+    """One peer's lending parts around its own ledger and engine."""
+
+    def __init__(self, ledger: Ledger, me: bytes, other: bytes) -> None:
+        settings = CrawlSettings(concurrency=2, scope=ScopeSettings(allow_domains=(SMALL, BIG)))
+        self.ledger = ledger
+        self.net = Net(me, [other])
+        self.forwarded: list[tuple[bytes, list[int]]] = []
+        self.told: list[tuple[bytes, bytes, list[int]]] = []
+        self.book = LoanBook(orphaned=lambda key, fps: self.forwarded.append((key, fps)))
+        self.engine = Engine(settings, ledger, warc=None, loans=self.book)
+        self.lender = Lender(
+            self.engine,
+            self.book,
+            lambda: ledger.queued,
+            is_member=self.net.is_member,
+            active=lambda: True,
+            enabled=True,
+        )
+        self.give_back_to: Any = None  # the other side's lender
+        self.fail_reports = False
+
+        async def forward(key: bytes, fps: list[int]) -> None:
+            self.forwarded.append((key, fps))
+
+        async def tell(owner: bytes, key: bytes, fps: list[int]) -> None:
+            self.told.append((owner, key, fps))
+
+        self.reports = Reports(
+            self.book,
+            self.engine.frontier,
+            give_back=self._give_back,
+            member=self.net.member,
+            tell_replicas=tell,
+            forward=forward,
+        )
+        self.borrower = Borrower(
+            self.engine,
+            self.book,
+            self.reports,
+            self.net,
+            lend=self._lend,
+            decode=decode,
+            active=lambda: True,
+            trusted=True,
+            enabled=True,
+        )
+        self.lend_from: Lender | None = None
+
+    async def _lend(self, to: PeerRef, want: int, have: int | None, hosts: int) -> Loan:
+        assert self.lend_from is not None
+        reply = await self.lend_from.serve_lend(self.net.me, LendArgs(want, have or 0, hosts))
+        return loan_of(reply)
+
+    async def _give_back(self, to: PeerRef, reports: Sequence[GiveBack]) -> list[tuple[bool, bool]]:
+        if self.fail_reports:
+            raise PeerTimeout(to, to.addr, "give_back")
+        assert self.lend_from is not None
+        first, *more = reports
+        args = GiveBackArgs(first.lease, first.done, first.back, first.final, list(more))
+        reply = await self.lend_from.serve_return(self.net.me, args)
+        return answers_of(reply, len(reports))
+
+    async def queue(self, host: str, pages: int) -> list[Task]:
+        tasks = tasks_of(host, pages)
+        await self.ledger.accept(tasks)
+        for t in tasks:
+            self.engine.frontier.push(urls.host_of(t.url), t)
+        return tasks
+
+    async def aclose(self) -> None:
+        await self.borrower.aclose()
+        await self.reports.aclose()
+        await self.engine.aclose()
+        await self.ledger.aclose()
+
+
+@pytest.fixture
+async def loan(tmp_path: Path) -> AsyncIterator[tuple[Side, Side, Borrowed]]:
+    """An owner with two hosts queued, and a borrower that asked it for a loan."""
+    owner = Side(await Ledger.open(tmp_path / "owner"), OWNER, BORROWER)
+    other = Side(await Ledger.open(tmp_path / "borrower"), BORROWER, OWNER)
+    other.lend_from = owner.lender
+    try:
+        await owner.queue(SMALL, 10)
+        await owner.queue(BIG, 20)
+        assert other.borrower.hungry()
+        await other.borrower.borrow()
+        (held,) = other.book.loans.values()
+        yield owner, other, held
+    finally:
+        await other.aclose()
+        await owner.aclose()
+
+
+def report_now(side: Side) -> None:
+    """What the lending loop does when reports fall due."""
+    side.reports.report_due(time.monotonic() + 60)
+
+
+def borrowed_here(side: Side) -> list[Task]:
+    hq = side.engine.frontier.hosts.get(urls.host_of(f"http://{SMALL}/"))
+    return [t for _, t in hq.tasks] if hq is not None else []
+
+
+def fetch(side: Side, held: Borrowed, pages: int) -> list[Task]:
+    """``pages`` of the loan taken by our fetchers (as ``Frontier.slot`` would)."""
+    fetched = borrowed_here(side)[:pages]
+    side.engine.frontier.take_tasks(held.host, lambda t: t in fetched)
+    return fetched
+
+
+async def test_a_loan_goes_to_a_member_and_its_pages_are_recorded_done_at_their_owner(
+    loan: tuple[Side, Side, Borrowed],
+) -> None:
+    owner, other, held = loan
+    # The host that narrows the gap most without turning it round: the small one, as much
+    # of it as the borrower asked for (four fetchers' worth); the rest waits at its owner.
+    on_loan = borrowed_here(other)
+    assert held.key == key_for(SMALL) and len(on_loan) == 8
+    assert all(t.lease == held.lease for t in on_loan) and other.book.borrowed == 8
+    assert set(owner.book.lent) == {t.fp for t in on_loan}
+    assert owner.ledger.queued == 30  # still queued at its owner until reported
+    # A stranger is lent nothing, though the owner has a backlog to lend from.
+    refused = await owner.lender.serve_lend(peer(STRANGER), LendArgs(8, 0, 1))
+    assert refused.lease == 0 and refused.backlog == 22
+    # Four pages fetched here: their tails wait for the owner's word.
+    fetched = fetch(other, held, 4)
+    word = other.book.settle_now(fetched, finished=True)
+    assert word is not None and not word.done()
+    report_now(other)
+    await asyncio.wait_for(word, 5)
+    assert await owner.ledger.is_done(fetched) == [True] * 4
+    assert owner.ledger.queued == 26 and len(owner.book.lent) == 4
+    # The rest goes back unfetched (the borrower is leaving): the owner crawls it.
+    other.reports.give_back_unstarted()
+    report_now(other)
+    await eventually(lambda: not owner.lender.leases and not other.book.loans)
+    assert not owner.book.lent and other.book.borrowed == 0
+    back = owner.engine.frontier.hosts[held.host]
+    assert len(back) == 6 and not back.polite.busy  # fetched by the owner again
+
+
+async def test_a_revoked_loan_sends_the_pages_finished_on_it_to_the_keys_new_owner(
+    loan: tuple[Side, Side, Borrowed],
+) -> None:
+    owner, other, held = loan
+    fetched = fetch(other, held, 2)
+    owner.lender.revoke_keys({held.key})  # the key moved to a joiner
+    word = other.book.settle_now(fetched, finished=True)
+    report_now(other)
+    assert word is not None
+    await asyncio.wait_for(word, 5)
+    await eventually(lambda: bool(other.forwarded))
+    assert other.forwarded == [(held.key, [t.fp for t in fetched])]
+    assert not other.book.loans and borrowed_here(other) == []  # the rest is dropped
+
+
+async def test_a_borrower_whose_lender_is_silent_parks_the_loan_and_tells_its_replicas(
+    loan: tuple[Side, Side, Borrowed],
+) -> None:
+    _, other, held = loan
+    fetched = fetch(other, held, 3)
+    other.fail_reports = True
+    other.book.settle_now(fetched, finished=True)
+    report_now(other)
+    await eventually(lambda: bool(other.told))
+    # Nothing more of it is fetched while the lender may be dead, and its replicas know
+    # which pages were finished here before its successor could crawl them again.
+    assert borrowed_here(other) == [] and len(held.parked) == 5
+    assert other.told == [(OWNER, held.key, [t.fp for t in fetched])]
+    # It answers again: the parked pages are fetched after all.
+    other.fail_reports = False
+    report_now(other)
+    await eventually(lambda: len(borrowed_here(other)) == 5)
