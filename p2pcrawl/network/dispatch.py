@@ -44,7 +44,7 @@ MAX_RETRY_DELAY_S = 2.0
 # A batch the owner finds anything new in brings the spacing straight back, and so does an
 # empty backlog, when a page's links decide how soon the crawl ends, and so do page tails
 # filling their slots (a page waits for its links' owners, and a fast link must not be held
-# to slots-per-wait pages a second): ``Peer._backlogged`` says when links may wait.
+# to slots-per-wait pages a second): ``patience.Patience`` says when links may wait.
 STALE_AFTER = 2
 PATIENT_FLUSH_S = 0.8
 MAX_STALE_OWNERS = 4096  # owners whose streak is remembered (one per peer in practice)

@@ -112,12 +112,6 @@ class Parts:
         """URLs and news waiting in our RPC lanes (dispatch, deletes, replica copies)."""
         return self.dispatcher.pending + self.replication.pending
 
-    def hurry(self) -> None:
-        """Something waits for our pages' tails (a hand-off, a leave): our RPC lanes send
-        now, not after their spacing."""
-        self.dispatcher.hurry()
-        self.replication.hurry()
-
 
 def assemble(
     *,
@@ -188,6 +182,8 @@ def assemble(
     intake = Intake(ledger, replication, engine, advertised)
 
     def hurry() -> None:
+        """Something waits for our pages' tails (a hand-off, a leave): our RPC lanes send
+        now, not after their spacing."""
         dispatcher.hurry()
         replication.hurry()
 
@@ -323,7 +319,7 @@ def assemble(
         events,
         me=node_id,
         done_count=lambda: ledger.done_count,
-        in_transit=lambda: dispatcher.pending + replication.pending,
+        in_transit=lambda: dispatcher.pending + replication.pending,  # as Parts.in_transit
         backup_owners=backups.owner_counts,
         steady=lambda: active() and node.listening and not stall.resyncing,
         ask=ask_quiet,

@@ -20,7 +20,7 @@ import pytest
 
 from p2pcrawl.archive import read_warc_urls
 from p2pcrawl.crawl import TAILS_PER_FETCH
-from p2pcrawl.network.healing import read_contacts
+from p2pcrawl.network import read_contacts
 from p2pcrawl.settings import PeerSettings
 from p2pcrawl.testing import FAST_DETECTION, Cluster, PeerProc, TestWeb, TestWebConfig
 from tests.integration.conftest import CONCURRENCY, crawl_args, start_mesh

@@ -27,7 +27,7 @@ import pytest
 from p2pcrawl import __version__
 from p2pcrawl.archive import read_warc_urls
 from p2pcrawl.crawl import Scope
-from p2pcrawl.network.netkey import join_command, new_key
+from p2pcrawl.network import join_command, new_key
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from p2pcrawl.testing import TestWeb, TestWebConfig
 from p2pcrawl.ui import main

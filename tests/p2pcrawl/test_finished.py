@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from p2pcrawl.crawl import urls
-from p2pcrawl.network.identity import save_identity
+from p2pcrawl.network import save_identity
 from p2pcrawl.network.quiescence import TICK_S
 from protocol import PeerRef, key_for
 from tests.conftest import PeerFactory, WebFactory, crawl_settings_for, id_outranked_by

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from p2pcrawl.crawl import Task, urls
-from p2pcrawl.network.identity import save_identity
+from p2pcrawl.network import save_identity
 from p2pcrawl.settings import CrawlSettings, PeerSettings, ScopeSettings
 from protocol import Busy, CrawlNode, KeyBatch, NodeConfig, PeerRef, StoreResult, TaskItem, key_for
 from tests.conftest import (

@@ -192,7 +192,7 @@ async def target(make_peer: PeerFactory, tmp_path: Any) -> Any:
     """A peer, and a member of its routing table whose address the fuzz sends from (a
     stranger would be rate limited after 40 datagrams, which is a rejection, but not the
     handler's)."""
-    from p2pcrawl.network.identity import save_identity
+    from p2pcrawl.network import save_identity
     from p2pcrawl.settings import CrawlSettings, ScopeSettings
 
     (tmp_path / "peer0").mkdir()

@@ -18,8 +18,7 @@ import pytest
 
 from p2pcrawl.crawl import HostQueue, Task, urls
 from p2pcrawl.crawl.engine import TAILS_PER_FETCH
-from p2pcrawl.network import MAX_UNSETTLED, Peer, PeerConfig
-from p2pcrawl.network.identity import save_identity
+from p2pcrawl.network import MAX_UNSETTLED, Peer, PeerConfig, save_identity
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from p2pcrawl.testing import TestWeb
 from protocol import key_for
