@@ -13,7 +13,7 @@ import pytest
 
 from p2pcrawl.testing import TestWeb, TestWebConfig
 from tests.p2pcrawl.loopback import free_port
-from tests.p2pcrawl.test_cli import CLI
+from tests.p2pcrawl.test_cli import CLI, run_cli
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,17 +36,7 @@ async def join_until_exit(
         *("--data", str(data), "--allow-private", *domains),
         *("--delay", "0", "--politeness-factor", "0", "--exit-when-finished", *extra),
     ]
-    proc = await asyncio.create_subprocess_exec(
-        *CLI, *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_cli(*argv, timeout=timeout)
 
 
 async def test_join_recrawl_fetches_done_seeds_again_from_a_reused_data_directory(
