@@ -16,16 +16,24 @@ flag says ``flag=False``.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
+from p2pcrawl.fields import (
+    SettingsError,
+    bounds,
+    bounds_text,
+    flag_of,
+    option,
+    range_error,
+    validate,
+)
 from protocol import MAX_URL_LENGTH, NodeConfig
 
 __all__ = [
     "DEFAULT_USER_AGENT_NAME",
     "CrawlSettings",
+    "DomainRules",
     "FetchLimits",
     "Partition",
     "PeerSettings",
@@ -34,7 +42,10 @@ __all__ = [
     "ScopeSettings",
     "SettingsError",
     "bounds",
+    "bounds_text",
+    "flag_of",
     "option",
+    "range_error",
     "validate",
 ]
 
@@ -45,112 +56,6 @@ DEFAULT_USER_AGENT_NAME = "p2pcrawl"
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 DAY = 86400.0
-
-
-class SettingsError(ValueError):
-    """A setting out of its range; the message names the flag and the range."""
-
-
-def option(
-    default: Any,
-    help: str,
-    *,
-    min: float | None = None,
-    max: float | None = None,
-    gt: float | None = None,
-    flag: str | bool | None = None,
-    size: bool = False,
-    metavar: str | None = None,
-    choices: tuple[str, ...] | None = None,
-    default_text: str | None = None,
-    group: str | None = None,
-) -> Any:
-    """A settings field that is also a flag and a TOML key.
-
-    ``flag`` defaults to the field name with dashes (``max_pages`` -> ``--max-pages``);
-    ``default_text`` replaces the default shown in ``--help`` (an empty string shows none); a
-    ``bool`` field is a switch (``flag="--no-warc"`` on a field that defaults to True makes the
-    switch turn it off); a ``tuple[str, ...]`` field is a repeatable flag; ``flag=False``
-    keeps a ranged field out of the command line; ``size`` takes ``500M``, ``2G`` as well as
-    bytes.
-    """
-    meta: dict[str, Any] = {"help": help}
-    for key, value in (
-        ("min", min),
-        ("max", max),
-        ("gt", gt),
-        ("flag", flag),
-        ("metavar", metavar),
-        ("choices", choices),
-        ("default_text", default_text),
-        ("group", group),
-    ):
-        if value is not None:
-            meta[key] = value
-    if size:
-        meta["size"] = True
-    return field(default=default, metadata=meta)
-
-
-def flag_of(f: dataclasses.Field[Any]) -> str:
-    flag = f.metadata.get("flag")
-    return flag if isinstance(flag, str) else "--" + f.name.replace("_", "-")
-
-
-def range_error(f: dataclasses.Field[Any], value: object) -> str | None:
-    """Why ``value`` is out of ``f``'s range (``None`` if it is in range or has none)."""
-    lo, hi, gt = f.metadata.get("min"), f.metadata.get("max"), f.metadata.get("gt")
-    if lo is None and hi is None and gt is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return f"not a number: {value!r}"
-    whole = isinstance(f.default, int) and not isinstance(f.default, bool)
-    if whole and not isinstance(value, int):
-        return f"not a whole number: {value!r}"
-    is_float = isinstance(value, float)
-    if gt is not None and not value > gt:
-        return f"must be greater than {gt:g}" + (f" and at most {hi:g}" if hi is not None else "")
-    if is_float and not math.isfinite(value):
-        return _bound_text(lo, hi, is_float)
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        return _bound_text(lo, hi, is_float)
-    return None
-
-
-def _bound_text(lo: float | None, hi: float | None, is_float: bool) -> str:
-    if is_float:
-        if hi is None:
-            return (
-                "must be a finite non-negative number"
-                if lo == 0
-                else f"must be a finite number of at least {lo:g}"
-            )
-        return f"must be a finite number from {lo if lo is not None else '-inf'} to {hi:g}"
-    if hi is None:
-        return "must not be negative" if lo == 0 else f"must be at least {lo}"
-    if lo is None:
-        return f"must be at most {hi}"
-    return f"must be from {lo} to {hi}"
-
-
-def bounds(cls: type, name: str) -> str:
-    """The documented range of ``cls.name`` as text ("1 .. 4096"), "any" if it has none."""
-    meta = {f.name: f.metadata for f in dataclasses.fields(cls)}[name]
-    lo, hi, gt = meta.get("min"), meta.get("max"), meta.get("gt")
-    low = f"{lo:g}" if lo is not None else (f"> {gt:g}" if gt is not None else None)
-    high = f"{hi:g}" if hi is not None else None
-    if low and high:
-        return f"{low} .. {high}"
-    return low or (f"<= {high}" if high else "any")
-
-
-def validate(obj: object) -> None:
-    """Check every ranged field of a settings dataclass (called by ``__post_init__``)."""
-    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
-        why = range_error(f, getattr(obj, f.name))
-        if why is not None:
-            where = f"{type(obj).__name__}.{f.name}"
-            raise SettingsError(f"{flag_of(f)}: {why}: {getattr(obj, f.name)!r} ({where})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +193,19 @@ class ScopeSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class DomainRules:
+    """One domain's own settings, from a ``[domains."example.org"]`` table of the config
+    (``p2pcrawl.crawl.domains`` reads them and says what each one does); None: as the rest."""
+
+    delay: float | None = None
+    concurrency: int | None = None
+    max_pages: int | None = None
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    user_agent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CrawlSettings:
     """Everything the crawl engine needs."""
 
@@ -337,6 +255,8 @@ class CrawlSettings:
     # a deadline (p2pcrawl.crawl.parseproc).
     parse_workers: int = option(1, "parse processes", min=1, max=64, flag=False)
     parse_deadline: float = option(10.0, "seconds one parse may take", gt=0, max=3600, flag=False)
+    # Per-domain rules (the config's [domains."…"] tables), most specific domain wins.
+    domains: tuple[tuple[str, DomainRules], ...] = ()
 
     def __post_init__(self) -> None:
         validate(self)

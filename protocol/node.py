@@ -53,6 +53,11 @@ from protocol.taskset import TaskSet
 from protocol.upkeep import Upkeep
 from protocol.valuestore import BoundedStorage, StoreLimits
 
+PROBE_ROLE = (
+    "probe node (a throw-away ID that asks the network for its load, so that this peer can "
+    "choose its own ID; it closes before the peer starts)"
+)
+
 __all__ = ["CrawlHandler", "CrawlNode", "NodeConfig"]
 
 log = logging.getLogger(__name__)
@@ -97,6 +102,8 @@ class CrawlNode:
         this node (a joiner's short-lived probe, ``survey``)."""
         self.config = cfg = config or NodeConfig()
         self.handler = handler
+        # How the log names it: a joiner's probe listens under an ID of its own first.
+        self._role = PROBE_ROLE if silent else "node"
         self._self = Node(check_id(node_id))
         self._me: PeerRef | None = None
         self.storage = BoundedStorage(cfg.store_limits)
@@ -180,7 +187,7 @@ class CrawlNode:
         host, real_port = transport.get_extra_info("sockname")[:2]
         self._self.ip, self._self.port = host, real_port
         self._me = PeerRef(self.id, host, real_port)
-        log.info("node %s listening on %s:%s", self._me.short, host, real_port)
+        log.info("%s %s listening on %s:%s", self._role, self._me.short, host, real_port)
         await self.upkeep.start(sock, self._loops)
 
     async def listen_on(self, host: str, port: int) -> PeerRef:

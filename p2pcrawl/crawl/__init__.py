@@ -9,6 +9,7 @@ URL's owner. docs/architecture.md follows one URL through these modules.
 from __future__ import annotations
 
 from p2pcrawl.crawl import urls
+from p2pcrawl.crawl.domains import DomainTable, decode_rules, encode_rules, parse_domain_tables
 from p2pcrawl.crawl.engine import TAILS_PER_FETCH, Engine
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult, ForbiddenAddress
 from p2pcrawl.crawl.frontier import Frontier, HostQueue, HostSlot, Task
@@ -32,6 +33,7 @@ __all__ = [
     "BoundedParse",
     "CrawlStats",
     "CrawlSummary",
+    "DomainTable",
     "Engine",
     "EventLog",
     "FetchResult",
@@ -59,6 +61,8 @@ __all__ = [
     "UrlPatterns",
     "check_seed",
     "crawl",
+    "decode_rules",
+    "encode_rules",
     "extract_links",
     "flatten_deep_nesting",
     "from_stored",
@@ -67,6 +71,7 @@ __all__ = [
     "needs_worker",
     "normalise_domain",
     "parse_bounded",
+    "parse_domain_tables",
     "policy_from_lent",
     "policy_from_response",
     "repeats_a_segment",

@@ -13,9 +13,11 @@ import time
 from typing import TYPE_CHECKING
 
 from p2pcrawl.aio import backoff_delay
-from p2pcrawl.crawl import politeness, scheduling
+from p2pcrawl.crawl import politeness, scheduling, urls
+from p2pcrawl.crawl.domains import politeness_for
 from p2pcrawl.crawl.fetcher import FetchResult
 from p2pcrawl.crawl.frontier import HostSlot, Task
+from p2pcrawl.crawl.unreachable import UNREACHABLE_ERRORS
 
 if TYPE_CHECKING:
     from p2pcrawl.crawl.engine import Engine
@@ -26,6 +28,8 @@ RETRYABLE_ERRORS = frozenset({"timeout", "connect", "protocol", "disconnect"})
 # A borrowed task held back (its loan is too far ahead of its lender's word) is tried again
 # after this long: about half a report interval (network/reporting.py).
 BORROWED_WAIT_S = 0.05
+# A host whose domain has all its requests in flight (its "concurrency") is tried again after.
+DOMAIN_WAIT_S = 0.05
 
 
 class Outcome(enum.Enum):
@@ -45,10 +49,23 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     if ledger.done.maybe_contains(task.fp) and (await ledger.is_done([task]))[0]:
         # Finished elsewhere meanwhile (history handed over after a restart or a move).
         return Outcome.DONE_ELSEWHERE, None
-    policy = await engine.robots_gate.policy_for(slot, task)
+    dead = engine.unreachable
+    if dead.tracking and dead.given_up(urls.origin_of(task.url)):
+        # The origin stopped answering: its URLs end as errors without a request.
+        dead.give_up_url(urls.origin_of(task.url))
+        engine.stats.errors["host_unreachable"] += 1
+        return Outcome.FINISH, None
+    stats = engine.stats
+    # The rules of the host's domain ([domains."…"] tables), if any cover it.
+    ruled = engine.domains.for_host(urls.hostname_of(task.url)) if engine.domains else None
+    domain, rules = ruled if ruled is not None else ("", None)
+    if rules is not None and not engine.domains.patterns(rules).allows(task.url):
+        stats.budget["domain_patterns"] += 1
+        return Outcome.FINISH, None
+    agent = (rules.user_agent if rules is not None else None) or engine.fetcher.user_agent
+    policy = await engine.robots_gate.policy_for(slot, task, agent)
     if policy is None:
         return Outcome.WAITING, None  # requeued behind the robots.txt request
-    stats = engine.stats
     if policy.kind == "disallow_all":
         if engine.robots_gate.unreachable_too_long(task.url):
             # RFC 9309 §2.3.1.4 lets a crawler treat a robots.txt that stays unreachable as
@@ -60,32 +77,56 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         slot.requeue(task)
         slot.after(0.0, max(0.0, policy.expires_at - time.monotonic()))
         return Outcome.WAITING, None
-    if not policy.allowed(task.url, engine.fetcher.user_agent):
+    if not policy.allowed(task.url, agent):
         stats.robots_disallowed += 1
         return Outcome.FINISH, None
-    if engine.exhausted:
-        # max-pages was reached while this URL waited: keep it queued for a later run.
+    if engine.held:
+        # A limit was reached while this URL waited: keep it queued for a later run.
         slot.requeue(task)
         return Outcome.WAITING, None
     if engine.over_host_budget(task.url):
         stats.budget["host_pages"] += 1
         return Outcome.FINISH, None
+    if rules is not None:
+        if rules.max_pages is not None and engine.domains.pages[domain] >= rules.max_pages:
+            stats.budget["domain_pages"] += 1
+            return Outcome.FINISH, None
+        if rules.concurrency is not None and engine.domains.busy[domain] >= rules.concurrency:
+            # Another host of the domain holds its last slot: this one waits its turn.
+            slot.requeue(task)
+            slot.after(0.0, DOMAIN_WAIT_S)
+            return Outcome.WAITING, None
     # The host with the most found goes first when --max-rate makes requests wait.
     hq = slot.hq
-    res = await engine.fetch_page(
-        task.url,
-        priority=scheduling.request_priority(
-            len(hq.tasks),
-            hq.taken,
-            borrowed=task.lease != 0,
-            leading=engine.frontier.leader is hq,
-        ),
-    )
-    pset = engine.settings.politeness
+    engine.domains.busy[domain] += 1
+    try:
+        res = await engine.fetch_page(
+            task.url,
+            priority=scheduling.request_priority(
+                len(hq.tasks),
+                hq.taken,
+                borrowed=task.lease != 0,
+                leading=engine.frontier.leader is hq,
+            ),
+            user_agent=rules.user_agent if rules is not None else None,
+        )
+    finally:
+        engine.domains.busy[domain] -= 1
+    pset = politeness_for(engine.settings.politeness, rules)
     gap = politeness.next_gap(pset, hq.polite.robots_delay, res.elapsed)
     hq.est.observe(None, res.elapsed)
     stats.fetch_hist.observe(res.elapsed)
     stats.recent.append((time.time(), task.url, res.status, res.error or ""))
+    if res.status == 0 and res.error in UNREACHABLE_ERRORS:
+        origin = urls.origin_of(task.url)
+        if dead.failed(origin, res.error or "").failures > dead.retries:
+            # Given up now: this URL and the rest of its origin's end as errors at once,
+            # rather than each waiting out its own retries.
+            stats.errors[res.error or "unknown"] += 1
+            slot.after(res.elapsed, gap)
+            return Outcome.FINISH, None
+    elif dead.tracking and res.status:
+        dead.answered(urls.origin_of(task.url))
     if res.status == 0 or res.error == "disconnect":
         # A connection broken mid-body is an error like a refused one, not a page: retried
         # with backoff, and only after the last try archived as what arrived.
@@ -120,6 +161,8 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     stats.bytes_fetched += len(res.body)
     stats.status[res.status] += 1
     engine.count_host_page(task.url)
+    if rules is not None and rules.max_pages is not None:
+        engine.domains.pages[domain] += 1
     if res.truncated:
         stats.truncated += 1
         stats.truncated_by[res.truncated] += 1

@@ -16,7 +16,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -25,6 +24,8 @@ from p2pcrawl.aio import TaskSet, every
 from p2pcrawl.archive import WarcWriteError, WarcWriter
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.attempt import Outcome, attempt
+from p2pcrawl.crawl.disk import NEAR_EVERY_S, DiskBudget
+from p2pcrawl.crawl.domains import DomainTable
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
 from p2pcrawl.crawl.frontier import Frontier, Task
 from p2pcrawl.crawl.ledger import Ledger
@@ -39,6 +40,7 @@ from p2pcrawl.crawl.scope import Scope
 from p2pcrawl.crawl.seen import SeenCache
 from p2pcrawl.crawl.stats import CrawlStats
 from p2pcrawl.crawl.tail import page_tail
+from p2pcrawl.crawl.unreachable import Unreachable
 from p2pcrawl.settings import CrawlSettings, Partition
 
 __all__ = ["Engine"]
@@ -82,7 +84,12 @@ class Engine:
         # What the link carries besides the fetches (the RPCs): --max-rate counts it too.
         if link_bytes is not None and self.pacer.enabled:
             self.pacer.count_also(link_bytes)
-        self.robots_gate = RobotsGate(settings, self.fetcher, self.stats, self.pacer)
+        self.unreachable = Unreachable(
+            settings.politeness.max_retries, settings.politeness.robots_error_ttl
+        )
+        self.robots_gate = RobotsGate(
+            settings, self.fetcher, self.stats, self.pacer, self.unreachable
+        )
         self.links = LinkFilter(settings, partition, self.stats)
         self.in_flight: dict[int, Task] = {}
         self.loans = loans
@@ -95,10 +102,9 @@ class Engine:
         # Pages that could hold the loop are parsed in processes, under a deadline.
         self.parsers = ParseWorkers(settings.parse_workers, deadline=settings.parse_deadline)
         self._host_pages: collections.Counter[str] = collections.Counter()
-        # Bytes the data directory holds, as last measured (max_disk_bytes), and whether
-        # fetching stopped because of it.
-        self.disk_bytes = 0
-        self.disk_full = False
+        self.domains = DomainTable(settings.domains)
+        # --max-disk: measured, and estimated between measurements.
+        self.disk = DiskBudget(settings.scope.max_disk_bytes, lambda: self.stats.bytes_fetched)
         self.data_dir = data_dir  # measured against max_disk_bytes
         self._tasks = TaskSet("engine")
         self._progress = asyncio.Event()
@@ -121,6 +127,8 @@ class Engine:
         await self.fetcher.start()
         self._tasks.spawn(self.refill.run(), "refill")
         self._tasks.spawn(every(1.0, self._housekeeping, first=0.0), "housekeeping")
+        if self.disk.limit and self.data_dir is not None:
+            self._tasks.spawn(self.disk.run(self.data_dir, self._progress.set), "disk")
         for i in range(self.settings.concurrency):
             self._tasks.spawn(self._worker(), f"worker-{i}")
         self.refill.wanted.set()
@@ -183,11 +191,17 @@ class Engine:
 
     @property
     def exhausted(self) -> bool:
-        if self.network_limit_reached or self.disk_full:
+        if self.network_limit_reached or self.disk.full:
             return True
         mp = self.settings.scope.max_pages
         # Fetches under way count too, or workers passing this check together overshoot.
         return bool(mp) and self.stats.pages_fetched + self._fetching >= mp
+
+    @property
+    def held(self) -> bool:
+        """No fetch may start now: a limit was reached, or the data directory is full by
+        the estimate until its next measurement (``crawl/disk.py``)."""
+        return self.exhausted or self.disk.over
 
     def over_host_budget(self, url: str) -> bool:
         """The URL's host has had its ``max_pages_per_host`` pages."""
@@ -252,30 +266,16 @@ class Engine:
         return key in self.refill.excluded_keys  # moving to another peer
 
     async def _housekeeping(self) -> None:
-        if self.settings.scope.max_disk_bytes and self.data_dir is not None:
-            await self._check_disk(self.data_dir)
         self.stats.sample()
         self.frontier.prune()
         if self.refill.low() or self.refill.overflowing:
             self.refill.wanted.set()
 
-    async def _check_disk(self, data_dir: Path) -> None:
-        """Stop fetching once the data directory holds ``max_disk_bytes`` (kept stopped:
-        what is queued stays queued for a run with more room)."""
-        self.disk_bytes = await asyncio.to_thread(directory_bytes, data_dir)
-        limit = self.settings.scope.max_disk_bytes
-        if self.disk_bytes >= limit and not self.disk_full:
-            self.disk_full = True
-            log.warning(
-                "stopped fetching: the data directory holds %d bytes, --max-disk is %d",
-                self.disk_bytes,
-                limit,
-            )
-            self._progress.set()
-
     # -- the worker ----------------------------------------------------------------------
 
-    async def fetch_page(self, url: str, priority: float = 0.0) -> FetchResult:
+    async def fetch_page(
+        self, url: str, priority: float = 0.0, user_agent: str | None = None
+    ) -> FetchResult:
         """Fetch a page, reserved against max-pages while under way, paced by --max-rate
         (the smallest ``priority`` first)."""
         self._fetching += 1
@@ -283,7 +283,7 @@ class Engine:
             taken = await self.pacer.start(priority)
             size = 0
             try:
-                res = await self.fetcher.fetch(url)
+                res = await self.fetcher.fetch(url, user_agent=user_agent)
                 if self.pacer.enabled:
                     size = response_on_wire(len(res.body), res.headers)
                 return res
@@ -297,15 +297,15 @@ class Engine:
         finish) runs as its own task, so ``concurrency`` is the number of fetches under way
         rather than of pages anywhere between request and done."""
         while True:
-            if self.paused or self.exhausted:
+            if self.paused or self.held:
                 self._progress.set()
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.2 if self.exhausted else NEAR_EVERY_S)
                 continue
             task: Task | None = None
             outcome: Outcome | Exception = Outcome.WAITING
             res: FetchResult | None = None
             async with self.frontier.slot() as slot:
-                if self.paused or self.exhausted:
+                if self.paused or self.held:
                     continue
                 task = slot.pop()
                 if task is None:
@@ -432,15 +432,3 @@ class Engine:
         """Lent tasks came back (finished or not): as after a fetch of ours."""
         self._progress.set()
         self.refill.after_task(key)
-
-
-def directory_bytes(root: Path) -> int:
-    """Bytes of the files under ``root`` (a blocking walk: call it in a thread)."""
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.stat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                continue  # removed meanwhile
-    return total

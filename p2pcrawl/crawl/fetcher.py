@@ -147,7 +147,9 @@ class Fetcher:
         except ValueError:
             return self._resolver.addresses.get(host)
 
-    async def fetch(self, url: str, *, max_body: int | None = None) -> FetchResult:
+    async def fetch(
+        self, url: str, *, max_body: int | None = None, user_agent: str | None = None
+    ) -> FetchResult:
         assert self._session is not None, "Fetcher.start() not called"
         limit = self._settings.fetch.max_body_bytes if max_body is None else max_body
         result = FetchResult(url=url, fetched_at=time.time())
@@ -160,7 +162,9 @@ class Fetcher:
             return result
         started = time.monotonic()
         try:
-            async with self._session.get(url, allow_redirects=False) as resp:
+            # A domain's own User-Agent ([domains."…"] user-agent) replaces the session's.
+            headers = {"User-Agent": user_agent} if user_agent else None
+            async with self._session.get(url, allow_redirects=False, headers=headers) as resp:
                 result.status = resp.status
                 result.reason = resp.reason or ""
                 result.headers = [

@@ -16,6 +16,7 @@ from p2pcrawl.crawl.frontier import HostQueue, HostSlot, Task
 from p2pcrawl.crawl.pacing import Pacer, response_on_wire
 from p2pcrawl.crawl.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsPolicy, policy_from_response
 from p2pcrawl.crawl.stats import CrawlStats
+from p2pcrawl.crawl.unreachable import UNREACHABLE_ERRORS, Unreachable
 from p2pcrawl.settings import CrawlSettings
 
 __all__ = ["ROBOTS_MAX_REDIRECTS", "RobotsGate"]
@@ -32,6 +33,7 @@ class RobotsGate:
         fetcher: Fetcher,
         stats: CrawlStats,
         pacer: Pacer,
+        unreachable: Unreachable | None = None,
     ) -> None:
         self.settings = settings
         self.fetcher = fetcher
@@ -40,6 +42,12 @@ class RobotsGate:
         # host's exploration waits on it), but what it carried is counted.
         self.pacer = pacer
         self.cache = RobotsCache()
+        # Origins that did not answer at all (refused, timed out, a name that does not
+        # resolve) are the engine's, shared with the page fetches; this counts the ones that
+        # answered robots.txt with a server error (or a broken or endless redirect).
+        self.unreachable = unreachable or Unreachable(
+            settings.politeness.max_retries, settings.politeness.robots_error_ttl
+        )
         self._failures: dict[str, int] = {}  # origin -> consecutive robots.txt failures
 
     def unreachable_too_long(self, url: str) -> bool:
@@ -47,7 +55,9 @@ class RobotsGate:
         origin = urls.origin_of(url)
         return self._failures.get(origin, 0) > self.settings.politeness.max_retries
 
-    async def policy_for(self, slot: HostSlot, task: Task) -> RobotsPolicy | None:
+    async def policy_for(
+        self, slot: HostSlot, task: Task, user_agent: str | None = None
+    ) -> RobotsPolicy | None:
         """The host's robots policy, or None when robots.txt had to be fetched first: the
         request used the host's slot, and ``task`` waits on the host's queue behind it."""
         now = time.monotonic()
@@ -57,14 +67,14 @@ class RobotsGate:
             if slot.hq.polite.robots_from is not policy:
                 # A host queue made after its robots.txt was fetched (the host drained and
                 # was forgotten, or it arrived on loan): its Crawl-delay still holds.
-                self._read_delay(slot.hq, policy)
+                self._read_delay(slot.hq, policy, user_agent)
             return policy
         url = origin + "/robots.txt"
         status: int | None = None
         body: bytes | None = None
         elapsed = 0.0
         for _ in range(ROBOTS_MAX_REDIRECTS + 1):
-            res = await self.fetcher.fetch(url, max_body=MAX_ROBOTS_BYTES)
+            res = await self.fetcher.fetch(url, max_body=MAX_ROBOTS_BYTES, user_agent=user_agent)
             elapsed += res.elapsed
             if self.pacer.enabled and res.status:
                 self.pacer.count(response_on_wire(len(res.body), res.headers))
@@ -89,29 +99,40 @@ class RobotsGate:
             # which RFC 9309 §2.3.1.3 treats as a 4xx: no rules.
             self.stats.errors["robots_redirect_refused"] += 1
             status, body = 404, None
-        if status is None or status >= 500:
+        no_answer = status is None and res.status == 0 and res.error in UNREACHABLE_ERRORS
+        if no_answer:
+            self.unreachable.failed(origin, res.error or "")
+        elif status is None or status >= 500:
             if len(self._failures) > FAILURE_MEMO_LIMIT:
                 self._failures.clear()
             self._failures[origin] = self._failures.get(origin, 0) + 1
         else:
             self._failures.pop(origin, None)
+        if not no_answer:
+            self.unreachable.answered(origin)
         if res.error == "forbidden" and url == origin + "/robots.txt":
             # The SSRF guard refuses the host itself, so robots.txt can never be fetched:
             # holding its URLs until it is (RFC 9309 §2.3.1.4) would stall the crawl forever.
             # Let each page fetch be refused and counted instead.
             ttl = self.settings.politeness.robots_error_ttl
             policy = RobotsPolicy("allow_all", time.monotonic() + ttl)
+        elif no_answer:
+            # RFC 9309 §2.3.1.4: complete disallow while unreachable; asked again soon, so
+            # that a host that never answers is given up in seconds, not in ten minutes.
+            policy = RobotsPolicy("disallow_all", time.monotonic() + self.unreachable.wait(origin))
         else:
             policy = policy_from_response(status, body, time.monotonic(), self.settings.politeness)
         self.cache.put(origin, policy)
         hq = slot.hq
-        self._read_delay(hq, policy)
+        self._read_delay(hq, policy, user_agent)
         gap = politeness.next_gap(self.settings.politeness, hq.polite.robots_delay, elapsed)
         slot.requeue(task)
         slot.after(elapsed, gap)
         return None
 
-    def _read_delay(self, hq: HostQueue, policy: RobotsPolicy) -> None:
+    def _read_delay(
+        self, hq: HostQueue, policy: RobotsPolicy, user_agent: str | None = None
+    ) -> None:
         """The host's Crawl-delay from ``policy``, and which policy it was read from."""
         hq.polite.robots_from = policy
-        hq.polite.robots_delay = policy.crawl_delay(self.fetcher.user_agent)
+        hq.polite.robots_delay = policy.crawl_delay(user_agent or self.fetcher.user_agent)

@@ -87,15 +87,12 @@ class Scope:
         self.allow_private = allow_private
         self.allow_loopback = allow_loopback
         self._exact: set[str] = set()
-        self._suffixes: list[str] = []
-        for raw in domains:
-            d = normalise_domain(raw)
-            if not d:
-                continue
-            self._exact.add(d)
-            if not _is_ip(d):
-                self._suffixes.append("." + d)
+        # Names (not addresses): their subdomains are in scope too. A lookup walks the
+        # host's parent names (a few) instead of the list (300,000 entries took 0.4 s a host).
+        self._names: set[str] = set()
         self._cache: Memo[str, bool] = Memo(65536)
+        for raw in domains:
+            self.add(raw)
 
     @property
     def domains(self) -> list[str]:
@@ -108,9 +105,17 @@ class Scope:
             return False
         self._exact.add(d)
         if not _is_ip(d):
-            self._suffixes.append("." + d)
+            self._names.add(d)
         self._cache.clear()
         return True
+
+    def _under_a_name(self, name: str) -> bool:
+        dot = name.find(".")
+        while dot >= 0:
+            if name[dot + 1 :] in self._names:
+                return True
+            dot = name.find(".", dot + 1)
+        return False
 
     def allows_host(self, hostname: str) -> bool:
         """``hostname`` is the bare host (no port), lowercase."""
@@ -119,7 +124,7 @@ class Scope:
             return hit
         # "example.com." is the fully qualified spelling of "example.com" (RFC 1034 §3.1).
         name = hostname[:-1] if hostname.endswith(".") else hostname
-        ok = name in self._exact or any(name.endswith(s) for s in self._suffixes)
+        ok = name in self._exact or self._under_a_name(name)
         if (
             ok
             and not self.allow_private

@@ -31,6 +31,7 @@ OUT_OF_SCOPE = "out_of_scope"
 PRIVATE = "refused_private"
 ALREADY_KNOWN = "already_known"
 RESOLVE_TIMEOUT_S = 3.0
+SHOWN_CHARS = 200
 
 Resolve = Callable[[str], Awaitable[list[str]]]
 
@@ -73,6 +74,20 @@ def _is_ip(host: str) -> bool:
     return True
 
 
+def _guard_reason(host: str, loopback_allowed: bool) -> str:
+    if loopback_allowed:
+        return (
+            f"{host} is a private or link-local address, which the SSRF guard refuses "
+            "(--allow-loopback admits only this machine's loopback); start the peers with "
+            "--allow-private to crawl it"
+        )
+    return (
+        f"{host} is a loopback, private or link-local address, which the SSRF guard "
+        "refuses; start the peers with --allow-loopback (this machine only) or "
+        "--allow-private to crawl it"
+    )
+
+
 def scheme_hint(raw: str) -> str:
     text = raw.strip()
     if "://" not in text and text and " " not in text:
@@ -86,30 +101,32 @@ async def check_seed(
     scope: Scope,
     scope_from_seeds: bool,
     patterns: UrlPatterns,
-    allow_private: bool,
     max_url_length: int,
     resolve: Resolve = resolve_addresses,
 ) -> SeedVerdict:
-    """The verdict on one seed by this peer's own configuration (not yet the owner's)."""
+    """The verdict on one seed by this peer's own configuration (not yet the owner's).
+
+    The address guard is the scope's own (``--allow-private``, ``--allow-loopback``), the one
+    the fetcher applies, so a seed is refused here exactly when its fetch would be.
+    """
     url = urls.canonicalize(raw, max_length=max_url_length)
     if url is None:
-        return SeedVerdict(raw, INVALID, scheme_hint(raw))
+        # Echoed back in the verdict: a few hundred characters say which one it was.
+        shown = raw[:SHOWN_CHARS]
+        return SeedVerdict(shown, INVALID, scheme_hint(shown))
     host = urls.hostname_of(url)
-    if not allow_private:
+    if not scope.allow_private:
+        loop_ok = scope.allow_loopback
         if _is_ip(host):
-            refused = is_forbidden_address(host)
+            refused = is_forbidden_address(host, allow_loopback=loop_ok)
         else:
             addresses = await resolve(host)
             # A name that does not resolve now is left to the fetch, which records the error.
-            refused = bool(addresses) and all(is_forbidden_address(a) for a in addresses)
-        if refused:
-            return SeedVerdict(
-                raw,
-                PRIVATE,
-                f"{host} is a loopback, private or link-local address, which the SSRF guard "
-                "refuses; start the peers with --allow-private to crawl it",
-                url,
+            refused = bool(addresses) and all(
+                is_forbidden_address(a, allow_loopback=loop_ok) for a in addresses
             )
+        if refused:
+            return SeedVerdict(raw, PRIVATE, _guard_reason(host, loop_ok), url)
     if not scope_from_seeds and not scope.allows_host(host):
         allowed = ", ".join(scope.domains[:5]) + (" ..." if len(scope.domains) > 5 else "")
         return SeedVerdict(

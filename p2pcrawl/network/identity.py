@@ -112,7 +112,8 @@ async def choose_id(
     chosen = found.choose()
     load = sum(r.load for r in found.reports.values())
     log.info(
-        "chose node ID %s from %d known peers (%d reported, %d pages)",
+        "chose node ID %s, which halves the busiest peer's part of the key space, from %d "
+        "known peers (%d reported, %d pages)",
         chosen.hex()[:8],
         len(found.known),
         len(found.reports),

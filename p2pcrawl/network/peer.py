@@ -48,6 +48,7 @@ class PeerConfig:
     listen: tuple[str, int] = ("127.0.0.1", 0)
     bootstrap: tuple[tuple[str, int], ...] = ()
     seeds: tuple[str, ...] = ()
+    recrawl: bool = False  # fetch the seeds again even if they are done here
     crawl: CrawlSettings = field(default_factory=CrawlSettings)
     peer: PeerSettings = field(default_factory=PeerSettings)
 
@@ -208,7 +209,7 @@ class Peer:
             ("healing", parts.healing.run),
         ):
             self.spawn(loop(), name)
-        if engine.scope_from_seeds:
+        if parts.scope_sync.needed:
             self.spawn(parts.scope_sync.run(), "scope")
         if joined:
             await parts.join.refresh()
@@ -217,7 +218,7 @@ class Peer:
         # A restart may find tasks whose keys moved while it was down.
         parts.rebalance.due.set()
         if cfg.seeds:
-            log_verdicts(await self.seed(cfg.seeds))
+            log_verdicts(await self.seed(cfg.seeds, recrawl=cfg.recrawl))
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._owned.spawn(coro, name)
@@ -365,7 +366,7 @@ class Peer:
             "truncated_by": dict(stats.truncated_by) if stats else {},
             "parse_bounded": dict(stats.parse_bounded) if stats else {},
             "budget": dict(stats.budget) if stats else {},
-            "disk_full": bool(p and p.engine.disk_full),
+            "disk_full": bool(p and p.engine.disk.full),
         }
 
     def top_hosts(self, limit: int) -> list[dict[str, object]]:

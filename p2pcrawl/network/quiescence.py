@@ -3,7 +3,8 @@
 Idle queues alone are not "finished": right after a crash every live peer can show an empty
 queue while the replicas still hold the dead owner's work. A peer calls itself *quiet* when
 
-* nothing is queued, in flight or in transit (dispatch, deletes, replica copies),
+* nothing is queued (or it reached a page, disk or network limit and fetches no more), in
+  flight or in transit (dispatch, deletes, replica copies),
 * it holds no backup of an owner that is not in its routing table (``backups_orphaned``),
 * it suspects nobody and is not re-syncing after a stall,
 * and none of that, nor its progress counters or its membership, changed for ``settle``
@@ -59,6 +60,11 @@ class Work(Protocol):
 
     @property
     def stats(self) -> CrawlStats: ...
+
+    @property
+    def exhausted(self) -> bool:
+        """A limit (--max-pages, --max-disk, --max-network-pages) stopped its fetching."""
+        ...
 
 
 class Members(Protocol):
@@ -126,7 +132,9 @@ class Quiescence:
             return False, ()
         work, members = self.work, self.members
         idle = (
-            work.tasks_queued == 0
+            # A peer at a limit (--max-pages, --max-disk, --max-network-pages) fetches no
+            # more: what it has queued waits for a later run, and counts as done here.
+            (work.tasks_queued == 0 or work.exhausted)
             and not work.in_flight
             and self._in_transit() == 0
             and self.orphaned == 0

@@ -108,7 +108,6 @@ class Seeder:
                     scope=crawl.scope,
                     scope_from_seeds=crawl.scope_from_seeds,
                     patterns=crawl.links.patterns,
-                    allow_private=settings.scope.allow_private,
                     max_url_length=settings.fetch.max_url_length,
                 )
 

@@ -13,6 +13,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import time
 
 from aiohttp import web
 
@@ -25,6 +26,7 @@ from p2pcrawl.testing.plan import SitePlan, TestWebConfig
 __all__ = ["TestWeb", "TestWebConfig", "canonical_target"]
 
 _BIND_ATTEMPTS = 20
+REQUEST_LOG_MAX = 200_000
 _SHUTDOWN_TIMEOUT = 2.0
 
 
@@ -38,6 +40,11 @@ class TestWeb(SitePlan, Service):
         # Keys are canonical URLs, so set(request_counts) can be compared with ground_truth().
         self.request_counts: collections.Counter[str] = collections.Counter()
         self.robots_counts: collections.Counter[str] = collections.Counter()  # per "ip:port"
+        # (monotonic time, canonical URL, User-Agent) of each page request, newest last:
+        # what politeness and per-domain rules are checked against.
+        self.request_log: collections.deque[tuple[float, str, str]] = collections.deque(
+            maxlen=REQUEST_LOG_MAX
+        )
         self._runners: list[web.ServerRunner] = []
         self.hostile: HostileWeb | None = None
         if config.hostile:
@@ -61,6 +68,7 @@ class TestWeb(SitePlan, Service):
     def _set_port(self, port: int) -> None:
         if port != self.port:
             self.request_counts.clear()
+            self.request_log.clear()
             self.robots_counts.clear()
         super()._set_port(port)
 
@@ -110,7 +118,9 @@ class TestWeb(SitePlan, Service):
             self.robots_counts[self.hosts[index]] += 1
             status, headers, body = self._robots_answer(index)
         else:
-            self.request_counts[self.bases[index] + target] += 1
+            url = self.bases[index] + target
+            self.request_counts[url] += 1
+            self.request_log.append((time.monotonic(), url, request.headers.get("User-Agent", "")))
             status, headers, body = self._answer(index, target)
         if index == self._slow_index:
             await asyncio.sleep(self.config.slow_host_delay)

@@ -46,11 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: Any) -> int:
     if args.command == "join":
         opts = merge_config(args)
-        setup_logging(opts["log_level"], bool(opts["log_json"]))
+        setup_logging(opts["log_level"], opts["log_format"])
         return asyncio.run(run_join(opts))
     # The demo prints its own progress; library chatter would drown it.
     default_level = "warning" if args.command == "demo" else "info"
-    setup_logging(args.log_level or default_level, bool(args.log_json))
+    setup_logging(args.log_level or default_level, args.log_format or "text")
     if args.command == "demo":
         from p2pcrawl.ui.demo import run_demo
 

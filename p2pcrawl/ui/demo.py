@@ -170,10 +170,19 @@ async def run_demo(args: argparse.Namespace) -> int:
             mine = read_warc_urls(root / f"peer{i}" / "warc")
             fetched_urls.extend(mine)
             hosts_of.append({urls.host_of(u) for u in mine})
+        # A host lent to an idle peer has pages in two peers' WARC files: it counts at both.
+        every = set().union(*hosts_of)
+        shared = sum(1 for h in every if sum(h in mine for mine in hosts_of) > 1)
         print(
-            "hosts crawled: "
+            "hosts with pages in each peer's WARC files: "
             + ", ".join(f"peer {i} {len(h)}" for i, h in enumerate(hosts_of))
-            + f" (of {len(web.hosts)})"
+            + f" (of {len(web.hosts)} hosts"
+            + (
+                f"; {shared} fetched partly on loan count at each peer that fetched them"
+                if shared
+                else ""
+            )
+            + ")"
         )
         unique = set(fetched_urls)
         match = unique == truth and len(fetched_urls) == len(unique)

@@ -16,6 +16,7 @@ from typing import Any
 
 from p2pcrawl.aio import TaskSet
 from p2pcrawl.crawl import scheme_hint, urls
+from p2pcrawl.ui.logs import set_node_id
 from p2pcrawl.ui.options import EXIT_FAILURE, UsageError, parse_hostport, settings_from
 from p2pcrawl.ui.progress import (
     Milestones,
@@ -82,6 +83,8 @@ async def run_join(opts: dict[str, Any]) -> int:
     for seed in seeds:
         if urls.canonicalize(seed, max_length=crawl.fetch.max_url_length) is None:
             raise UsageError(f"--seed {seed!r} is not a crawlable URL: {scheme_hint(seed)}")
+    if opts.get("recrawl") and not seeds:
+        raise UsageError("--recrawl fetches the --seed URLs again: give them with --seed")
     token = opts.get("status_token") or ""
     if not is_loopback_host(status_addr[0]) and not token:
         raise UsageError(
@@ -92,6 +95,7 @@ async def run_join(opts: dict[str, Any]) -> int:
         listen=listen,
         bootstrap=bootstrap,
         seeds=seeds,
+        recrawl=bool(opts.get("recrawl")),
         crawl=crawl,
         peer=peer_settings,
     )
@@ -131,6 +135,8 @@ async def run_join(opts: dict[str, Any]) -> int:
                 raise  # not the bind: a store or the WARC writer, with its own message
             log.error("%s", _bind_error(exc, "UDP", listen, "--listen"))
             return EXIT_FAILURE
+        # From here on, JSON log lines carry the node ID (a joiner's is chosen in start).
+        set_node_id(peer.node_id.hex())
         log.info(
             "peer %s listening on %s:%d (UDP), status at %s",
             peer.node_id.hex()[:8],

@@ -13,7 +13,17 @@ import sys
 
 from p2pcrawl.aio import Throttle
 
-__all__ = ["RateLimitFilter", "setup_logging"]
+__all__ = ["RateLimitFilter", "set_node_id", "setup_logging"]
+
+LOG_FORMATS = ("text", "json")
+# The node ID of the peer this process runs, for JSON lines: a log shipper collecting many
+# peers' lines tells them apart by it (set once the ID is known, again once it is chosen).
+_node_id = ""
+
+
+def set_node_id(node_id: str) -> None:
+    global _node_id
+    _node_id = node_id
 
 
 class RateLimitFilter(logging.Filter):
@@ -37,9 +47,11 @@ class RateLimitFilter(logging.Filter):
         return True
 
 
-def setup_logging(level: str, as_json: bool) -> None:
+def setup_logging(level: str, fmt: str = "text") -> None:
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, not {fmt!r}")
     handler = logging.StreamHandler(sys.stderr)
-    if as_json:
+    if fmt == "json":
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(
@@ -57,8 +69,10 @@ class _JsonFormatter(logging.Formatter):
             "ts": round(record.created, 3),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "message": record.getMessage(),
         }
+        if _node_id:
+            doc["node"] = _node_id
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
         return json.dumps(doc)

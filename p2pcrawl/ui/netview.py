@@ -214,5 +214,8 @@ def format_network(doc: Mapping[str, Any]) -> str:
             for i in range(len(head) - 1)
         ]
         out.append("  ".join([*cells, row[-1]]).rstrip())
-    out.append("(* = the peer asked)")
+    out.append(
+        "(* = the peer asked; share = a peer's part of the pages fetched by the peers that "
+        "answered, its own hosts' and those it fetched on loan)"
+    )
     return "\n".join(out)

@@ -115,12 +115,14 @@ class NetworkMonitor:
     def _secret(self) -> str:
         return str(self.peer.config.peer.secret or "")
 
-    async def announce(self) -> None:
+    async def announce(self) -> bool:
+        """Store this peer's status address in the DHT; False while there is nothing to
+        announce yet (the peer is still joining)."""
         from protocol import PeerTimeout, RemoteError, key_for
 
         node = self.peer.node
         if node is None or self.peer.state not in ("active", "finished"):
-            return
+            return False
         key = announce_key(self.peer.node_id)
         value = encode_announcement(self.peer.node_id, self.status_addr(), self._secret())
         # Kept here too: a lone founder has no neighbour to store it on, and kademlia hands
@@ -132,6 +134,7 @@ class NetworkMonitor:
                 await node.set(key, value)
             except (PeerTimeout, RemoteError, OSError) as exc:
                 log.debug("status announcement not stored: %s", exc)
+        return True
 
     async def _announce_round(self) -> None:
         """Announce when due, or soon after the routing table changed. The node closes under
@@ -141,8 +144,10 @@ class NetworkMonitor:
         now = time.monotonic()
         due = now - self._announced_at >= ANNOUNCE_EVERY_S
         changed = peers != self._announced_peers and now - self._announced_at >= FAST_ANNOUNCE_S
-        if peers >= 0 and (due or changed):
-            await self.announce()
+        # A joiner's server starts before its peer has joined: it counts as announced only
+        # once it was (it waited a whole ANNOUNCE_EVERY_S, and the others' views said "not
+        # announced yet" that long).
+        if peers >= 0 and (due or changed) and await self.announce():
             self._announced_at, self._announced_peers = now, peers
 
     async def _check_network_limit(self) -> None:

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from p2pcrawl import __version__
-from p2pcrawl.crawl import UrlPatterns
+from p2pcrawl.crawl import UrlPatterns, parse_domain_tables
 from p2pcrawl.settings import (
     CrawlSettings,
     PeerSettings,
     SettingsError,
+    bounds_text,
     flag_of,
     range_error,
 )
@@ -83,8 +84,6 @@ def _number(kind: type[int] | type[float], f: dataclasses.Field[Any]) -> Any:
         except ValueError:
             raise argparse.ArgumentTypeError(f"not {what}: {v!r}") from None
         why = range_error(f, n)
-        if why is None and isinstance(n, float) and not math.isfinite(n):
-            why = "must be a finite number"
         if why is not None:
             raise argparse.ArgumentTypeError(f"{why}: {v!r}")
         return n
@@ -204,7 +203,11 @@ def _help(sf: SettingFlag) -> str:
     if shown is None:
         d = f.default
         shown = f"{d:g}" if isinstance(d, float) else str(d)
-    return f"{f.metadata['help']} ({shown})" if shown else str(f.metadata["help"])
+    parts = [shown] if shown else []
+    rng = bounds_text(f.metadata)
+    if rng != "any" and not f.metadata.get("size"):
+        parts.append(f"range {rng}")
+    return f"{f.metadata['help']} ({'; '.join(parts)})" if parts else str(f.metadata["help"])
 
 
 def _add_setting(g: argparse._ArgumentGroup, sf: SettingFlag) -> None:
@@ -237,6 +240,12 @@ def _add_crawl_options(p: argparse.ArgumentParser) -> None:
     )
     groups[_CRAWL_GROUP].add_argument(
         "--seed", action="append", metavar="URL", help="URL to start from (repeatable)"
+    )
+    groups[_CRAWL_GROUP].add_argument(
+        "--recrawl",
+        action="store_true",
+        default=None,
+        help="fetch the --seed URLs again even if this data directory crawled them before",
     )
     for sf in setting_flags():
         name = str(sf.field.metadata.get("group", _CRAWL_GROUP))
@@ -284,6 +293,9 @@ class _ConfigParser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+_LOG_CHOICES = {"log_level": ("debug", "info", "warning", "error"), "log_format": ("text", "json")}
+
+
 def _config_options(doc: dict[str, Any], path: Path) -> dict[str, Any]:
     """A config file's options, checked and converted exactly as the same flags would be.
 
@@ -292,16 +304,36 @@ def _config_options(doc: dict[str, Any], path: Path) -> dict[str, Any]:
     """
     parser = _ConfigParser(prog=str(path), add_help=False)
     _add_join_options(parser)
-    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    actions = {a.dest: a for a in parser._actions if a.option_strings}
+    flags = {dest: a.option_strings[0] for dest, a in actions.items()}
     out: dict[str, Any] = {}
     argv: list[str] = []
     for key, value in doc.items():
         dest = key.replace("-", "_")
-        if dest in ("log_level", "log_json"):
+        if dest == "log_json":  # the older spelling of log-format = "json"
+            if value is True:
+                out["log_format"] = "json"
+            continue
+        if dest in _LOG_CHOICES:
+            if value not in _LOG_CHOICES[dest]:
+                allowed = ", ".join(_LOG_CHOICES[dest])
+                raise UsageError(f"{path}: {key} must be one of {allowed}, not {value!r}")
             out[dest] = value
+            continue
+        if dest == "domains":
+            try:
+                out["domains"] = parse_domain_tables(value)
+            except ValueError as exc:
+                raise UsageError(f"{path}: {exc}") from None
             continue
         if dest not in flags or dest == "config":
             raise UsageError(f"{path}: unknown option {key!r}")
+        action = actions[dest]
+        if isinstance(value, list) and isinstance(action, argparse._AppendAction):
+            # A long list (300,000 --allow-domain entries) is taken as it is: argparse
+            # re-scans the whole argument list for each repeated flag, which took minutes.
+            out[dest] = [_config_item(path, key, item, action) for item in value]
+            continue
         for item in value if isinstance(value, list) else [value]:
             if not isinstance(item, str | int | float | bool):
                 kind = "table" if isinstance(item, dict) else type(item).__name__
@@ -315,6 +347,19 @@ def _config_options(doc: dict[str, Any], path: Path) -> dict[str, Any]:
                 argv.append(f"{flags[dest]}={item}")
     out.update({k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None})
     return out
+
+
+def _config_item(path: Path, key: str, item: object, action: argparse.Action) -> Any:
+    """One entry of a config file's list for a repeatable flag, converted as the flag's."""
+    if not isinstance(item, str | int | float) or isinstance(item, bool):
+        raise UsageError(f"{path}: {key} must be a list of strings, not of {type(item).__name__}")
+    if action.type is None:
+        return str(item)
+    convert: Any = action.type
+    try:
+        return convert(str(item))
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        raise UsageError(f"{path}: {key}: {exc}") from None
 
 
 _PEER_HELP = "the running peer's status server (its join --status)"
@@ -336,9 +381,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"p2pcrawl {__version__}")
     parser.add_argument(
-        "--log-level", default=None, choices=["debug", "info", "warning", "error"], help="(info)"
+        "--log-level", default=None, choices=_LOG_CHOICES["log_level"], help="(info)"
     )
-    parser.add_argument("--log-json", action="store_true", default=None, help="JSON log lines")
+    parser.add_argument(
+        "--log-format",
+        choices=_LOG_CHOICES["log_format"],
+        default=None,
+        help="text lines for people (text), or one JSON object per line for log shippers: "
+        "ts, level, logger, message and the peer's node ID",
+    )
+    parser.add_argument(
+        "--log-json",
+        dest="log_format",
+        action="store_const",
+        const="json",
+        help="the same as --log-format json",
+    )
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of a failure, not one line"
     )
@@ -417,7 +475,7 @@ _JOIN_DEFAULTS: dict[str, Any] = {
     "status": "127.0.0.1:8080",
     "data": Path("p2pcrawl-data"),
     "log_level": "info",
-    "log_json": False,
+    "log_format": "text",
 }
 
 
@@ -468,6 +526,8 @@ def settings_from(opts: dict[str, Any]) -> tuple[CrawlSettings, PeerSettings]:
     except SettingsError as exc:
         raise UsageError(str(exc)) from None
     assert isinstance(crawl, CrawlSettings) and isinstance(peer, PeerSettings)
+    if opts.get("domains"):
+        crawl = dataclasses.replace(crawl, domains=tuple(opts["domains"]))
     try:
         UrlPatterns(crawl.scope.include, crawl.scope.exclude)
     except ValueError as exc:

@@ -109,10 +109,15 @@ def summary(st: Mapping[str, Any], duration_s: float, warc: Mapping[str, Any]) -
     """The exit summary as data (the ``left`` JSON line carries it too)."""
     return {
         "pages_fetched": st["pages_fetched"],
+        "tasks_queued": st.get("tasks_queued", 0),
+        "limit_reached": bool(st.get("page_limit_reached")),
         "bytes_fetched": st.get("bytes_fetched", 0),
         "errors": st["errors"],
         "errors_by_kind": dict(st.get("errors_by_kind") or {}),
         "status_codes": dict(st.get("status_codes") or {}),
+        "hosts_unreachable": st.get("hosts_unreachable", 0),
+        "urls_unreachable": st.get("urls_unreachable", 0),
+        "unreachable": list(st.get("unreachable") or []),
         "duration_s": round(duration_s, 3),
         "warc_files": warc.get("paths", []),
         "warc_bytes": warc.get("bytes", 0),
@@ -129,6 +134,14 @@ def summary_lines(doc: Mapping[str, Any], warc_dir: str, data_dir: str = "DATA_D
         f"  errors: {doc['errors']:,} ({_kinds(doc['errors_by_kind'])})",
         f"  HTTP statuses: {_kinds(doc['status_codes'])}",
     ]
+    dead = list(doc.get("unreachable") or [])
+    if doc.get("hosts_unreachable"):
+        shown = ", ".join(f"{d['origin']} ({d['error']})" for d in dead[:5])
+        more = f" and {int(doc['hosts_unreachable']) - 5} more" if len(dead) > 5 else ""
+        lines.append(
+            f"  unreachable hosts: {doc['hosts_unreachable']}, given up after their retries: "
+            f"{shown}{more}; {doc.get('urls_unreachable', 0):,} URLs not fetched"
+        )
     if files:
         lines.append(
             f"  WARC: {len(files)} file(s), {_bytes(doc['warc_bytes'])} in {warc_dir}"
@@ -137,6 +150,10 @@ def summary_lines(doc: Mapping[str, Any], warc_dir: str, data_dir: str = "DATA_D
         lines += [f"    {p}" for p in files]
     else:
         lines.append(f"  WARC: no file written to {warc_dir} in this run")
+    queued = int(doc.get("tasks_queued") or 0)
+    if queued:
+        why = " (a limit was reached)" if doc.get("limit_reached") else ""
+        lines.append(f"  queued: {queued:,} URLs kept in {data_dir} for a later run{why}")
     return lines
 
 
@@ -159,4 +176,6 @@ def extended_status(peer: Any) -> dict[str, Any]:
     st["max_pages"] = scope.max_pages
     st["max_network_pages"] = scope.max_network_pages
     st["page_limit_reached"] = bool(eng is not None and eng.exhausted)
+    if eng is not None:
+        st.update(eng.unreachable.report())
     return st

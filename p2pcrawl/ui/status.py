@@ -28,10 +28,10 @@ from aiohttp import web
 from yarl import URL
 
 from p2pcrawl.aio import TaskSet, every
-from p2pcrawl.crawl import scheme_hint, urls
 from p2pcrawl.ui.connlimit import ConnectionLimits, GuardedServer
 from p2pcrawl.ui.metrics import PeerMetrics
 from p2pcrawl.ui.network import NetworkMonitor, announced_address
+from p2pcrawl.ui.prerender import prerender
 from p2pcrawl.ui.progress import extended_status, warc_output
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def token_matches(given: str, token: str) -> bool:
     return hmac.compare_digest(a, b)
 
 
-def parse_seed_body(doc: object, max_url_length: int) -> list[str]:
+def parse_seed_body(doc: object) -> list[str]:
     """The URLs of a ``POST /api/seed`` body, or BadRequest saying what is wrong with it."""
     if not isinstance(doc, dict):
         raise BadRequest(400, 'body must be a JSON object: {"urls": ["http://..."]}')
@@ -93,11 +93,8 @@ def parse_seed_body(doc: object, max_url_length: int) -> list[str]:
         raise BadRequest(413, f"at most {MAX_SEEDS_PER_REQUEST} URLs per request")
     if not isinstance(doc.get("recrawl", False), bool):
         raise BadRequest(400, '"recrawl" must be true or false')
-    bad = [u for u in seeds if urls.canonicalize(u, max_length=max_url_length) is None]
-    if bad:
-        shown = [u[:200] for u in bad[:5]]
-        hint = f" ({scheme_hint(bad[0][:200])})" if len(bad) == 1 else ""
-        raise BadRequest(400, f"not crawlable http(s) URLs ({len(bad)}): {shown}{hint}")
+    # A URL that is not crawlable gets its own "invalid" verdict beside the others' (the
+    # peer's seed check says why); one typo does not turn the whole request away.
     return seeds
 
 
@@ -293,7 +290,10 @@ class StatusServer:
     # -- pages -------------------------------------------------------------------------------
 
     async def page(self, request: web.Request) -> web.Response:
-        return self._html("status.html")
+        # The first values are on the page itself: readable without JavaScript (curl /).
+        text, headers = self._pages["status.html"]
+        text = prerender(text, self._status_doc())
+        return web.Response(text=text, content_type="text/html", charset="utf-8", headers=headers)
 
     async def network_page(self, request: web.Request) -> web.Response:
         return self._html("network.html")
@@ -306,11 +306,14 @@ class StatusServer:
         """Every peer this one knows, each asked for its status, and the network's totals."""
         return _json(await self.network.view())
 
-    async def api_status(self, request: web.Request) -> web.Response:
+    def _status_doc(self) -> dict[str, Any]:
         doc = extended_status(self.peer)
         doc["backups_by_owner"] = dict(self._backup_owners)
         doc["output"] = dict(self._output)
-        return _json(doc)
+        return doc
+
+    async def api_status(self, request: web.Request) -> web.Response:
+        return _json(self._status_doc())
 
     async def api_peers(self, request: web.Request) -> web.Response:
         return _json(self.peer.routing() or {"peers": [], "buckets": [], "rpc": {}})
@@ -354,8 +357,7 @@ class StatusServer:
             doc = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             raise BadRequest(400, 'body must be JSON: {"urls": ["http://..."]}') from None
-        max_len = self.peer.config.crawl.fetch.max_url_length
-        seeds = parse_seed_body(doc, max_len)
+        seeds = parse_seed_body(doc)
         if self.peer.state not in ("active", "finished"):  # a finished crawl takes new seeds
             raise BadRequest(409, f"peer is {self.peer.state}")
         recrawl = bool(doc.get("recrawl", False)) if isinstance(doc, dict) else False

@@ -18,6 +18,7 @@ from p2pcrawl.crawl import (
     repeats_a_segment,
     strip_session_ids,
 )
+from p2pcrawl.crawl.disk import directory_bytes
 from p2pcrawl.settings import (
     CrawlSettings,
     FetchLimits,
@@ -171,6 +172,27 @@ async def test_max_disk_stops_fetching_and_keeps_the_queue(
     summary = await crawl([web.hub_url], settings, tmp_path / "data")
     assert summary.queued > 0  # stopped with work left, which stays queued
     assert len(web.request_counts) < len(web.ground_truth())
+
+
+async def test_max_disk_holds_at_full_speed(make_web: WebFactory, tmp_path: Path) -> None:
+    # No politeness gap and many fetchers: the data directory grows by megabytes a second,
+    # while the directory itself is measured once a second.
+    web = await make_web(hosts=4, pages_per_host=300, features=False, page_bytes=30_000)
+    limit = 3_000_000
+    settings = CrawlSettings(
+        concurrency=16,
+        politeness=PolitenessSettings(delay=0.0, politeness_factor=0.0),
+        scope=ScopeSettings(
+            allow_domains=tuple(web.allow_domains), allow_loopback=True, max_disk_bytes=limit
+        ),
+    )
+    data = tmp_path / "data"
+    summary = await crawl([web.hub_url], settings, data)
+    assert summary.queued > 0
+    used = directory_bytes(data)
+    # The documented margin: what the fetches under way carry, and the stores' own growth.
+    margin = settings.concurrency * 30_000 * 2 + 500_000
+    assert used <= limit + margin, (used, limit)
 
 
 # -- status server ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import pytest
 
 from p2pcrawl import __version__
 from p2pcrawl.archive import read_warc_urls
+from p2pcrawl.crawl import Scope
 from p2pcrawl.network import join_command, new_key
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from p2pcrawl.testing import TestWeb, TestWebConfig
@@ -106,6 +107,10 @@ def test_join_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> N
     assert code == 0
     for flag in JOIN_FLAGS:
         assert flag in out, flag
+    # Each ranged setting shows its range beside its default, as the README says.
+    flat = " ".join(out.split())
+    for shown in ("(32; range 1 .. 4096)", "(2; range > 0 .. 300)", "(1; range 0 .. 86400)"):
+        assert shown in flat, shown
     # Every option carries a help text, not just a name.
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -165,8 +170,12 @@ LISTEN = ["--listen", "127.0.0.1:0"]
         (["join", "--listen", "nonsense"], "malformed address 'nonsense'"),
         (["join", "--listen", "127.0.0.1:99999"], "port out of range"),
         (["join", *LISTEN, "--status", "127.0.0.1:x"], "bad port"),
-        (["join", *LISTEN, "--delay", "-1"], "--delay: must be a finite number from 0.0 to 86400"),
-        (["join", *LISTEN, "--delay", "nan"], "--delay: must be a finite number from 0.0 to 86400"),
+        (["join", *LISTEN, "--delay", "-1"], "--delay: must be a finite number from 0 to 86400"),
+        (["join", *LISTEN, "--delay", "nan"], "--delay: must be a finite number from 0 to 86400"),
+        (
+            ["join", *LISTEN, "--rpc-timeout", "inf"],
+            "--rpc-timeout: must be a finite number above 0 and at most 300",
+        ),
         (["join", *LISTEN, "--politeness-factor", "inf"], "--politeness-factor: must be"),
         (["join", *LISTEN, "--max-pages", "-3"], "--max-pages: must be from 0 to"),
         (["join", *LISTEN, "--partition", "shard"], "--partition: invalid choice"),
@@ -322,7 +331,7 @@ def test_unreadable_config_is_an_error(tmp_path: Path, capsys: pytest.CaptureFix
     [
         ("concurrency = 0", "must be from 1 to 4096"),
         ('concurrency = "many"', "not an integer"),
-        ("delay = -1", "must be a finite number from 0.0 to 86400"),
+        ("delay = -1", "must be a finite number from 0 to 86400"),
         ('partition = "shard"', "invalid choice"),
         ('policy = "fastest"', "invalid choice"),
         ('allow-private = "yes"', "allow-private"),
@@ -338,6 +347,22 @@ def test_config_single_domain_string(tmp_path: Path) -> None:
     path = write(tmp_path, 'allow-domain = "example.com"\nseed = "http://example.com/"\n')
     crawl, _ = settings_from(merged(["join", "--config", path, *LISTEN]))
     assert crawl.scope.allow_domains == ("example.com",)
+
+
+def test_a_config_with_a_long_domain_list_is_read_and_matched(tmp_path: Path) -> None:
+    # Each entry once: argparse took minutes over 300,000 repeated flags, and matching a
+    # host walked the whole list.
+    names = [f"d{i:06d}.example.org" for i in range(50_000)]
+    path = write(tmp_path, "allow-domain = [" + ",".join(f'"{n}"' for n in names) + "]\n")
+    crawl, _ = settings_from(merged(["join", "--config", path, *LISTEN]))
+    assert crawl.scope.allow_domains == tuple(names)
+    scope = Scope(crawl.scope.allow_domains)
+    assert scope.allows_host("d049999.example.org")
+    assert scope.allows_host("www.d000007.example.org")
+    assert not scope.allows_host("example.org") and not scope.allows_host("xd000007.example.org")
+    bad = write(tmp_path, "allow-domain = [1.5, true]\n")
+    with pytest.raises(UsageError, match="allow-domain must be a list of strings, not of bool"):
+        merged(["join", "--config", bad, *LISTEN])
 
 
 # --- a peer, run as a user would ---------------------------------------------------------------
@@ -478,12 +503,18 @@ async def test_seed_through_a_running_peer_then_leave(test_web: TestWeb, tmp_pat
     truth = test_web.ground_truth()
     async with peer_process(test_web, data, port) as proc:
         await ready_line(proc)
-        code, out, err = await run_cli("seed", "--peer", f"127.0.0.1:{port}", test_web.hub_url)
-        assert code == 0, err
-        assert out.splitlines()[-1] == "accepted 1 of 1 seed(s)"
-        assert out.splitlines()[0].split() == ["accepted", test_web.hub_url]
-        code, _, err = await run_cli("seed", "--peer", f"127.0.0.1:{port}", "not a url")
-        assert code == 2 and "not crawlable" in err
+        # One bad URL among good ones: each gets its verdict, the good one is crawled, and
+        # the exit status says that something was not accepted.
+        bad = test_web.hub_url.replace("http://", "htp://")
+        code, out, err = await run_cli(
+            "seed", "--peer", f"127.0.0.1:{port}", bad, test_web.hub_url, "not a url"
+        )
+        assert code == 1, err
+        lines = out.splitlines()
+        assert lines[-1] == "accepted 1 of 3 seed(s)"
+        assert lines[0].split()[:2] == ["invalid", bad]
+        assert lines[1].split() == ["accepted", test_web.hub_url]
+        assert lines[2].split()[:4] == ["invalid", "not", "a", "url"]
         await wait_drained(port, len(truth))
         code, out, err = await run_cli("leave", "--peer", f"127.0.0.1:{port}")
         assert code == 0, err

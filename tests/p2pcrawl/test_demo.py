@@ -45,7 +45,17 @@ def test_demo_out_keeps_its_output_and_explains_shares(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "XOR-closest" in out and "a peer can own no host" in out
-    assert re.search(r"^hosts crawled: peer 0 \d, peer 1 \d, peer 2 \d \(of 3\)$", out, re.M)
+    line = re.search(
+        r"^hosts with pages in each peer's WARC files: peer 0 (\d), peer 1 (\d), peer 2 (\d) "
+        r"\(of 3 hosts(?:; (\d) fetched partly on loan count at each peer that fetched them)?\)$",
+        out,
+        re.M,
+    )
+    assert line is not None, out
+    # The counts add up to the hosts, plus one for each other peer a lent host was fetched
+    # by: at most all three peers per host.
+    counted = sum(int(n) for n in line.groups()[:3])
+    assert 3 <= counted <= 3 + 2 * int(line.group(4) or 0)
     kept = re.findall(r"^  (\S+\.warc\.gz)$", out, re.M)
     assert kept and all(Path(p).is_file() and Path(p).is_relative_to(out_dir) for p in kept)
     assert f"p2pcrawl export --format jsonl {out_dir / 'peer0'}" in out

@@ -265,10 +265,11 @@ def test_guard_redirects_never_reach_a_refused_address(crawled: Crawled) -> None
 
 def test_slow_robots_holds_its_host_and_nothing_else(crawled: Crawled) -> None:
     h = crawled.hostile
-    # Each try timed out; after the retries its URL ends as an error, never fetched.
+    # Each try timed out: an origin that does not answer. After the retries it is given up,
+    # and its URL ends as an error, never fetched.
     assert h.requests["slowrobots"]["/robots.txt"] == MAX_RETRIES + 1
     assert h.requests["slowrobots"]["/index.html"] == 0
-    assert crawled.stats.errors["robots_unreachable"] == 1
+    assert crawled.stats.errors["host_unreachable"] == 1
 
 
 async def test_the_fetcher_refuses_shared_and_embedded_addresses_without_connecting() -> None:

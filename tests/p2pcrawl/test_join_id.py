@@ -79,3 +79,16 @@ async def test_a_peer_reports_its_pages_and_a_joiner_splits_them(make_peer: Any)
     chosen = found.choose()
     space = IdSpace([founder.node_id, chosen])
     assert space.owner(heavy) != space.owner(light)  # the split falls between the two hosts
+
+
+async def test_a_joiners_log_says_which_id_is_its_probes_and_why_it_chose_its_own(
+    make_peer: Any, caplog: Any
+) -> None:
+    founder = await make_peer(peer=FAST)
+    caplog.set_level("INFO")
+    joiner = await make_peer(peer=FAST, bootstrap=(founder.me.addr,))
+    lines = [r.getMessage() for r in caplog.records]
+    probe = next(line for line in lines if line.startswith("probe node "))
+    assert "throw-away ID" in probe and joiner.node_id.hex()[:8] not in probe
+    chose = next(line for line in lines if line.startswith("chose node ID"))
+    assert joiner.node_id.hex()[:8] in chose and "halves the busiest peer" in chose

@@ -506,6 +506,7 @@ class Idle:
 
     tasks_queued = 0
     in_flight: dict[int, Task] = {}
+    exhausted = False
 
     def __init__(self) -> None:
         self.stats = CrawlStats()

@@ -199,3 +199,32 @@ async def test_max_network_pages_stops_every_peer_near_the_total(
     await asyncio.sleep(1.0)
     assert sum(int(p.status()["pages_fetched"]) for p in (founder, joiner)) == total  # type: ignore[call-overload]
     assert 10 <= total < len(truth) // 2, total
+
+
+async def test_a_joiner_is_in_the_founders_view_as_soon_as_it_has_joined(
+    make_peer: PeerFactory, make_status: StatusFactory, tmp_path: Any
+) -> None:
+    # As `p2pcrawl join` runs it: the joiner's status server starts before its peer joins.
+    from p2pcrawl.network import Peer, PeerConfig
+    from p2pcrawl.ui import StatusServer
+
+    # The default --min-peer-age: the joiner waits seconds in "joining", with one contact.
+    founder = await make_peer(peer=PeerSettings())
+    server = await make_status(founder)
+    joiner = Peer(
+        PeerConfig(data_dir=tmp_path / "joiner", bootstrap=((founder.me.host, founder.me.port),))
+    )
+    joiner_server = StatusServer(joiner, "127.0.0.1", 0)
+    await joiner_server.start()
+    try:
+        await joiner.start()
+        # Well inside the minute between two regular announcements.
+        async with aiohttp.ClientSession() as s:
+            view = await _wait_view(s, server.url, 2, timeout=15.0)
+        assert {row["node_id"] for row in view["peers"]} == {
+            founder.node_id.hex(),
+            joiner.node_id.hex(),
+        }
+    finally:
+        await joiner_server.aclose()
+        await joiner.aclose()

@@ -176,3 +176,13 @@ def test_a_loopback_status_server_of_a_remote_peer_is_explained() -> None:
     assert loopback_only("127.0.0.1:8080", "127.0.0.1") is None  # all on one machine
     assert loopback_only("192.0.2.7:8080", "192.0.2.7") is None
     assert loopback_only("[::1]:8080", "2001:db8::1") is not None
+
+
+def test_the_network_page_says_what_a_share_is_and_how_ids_are_chosen() -> None:
+    from importlib import resources
+
+    page = resources.files("p2pcrawl.ui").joinpath("static/network.html").read_text()
+    text = " ".join(page.split())
+    assert "random node ID" not in text  # joiners choose theirs
+    assert "A peer's share is its part of the pages fetched" in text
+    assert "a joiner takes the one that halves the busiest" in text

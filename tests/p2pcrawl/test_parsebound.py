@@ -83,7 +83,9 @@ def test_small_pages_stay_on_the_loop() -> None:
 
 
 async def test_the_worker_parses_bounded_and_a_page_over_the_deadline_is_cut() -> None:
-    workers = ParseWorkers(1, deadline=1.0)
+    # The capped parse takes 0.3 s on a quiet machine and 2.4 s on a loaded one; uncapped,
+    # over a minute on either: a deadline between the two tells them apart on both.
+    workers = ParseWorkers(1, deadline=5.0)
     try:
         body = _bomb(100_000)
         result = await workers.parse(

@@ -69,6 +69,9 @@ def test_summary_names_pages_bytes_errors_duration_and_warc_files(tmp_path: Path
     assert lines[2] == "  HTTP statuses: 200 1200, 404 34"
     assert lines[3].startswith("  WARC: 1 file(s), 1.5 KB in ")
     assert lines[4] == f"    {tmp_path / 'a.warc.gz'}"
+    assert lines[5] == "  queued: 50 URLs kept in DATA_DIR for a later run"
+    limited = summary_lines({**doc, "limit_reached": True}, str(tmp_path))
+    assert limited[5].endswith("for a later run (a limit was reached)")
     assert warc_output(tmp_path, since=2**40)["files"] == 0
 
 
