@@ -55,6 +55,8 @@ class ReplicaBook:
         # key may already hold tasks or done pages that only the follower knows to send.
         self._enroll_new = enroll_new
         self._known: set[bytes] = set()  # keys with tasks or done pages here, this run
+        # Fresh keys whose first copies are under way: how many intakes wait on them.
+        self._arriving: dict[bytes, int] = {}
         self.wake = asyncio.Event()
         self.enrolled_keys = 0  # keys in step from their first copies, no follower pass
 
@@ -62,17 +64,31 @@ class ReplicaBook:
         """Keys of ``tasks`` this peer holds nothing else of. Every task queued here is
         copied as it is queued (so it passes here first), a page is queued before it is
         done, and done pages of other owners' keys pass ``seen_done``: a key not yet
-        known has no other task and no done page here."""
+        known has no other task and no done page here. A key whose first copies are still
+        under way (``arrived`` not yet called) is fresh too: its first tasks are not queued
+        yet, and more of its tasks must not be queued before the replicas said what they
+        know as done (pages finishing together share those first copies)."""
         if not self._enroll_new:
             return set()
         keys = {t.key for t in tasks}
         exclude = set(exclude)
-        fresh = keys - self._known - exclude
+        fresh = (keys - self._known - exclude) | (keys & self._arriving.keys() - exclude)
         self._known |= keys | exclude
         if len(self._known) > KNOWN_MAX:
             self._enroll_new, self._known = False, set()
             return set()
-        return {k for k in fresh if k not in self.synced}
+        fresh = {k for k in fresh if k not in self.synced}
+        for key in fresh:
+            self._arriving[key] = self._arriving.get(key, 0) + 1
+        return fresh
+
+    def arrived(self, keys: Iterable[bytes]) -> None:
+        """The first copies of these ``fresh`` keys returned (held or not): their tasks
+        are queued now, and the next ones are copied as they are queued."""
+        for key in keys:
+            left = self._arriving.pop(key, 0) - 1
+            if left > 0:
+                self._arriving[key] = left
 
     def seen_done(self, keys: Iterable[bytes]) -> None:
         """Done pages of these keys are recorded here (as a replica, or handed over)."""

@@ -31,6 +31,8 @@ class Copies(Protocol):
 
     def fresh(self, tasks: Sequence[Task], exclude: Iterable[bytes] = ()) -> set[bytes]: ...
 
+    def arrived(self, keys: Iterable[bytes]) -> None: ...
+
     async def finished(self, tasks: list[Task], *, hurry: bool = False) -> None: ...
 
     async def copy_new(
@@ -94,28 +96,37 @@ class Intake:
                 await self.copies.finished(finished, hurry=routed)  # a sender waits
         fresh = self.copies.fresh(tasks, exclude=done or ())
         first = [t for t in tasks if t.key in fresh]
-        if first:
-            if routed:
-                known = await self.copies.copy_new(first, fresh=fresh, late=self._learned)
-            else:
-                known = await self.copies.store_backups(first, fresh=fresh)
-            if known:
-                await self._learned(known)
-                gone = {t.fp for t in known}
-                tasks = [t for t in tasks if t.fp not in gone]
-        new = await ledger.accept(tasks)
+        try:
+            if first:
+                if routed:
+                    known = await self.copies.copy_new(first, fresh=fresh, late=self._learned)
+                else:
+                    known = await self.copies.store_backups(first, fresh=fresh)
+                if known:
+                    await self._learned(known)
+                    gone = {t.fp for t in known}
+                    tasks = [t for t in tasks if t.fp not in gone]
+            new = await ledger.accept(tasks)
+        finally:
+            if fresh:
+                self.copies.arrived(fresh)
         if new:
             self.crawl.include_keys({t.key for t in new})
             # Copied already: the tasks of keys new here. A key that came with a done
             # range: the copies do not carry it, the follower does.
             rest = [t for t in new if t.key not in fresh]
+            known = None
+            if rest and routed:
+                known = await self.copies.copy_new(rest, late=self._learned)
+            elif rest:
+                known = await self.copies.store_backups(rest)
+            if known:
+                # Finished under an owner whose history had not reached us (the replica
+                # records every finished page of the keys it copies): not fetched again.
+                await self._learned(known)
             if routed:
-                if rest:
-                    await self.copies.copy_new(rest)
                 # Held as the answer says they are: the other senders may skip them now.
                 self.advertised.add(t.fp for t in new)
-            elif rest:
-                await self.copies.store_backups(rest)
             self.crawl.wake()
         return len(new)
 

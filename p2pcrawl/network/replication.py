@@ -203,6 +203,10 @@ class Replication:
         ``exclude`` (a done range comes with them) apart: ``ReplicaBook.fresh``."""
         return self.book.fresh(tasks, exclude)
 
+    def arrived(self, keys: Iterable[bytes]) -> None:
+        """``ReplicaBook.arrived``."""
+        self.book.arrived(keys)
+
     async def store_backups(
         self, tasks: Sequence[Task], *, fresh: Iterable[bytes] = (), hurry: bool = False
     ) -> list[Task]:

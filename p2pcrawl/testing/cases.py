@@ -28,7 +28,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 
-from p2pcrawl.crawl.urls import host_of
+from p2pcrawl.crawl import urls
 from p2pcrawl.testing.cluster import PeerProc
 from p2pcrawl.testing.scenarios import Outcome, Scenario
 from protocol import key_for
@@ -54,7 +54,7 @@ def id_near(key: bytes, bit: int) -> str:
 
 def big_key(sc: Scenario) -> bytes:
     """The key of the big host (host 0, the hub's), as the peers compute it."""
-    return key_for(host_of(sc.web.hub_url))
+    return key_for(urls.host_of(sc.web.hub_url))
 
 
 def preset_id(sc: Scenario, name: str, node_id: str) -> None:
