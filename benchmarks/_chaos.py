@@ -47,6 +47,7 @@ class Chaos:
         self.losses: list[float] = []  # monotonic times of kills and stops
         self.leaving: set[str] = set()
         self.stopped: set[str] = set()
+        self.stopped_s = 0.0  # seconds of SIGSTOP drawn, in all
 
     def usable(self) -> list[PeerProc]:
         return [
@@ -126,8 +127,10 @@ class Chaos:
             self.background.append(asyncio.ensure_future(self._flood(self.rng.choice(peers))))
 
     async def _stop(self, p: PeerProc) -> None:
+        seconds = self.rng.uniform(3.0, 12.0)
+        self.stopped_s += seconds
         try:
-            await self.sc.stop(p, self.rng.uniform(3.0, 12.0))
+            await self.sc.stop(p, seconds)
         finally:
             self.stopped.discard(p.name)
 
@@ -149,10 +152,15 @@ async def one_seed(web: TestWeb, root: Path, seed: int, events: int) -> dict[str
             await sc.aclose()
     async with Cluster(root / "chaos", full_speed_args(web)) as cluster:
         sc = Scenario(cluster, web)
+        run = Chaos(sc, random.Random(seed), seed)
         try:
-            chaos = await Chaos(sc, random.Random(seed), seed).run(events)
+            chaos = await run.run(events)
         finally:
             await sc.aclose()
+    # The budget: the steady crawl plus a detection time per kill, and the time a
+    # stopped peer's hosts stood still (a stop shorter than detection is waited out).
+    det = statistics.median(chaos.detections) if chaos.detections else 0.0
+    budget = steady.crawled + chaos.kills * det + run.stopped_s
     return {
         "seed": seed,
         "pages": chaos.pages,
@@ -160,9 +168,12 @@ async def one_seed(web: TestWeb, root: Path, seed: int, events: int) -> dict[str
         "duplicates": chaos.duplicates,
         "dup_bound": round(chaos.dup_bound),
         "kills": chaos.kills,
-        "time_ratio": round(chaos.elapsed / steady.elapsed, 2) if steady.elapsed else None,
-        "steady_s": round(steady.elapsed, 1),
-        "chaos_s": round(chaos.elapsed, 1),
+        "time_ratio": round(chaos.crawled / steady.crawled, 2) if steady.crawled else None,
+        "steady_s": round(steady.crawled, 1),
+        "chaos_s": round(chaos.crawled, 1),
+        "budget_s": round(budget, 1),
+        "within_budget": chaos.crawled <= budget,
+        "finished_s": round(chaos.elapsed, 1),
         "detections": [round(d, 1) for d in sorted(chaos.detections)],
         "finished": chaos.finished,
         "problems": chaos.problems(),
@@ -182,7 +193,8 @@ async def chaos(seeds: list[int], events: int, pages: int) -> dict[str, Any]:
                     f"seed {seed}: lost {row['lost']}, duplicates {row['duplicates']} "
                     f"({100 * row['duplicates'] / row['pages']:.2f}%; bound {row['dup_bound']} "
                     f"for {row['kills']} kills), crawl {row['chaos_s']} s = "
-                    f"{row['time_ratio']}x the steady {row['steady_s']} s, detection s "
+                    f"{row['time_ratio']}x the steady {row['steady_s']} s (budget "
+                    f"{row['budget_s']} s), finished at {row['finished_s']} s, detection s "
                     f"{det or '-'}, every peer finished: {row['finished']}; problems "
                     f"{row['problems'] or 'none'}\n  events {' '.join(row['events'])}",
                     flush=True,
@@ -201,6 +213,7 @@ async def chaos(seeds: list[int], events: int, pages: int) -> dict[str, Any]:
         else None,
         "detection_median_s": round(statistics.median(dets), 2) if dets else None,
         "time_ratio_median": round(statistics.median(ratios), 2) if ratios else None,
+        "seeds_within_budget": sum(1 for r in rows if r["within_budget"]),
         "all_finished": all(r["finished"] for r in rows),
         "seeds_with_problems": sum(1 for r in rows if r["problems"]),
     }

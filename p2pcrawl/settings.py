@@ -379,6 +379,19 @@ class PeerSettings:
         max=DAY,
         flag=False,
     )
+    # A half cut off by a partition looks dead: a peer declared dead keeps the network from
+    # finishing this long, the merge bound (heal_interval + heal_max_backoff + a join), so
+    # a half is never reported finished while the other may still come back with work
+    # (docs/membership.md, "A network that knows it is done").
+    partition_hold: float = option(
+        36.0,
+        "seconds a peer declared dead keeps the network from finishing (a partition "
+        "longer than that is taken for a crash)",
+        min=0,
+        max=DAY,
+        metavar="S",
+        group=_NET,
+    )
     # A brand-new joiner's probe (protocol.survey); past it, a random ID and a log line.
     id_survey_timeout: float = option(
         10.0, "seconds a new joiner may spend learning the network", gt=0, max=300, flag=False

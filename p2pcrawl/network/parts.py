@@ -330,7 +330,9 @@ def assemble(
         steady=lambda: active() and node.listening and not stall.resyncing,
         ask=ask_quiet,
         settle=ps.finish_settle,
+        hold=ps.partition_hold,
     )
+    roster.on_departure(quiescence.lost)
     healing = Healing(
         node,
         events,

@@ -330,6 +330,8 @@ class Peer:
             "tasks_in_flight": len(eng.in_flight) if eng else 0,
             "backups_held": self._backup_count,
             "backups_orphaned": p.quiescence.orphaned if p else 0,
+            # A peer declared dead holds the finish back (--partition-hold): seconds left.
+            "finish_held_s": round(p.quiescence.holding(), 1) if p else 0.0,
             "done": led.done_count if led else 0,
             "pages_fetched": stats.pages_fetched if stats else 0,
             "urls_discovered": stats.urls_discovered if stats else 0,

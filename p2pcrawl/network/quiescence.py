@@ -7,6 +7,10 @@ queue while the replicas still hold the dead owner's work. A peer calls itself *
   flight or in transit (dispatch, deletes, replica copies),
 * it holds no backup of an owner that is not in its routing table (``backups_orphaned``),
 * it suspects nobody and is not re-syncing after a stall,
+* it declared no peer dead in the last ``hold`` seconds (``--partition-hold``, the merge
+  bound): a half cut off by a partition looks dead, and a half must not be reported
+  finished while the other may still come back with work of its own; a peer that says
+  GOODBYE holds nothing back, and one that comes back frees the hold at once,
 * and none of that, nor its progress counters or its membership, changed for ``settle``
   seconds;
 
@@ -44,6 +48,7 @@ log = logging.getLogger(__name__)
 
 TICK_S = 0.5
 POLL_MAX_S = 5.0  # the longest wait between two rounds of QUIET while nothing changes
+MAX_LOST = 1024  # peers declared dead remembered for the hold (the oldest go first)
 
 # A peer's answer to QUIET: whether it is quiet, and how many pages it has done.
 QuietAnswer = tuple[bool, int]
@@ -87,11 +92,14 @@ class Quiescence:
         steady: Callable[[], bool],
         ask: Callable[[PeerRef], Awaitable[QuietAnswer]],
         settle: float,
+        hold: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``done_count``: pages done here; ``in_transit``: URLs and news waiting in our RPC
         lanes; ``backup_owners``: backups held here by owner; ``steady``: the peer is active
         and not re-syncing after a stall; ``ask``: QUIET to a peer; ``settle``: how long
-        nothing may change before this peer calls itself quiet."""
+        nothing may change before this peer calls itself quiet; ``hold``: how long a
+        peer declared dead keeps this one from being quiet (``lost``)."""
         self.work = work
         self.members = members
         self.events = events
@@ -102,6 +110,9 @@ class Quiescence:
         self._steady = steady
         self._ask = ask
         self.settle = settle
+        self.hold = hold
+        self._clock = clock
+        self._lost: dict[bytes, float] = {}  # peers declared dead: when, newest last
         self.finished = asyncio.Event()
         self.orphaned = 0  # backups held for owners not in the routing table
         self.held = 0
@@ -123,9 +134,29 @@ class Quiescence:
                 self._next_poll = 0.0
         return self.quiet(), self._done_count()
 
+    def lost(self, peer_id: bytes, reason: str) -> None:
+        """``Roster.on_departure``: a peer declared dead (not one that said GOODBYE, nor
+        one replaced in its bucket) holds the finish back for ``hold`` seconds."""
+        if reason != "unresponsive" or self.hold <= 0:
+            return
+        self._lost.pop(peer_id, None)
+        self._lost[peer_id] = self._clock()
+        while len(self._lost) > MAX_LOST:
+            del self._lost[next(iter(self._lost))]
+
+    def holding(self) -> float:
+        """Seconds the finish is still held back by a peer declared dead (0: none)."""
+        if not self._lost:
+            return 0.0
+        now, members = self._clock(), {x.id for x in self.members.peers()}
+        for peer_id, at in list(self._lost.items()):
+            if now - at >= self.hold or peer_id in members:  # taken for a crash, or back
+                del self._lost[peer_id]
+        return max((self.hold - (now - at) for at in self._lost.values()), default=0.0)
+
     def quiet(self) -> bool:
         since = self._quiet_since
-        return since is not None and time.monotonic() - since >= self.settle
+        return since is not None and self._clock() - since >= self.settle
 
     def _local_idle(self) -> tuple[bool, tuple[object, ...]]:
         if not self._steady():
@@ -139,6 +170,7 @@ class Quiescence:
             and self._in_transit() == 0
             and self.orphaned == 0
             and not members.suspects()
+            and not self.holding()
         )
         stats = work.stats
         marks = (
@@ -163,7 +195,7 @@ class Quiescence:
     async def tick(self) -> None:
         await self._count_orphans()
         idle, marks = self._local_idle()
-        now = time.monotonic()
+        now = self._clock()
         if not idle or marks != self._last:
             self._quiet_since = now if idle else None
             self._last = marks

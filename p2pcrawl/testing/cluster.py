@@ -27,7 +27,8 @@ from p2pcrawl.archive import read_warc_urls
 __all__ = ["FAST_DETECTION", "Cluster", "PeerProc"]
 
 # Flags for fast failure detection, so churn tests and benchmarks stay short: a peer that
-# stops answering is suspected after a missed 0.5 s ping and declared dead 2 s later.
+# stops answering is suspected after a missed 0.5 s ping and declared dead 2 s later, and
+# holds the finish back for 3 s, not the merge bound (a crash is not taken for a partition).
 FAST_DETECTION = (
     "--rpc-timeout",
     "0.5",
@@ -39,6 +40,8 @@ FAST_DETECTION = (
     "2",
     "--min-peer-age",
     "0.5",
+    "--partition-hold",
+    "3",
 )
 
 

@@ -87,6 +87,9 @@ class Outcome:
     duplicates: int = 0  # requests beyond the first, for ground-truth URLs
     kills: int = 0
     elapsed: float = 0.0  # seed to every peer finished (or to the give-up)
+    # Seed to the last ground-truth page's first fetch: the crawl itself. ``finished`` may
+    # come up to --partition-hold later after a crash (a dead peer may be a cut-off half).
+    crawled: float = 0.0
     finished: bool = False  # every live peer reported ``finished``
     premature: list[str] = field(default_factory=list)  # "finished" while pages were unfetched
     stalled: bool = False  # ended early: nothing new fetched for STALL_S with pages missing
@@ -116,12 +119,12 @@ class Outcome:
         return out
 
     def line(self, what: str, steady: float | None = None) -> str:
-        ratio = f" ({self.elapsed / steady:.2f}x the steady {steady:.1f} s)" if steady else ""
+        ratio = f" ({self.crawled / steady:.2f}x the steady {steady:.1f} s)" if steady else ""
         det = ", ".join(f"{d:.1f}" for d in sorted(self.detections)) or "-"
         return (
             f"{what}: {self.pages} pages, lost {self.lost}, duplicates {self.duplicates} "
-            f"(bound {self.dup_bound:.0f}), crawl {self.elapsed:.1f} s{ratio}, longest stall "
-            f"{self.longest_stall:.1f} s, detection s "
+            f"(bound {self.dup_bound:.0f}), crawl {self.crawled:.1f} s{ratio}, finished at "
+            f"{self.elapsed:.1f} s, longest stall {self.longest_stall:.1f} s, detection s "
             f"[{det}], finished {self.finished}, calls to forgotten peers {len(self.lingering)}; "
             f"events {' '.join(self.events)}"
         )
@@ -295,6 +298,7 @@ class Scenario:
                 break
             await asyncio.sleep(POLL_S)
         out.elapsed = time.monotonic() - self.started
+        out.crawled = self._progress[1] - self.started
         await self._watch.aclose()
         if missing:  # the wait that never ended counts too
             out.longest_stall = max(out.longest_stall, self.idle_for())

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 def _namespaces() -> set[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if line.startswith("guarpart-")}
+    return {line.split()[0] for line in out.splitlines() if line.startswith("guarantees2-part-")}
 
 
 @pytest.mark.timeout(300)

@@ -28,7 +28,11 @@ from tests.protocol.conftest import eventually
 pytestmark = pytest.mark.timeout(90)
 
 DETECT = PeerSettings(
-    rpc_timeout=0.3, ping_interval=0.3, suspicion_timeout=1.0, min_peer_age=TEST_MIN_PEER_AGE
+    rpc_timeout=0.3,
+    ping_interval=0.3,
+    suspicion_timeout=1.0,
+    min_peer_age=TEST_MIN_PEER_AGE,
+    partition_hold=1.0,  # a killed peer holds the finish back this long, not the merge bound
 )
 
 

@@ -512,7 +512,9 @@ class Idle:
         self.stats = CrawlStats()
 
 
-def quiescence(net: Net, ask: Any, *, held: dict[bytes, int], done: int) -> Quiescence:
+def quiescence(
+    net: Net, ask: Any, *, held: dict[bytes, int], done: int, **kwargs: Any
+) -> Quiescence:
     async def owners() -> dict[bytes, int]:
         return held
 
@@ -527,6 +529,7 @@ def quiescence(net: Net, ask: Any, *, held: dict[bytes, int], done: int) -> Quie
         steady=lambda: True,
         ask=ask,
         settle=0.0,
+        **kwargs,
     )
 
 
@@ -566,6 +569,50 @@ async def test_a_peer_holding_an_orphaned_backup_is_not_quiet() -> None:
     for _ in range(3):
         await q.tick()
     assert q.orphaned == 3 and not q.quiet() and not q.finished.is_set()
+
+
+async def test_a_peer_declared_dead_holds_the_finish_back_for_the_merge_bound() -> None:
+    """A half cut off by a partition looks dead: the network is not finished while a peer
+    declared dead may still come back with work (--partition-hold), unless it comes back,
+    and a GOODBYE holds nothing back."""
+    a, b = id_next_to(key_for("a.test")), id_next_to(key_for("b.test"))
+    net = Net(ME, [a, b])
+    now = [1000.0]
+
+    async def ask(to: PeerRef) -> tuple[bool, int]:
+        return True, 5
+
+    q = quiescence(net, ask, held={}, done=5, hold=36.0, clock=lambda: now[0])
+    cut = net.members.pop(b)  # declared dead: the roster says so
+    q.lost(b, "unresponsive")
+    for step in (0.0, 10.0, 25.0):  # up to 35 s after the declaration
+        now[0] += step
+        await q.tick()
+        await q.tick()
+        assert not q.quiet() and not q.finished.is_set(), step
+    assert q.holding() == pytest.approx(1.0)
+    now[0] += 1.0  # 36 s: a partition this long is taken for a crash
+    await q.tick()
+    await q.tick()
+    assert q.finished.is_set() and q.holding() == 0.0
+
+    net.members[b] = cut  # b was back, and is declared dead again
+    await q.tick()
+    net.members.pop(b)
+    q.lost(b, "unresponsive")
+    await q.tick()
+    assert not q.quiet() and not q.finished.is_set()
+    net.members[b] = cut  # the halves merged: the hold goes at once
+    await q.tick()
+    await q.tick()
+    assert q.finished.is_set()
+
+    net.members.pop(a)
+    q.lost(a, "goodbye")  # a said GOODBYE: nothing to wait for
+    q.lost(b, "replaced")
+    await q.tick()
+    await q.tick()
+    assert q.holding() == 0.0 and q.finished.is_set()
 
 
 # -- a stall, and the roster --------------------------------------------------------------
