@@ -41,8 +41,10 @@ LOSS_WINDOW_S = 10.0
 
 
 class Chaos:
-    def __init__(self, sc: Scenario, rng: random.Random, seed: int) -> None:
-        self.sc, self.rng, self.seed = sc, rng, seed
+    def __init__(
+        self, sc: Scenario, rng: random.Random, seed: int, kinds: dict[str, int] = KINDS
+    ) -> None:
+        self.sc, self.rng, self.seed, self.kinds = sc, rng, seed, kinds
         self.background: list[asyncio.Future[Any]] = []
         self.losses: list[float] = []  # monotonic times of kills and stops
         self.leaving: set[str] = set()
@@ -87,7 +89,7 @@ class Chaos:
             await asyncio.sleep(self.rng.uniform(0.5, 2.5))
             if sc.share() >= 0.9:
                 break
-            await self.event(self.rng.choices(list(KINDS), list(KINDS.values()))[0])
+            await self.event(self.rng.choices(list(self.kinds), list(self.kinds.values()))[0])
         for result in await asyncio.gather(*self.background, return_exceptions=True):
             if isinstance(result, Exception):
                 # A joiner whose bootstrap was killed or stopped meanwhile rightly gives up
@@ -143,7 +145,9 @@ class Chaos:
         await proc.wait()
 
 
-async def one_seed(web: TestWeb, root: Path, seed: int, events: int) -> dict[str, Any]:
+async def one_seed(
+    web: TestWeb, root: Path, seed: int, events: int, kinds: dict[str, int]
+) -> dict[str, Any]:
     async with Cluster(root / "steady", full_speed_args(web)) as cluster:
         sc = Scenario(cluster, web)
         try:
@@ -152,7 +156,7 @@ async def one_seed(web: TestWeb, root: Path, seed: int, events: int) -> dict[str
             await sc.aclose()
     async with Cluster(root / "chaos", full_speed_args(web)) as cluster:
         sc = Scenario(cluster, web)
-        run = Chaos(sc, random.Random(seed), seed)
+        run = Chaos(sc, random.Random(seed), seed, kinds)
         try:
             chaos = await run.run(events)
         finally:
@@ -181,12 +185,17 @@ async def one_seed(web: TestWeb, root: Path, seed: int, events: int) -> dict[str
     }
 
 
-async def chaos(seeds: list[int], events: int, pages: int) -> dict[str, Any]:
+async def chaos(
+    seeds: list[int], events: int, pages: int, kinds: list[str] | None = None
+) -> dict[str, Any]:
+    drawn = {k: w for k, w in KINDS.items() if kinds is None or k in kinds}
+    if not drawn or set(kinds or ()) - set(KINDS):
+        raise SystemExit(f"--kinds: choose among {','.join(KINDS)}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="p2pcrawl-chaos-") as tmp:
         async with TestWeb(full_speed_web(pages)) as web:
             for seed in seeds:
-                row = await one_seed(web, Path(tmp) / f"seed{seed}", seed, events)
+                row = await one_seed(web, Path(tmp) / f"seed{seed}", seed, events, drawn)
                 rows.append(row)
                 det = row["detections"]
                 print(
