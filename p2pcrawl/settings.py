@@ -30,16 +30,21 @@ __all__ = [
     "Partition",
     "PeerSettings",
     "Policy",
+    "PolitenessBy",
     "PolitenessSettings",
+    "Requisites",
     "ScopeSettings",
     "SettingsError",
+    "SignalSettings",
     "bounds",
     "option",
     "validate",
 ]
 
 Policy = Literal["breadth-first", "performance-first", "crawl-capability", "longest-first"]
-Partition = Literal["host", "url"]
+Partition = Literal["host", "url", "domain"]
+PolitenessBy = Literal["host", "ip"]
+Requisites = Literal["any", "scope", "off"]
 
 DEFAULT_USER_AGENT_NAME = "p2pcrawl"
 
@@ -177,6 +182,12 @@ class FetchLimits:
     )
     max_links_per_page: int = option(5000, "links taken per page", min=0, max=1_000_000, flag=False)
     max_header_bytes: int = option(64 * KIB, "header line size", min=KIB, max=16 * MIB, flag=False)
+    resolve: tuple[str, ...] = option(
+        (),
+        "connect to ADDRESS for host NAME, as curl --resolve does (a site before its DNS)",
+        metavar="NAME:ADDRESS",
+        default_text="repeatable",
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -203,6 +214,14 @@ class PolitenessSettings:
         600.0, "failed robots.txt wait", gt=0, max=30 * DAY, flag=False
     )
     max_retries: int = option(3, "retries of a failed fetch", min=0, max=100, flag=False)
+    # BUbiNG's IP delay, Heritrix's IP queues: hosts on one server share its gap and its
+    # connection slot on this peer (docs/signals.md says what holds across peers).
+    politeness_by: PolitenessBy = option(
+        "host",
+        "politeness unit on this peer: each host, or each server address (hosts that resolve "
+        "to one address share one gap and one connection)",
+        choices=("host", "ip"),
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -287,6 +306,80 @@ class ScopeSettings:
         validate(self)
 
 
+_SIGNALS = "site signals (docs/signals.md)"
+
+
+@dataclass(frozen=True, slots=True)
+class SignalSettings:
+    """What sites say about themselves (sitemaps, robots meta tags and headers, link
+    relations) and what a page needs to render (its requisites)."""
+
+    sitemaps: bool = option(
+        True,
+        "do not read sitemaps (robots.txt Sitemap: lines, else /sitemap.xml)",
+        flag="--no-sitemaps",
+        group=_SIGNALS,
+    )
+    max_sitemap_urls: int = option(
+        100_000,
+        "URLs taken from one host's sitemaps",
+        min=0,
+        max=10**9,
+        metavar="N",
+        group=_SIGNALS,
+    )
+    max_sitemap_files: int = option(
+        200, "sitemap files read per host", min=1, max=10**5, flag=False
+    )
+    sitemap_index_depth: int = option(2, "nested sitemap indexes", min=0, max=5, flag=False)
+    robots_meta: bool = option(
+        True,
+        "follow the links of pages whose robots meta tag or X-Robots-Tag says nofollow or none "
+        "(for archivists who must)",
+        flag="--ignore-robots-meta",
+        group=_SIGNALS,
+    )
+    obey_noarchive: bool = option(
+        False, "archive only the headers of a response marked noarchive", group=_SIGNALS
+    )
+    follow_rel_nofollow: bool = option(
+        True,
+        "do not follow links marked rel=nofollow, ugc or sponsored",
+        flag="--drop-rel-nofollow",
+        group=_SIGNALS,
+    )
+    requisites: Requisites = option(
+        "any",
+        "fetch page requisites (images, stylesheets, scripts, fonts, media) from any host, "
+        "from hosts in scope, or not at all",
+        choices=("any", "scope", "off"),
+        group=_SIGNALS,
+    )
+    max_requisites_per_page: int = option(
+        200,
+        "requisites taken per page or stylesheet",
+        min=0,
+        max=100_000,
+        flag="--max-requisites",
+        metavar="N",
+        group=_SIGNALS,
+    )
+    max_requisite_bytes: int = option(
+        10 * MIB,
+        "truncate a requisite past this",
+        min=1,
+        max=GIB,
+        flag="--max-requisite-body",
+        metavar="BYTES",
+        default_text="10 MiB",
+        size=True,
+        group=_SIGNALS,
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
 @dataclass(frozen=True, slots=True)
 class CrawlSettings:
     """Everything the crawl engine needs."""
@@ -315,6 +408,7 @@ class CrawlSettings:
     fetch: FetchLimits = field(default_factory=FetchLimits)
     politeness: PolitenessSettings = field(default_factory=PolitenessSettings)
     scope: ScopeSettings = field(default_factory=ScopeSettings)
+    signals: SignalSettings = field(default_factory=SignalSettings)
     # URLs held in RAM; the rest wait in the task store.
     frontier_window: int = option(100_000, "URLs held in RAM", min=16, max=100_000_000, flag=False)
     host_queue_window: int = option(
@@ -361,8 +455,9 @@ class PeerSettings:
 
     partition: Partition = option(
         "host",
-        "DHT key: the URL's host or the URL",
-        choices=("host", "url"),
+        "DHT key: the URL's host, the URL, or the host's registrable domain (a.example.org "
+        "and b.example.org on one peer, fetched one request at a time)",
+        choices=("host", "url", "domain"),
         group="crawl options",
     )
     replicas: int = option(

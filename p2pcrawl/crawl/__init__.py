@@ -8,7 +8,7 @@ URL's owner. docs/architecture.md follows one URL through these modules.
 
 from __future__ import annotations
 
-from p2pcrawl.crawl import urls
+from p2pcrawl.crawl import hops, urls
 from p2pcrawl.crawl.engine import TAILS_PER_FETCH, Engine, LocalRouter, Router
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult, ForbiddenAddress
 from p2pcrawl.crawl.frontier import Frontier, HostQueue, HostSlot, Task
@@ -58,6 +58,7 @@ __all__ = [
     "extract_links",
     "flatten_deep_nesting",
     "from_stored",
+    "hops",
     "is_forbidden_address",
     "make_task",
     "needs_worker",

@@ -12,7 +12,7 @@ import enum
 import time
 from typing import TYPE_CHECKING
 
-from p2pcrawl.crawl import politeness, scheduling
+from p2pcrawl.crawl import hops, politeness, scheduling, urls
 from p2pcrawl.crawl.fetcher import FetchResult
 from p2pcrawl.crawl.frontier import HostSlot, Task
 
@@ -45,6 +45,12 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     if ledger.done.maybe_contains(task.fp) and (await ledger.is_done([task]))[0]:
         # Finished elsewhere meanwhile (history handed over after a restart or a move).
         return Outcome.DONE_ELSEWHERE, None
+    if engine.settings.politeness.politeness_by == "ip" and slot.hq.unit is None:
+        # Before the host's first request (robots.txt included): which server it is.
+        address = await engine.fetcher.address_of(urls.hostname_of(task.url))
+        if address is not None and not slot.join_server(address):
+            slot.requeue(task)  # the server is busy with another host's request
+            return Outcome.WAITING, None
     policy = await engine.robots_gate.policy_for(slot, task)
     if policy is None:
         return Outcome.WAITING, None  # requeued behind the robots.txt request
@@ -60,6 +66,8 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         slot.requeue(task)
         slot.after(0.0, max(0.0, policy.expires_at - time.monotonic()))
         return Outcome.WAITING, None
+    if engine.sitemaps.pending(task) and await engine.sitemaps.step(engine, slot, task, policy):
+        return Outcome.WAITING, None  # a sitemap of the host was read first
     if not policy.allowed(task.url, engine.fetcher.user_agent):
         stats.robots_disallowed += 1
         return Outcome.FINISH, None
@@ -72,6 +80,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         return Outcome.FINISH, None
     # The host with the most found goes first when --max-rate makes requests wait.
     hq = slot.hq
+    embedded = hops.embeds(task.hops) > 0
     res = await engine.fetch_page(
         task.url,
         priority=scheduling.request_priority(
@@ -80,6 +89,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
             borrowed=task.lease != 0,
             leading=engine.frontier.leader is hq,
         ),
+        max_body=engine.settings.signals.max_requisite_bytes if embedded else None,
     )
     pset = engine.settings.politeness
     gap = politeness.next_gap(pset, hq.polite.robots_delay, res.elapsed)
@@ -119,6 +129,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         return Outcome.WAITING, None
     slot.after(res.elapsed, gap)
     stats.pages_fetched += 1
+    stats.requisites_fetched += embedded
     stats.bytes_fetched += len(res.body)
     stats.status[res.status] += 1
     engine.count_host_page(task.url)

@@ -36,6 +36,7 @@ from p2pcrawl.crawl.robots import RobotsCache
 from p2pcrawl.crawl.robotsgate import RobotsGate
 from p2pcrawl.crawl.scope import Scope
 from p2pcrawl.crawl.seen import SeenCache
+from p2pcrawl.crawl.sitemapgate import SitemapReader
 from p2pcrawl.crawl.stats import CrawlStats
 from p2pcrawl.crawl.tail import page_tail
 from p2pcrawl.settings import CrawlSettings, Partition
@@ -93,6 +94,8 @@ class Engine:
         self.fetcher = Fetcher(settings)
         self.pacer = Pacer(settings.max_rate)
         self.robots_gate = RobotsGate(settings, self.fetcher, self.stats, self.pacer)
+        self.sitemaps = SitemapReader(settings, self.fetcher, self.stats, self.robots_gate.cache)
+        self.robots_gate.on_fetched = self.sitemaps.found_robots
         self.links = LinkFilter(settings, partition, self.stats)
         self.in_flight: dict[int, Task] = {}
         # Our tasks another peer fetches for us (network/lender.py): still queued in the
@@ -247,7 +250,7 @@ class Engine:
         Borrowed tasks of those keys stay: they are their lender's, not ours to hand over
         (a replica hands on the done history of a key it may hold tasks of on loan)."""
         keys = self.refill.exclude(keys)
-        if self.partition != "host":
+        if self.partition == "url":
             return []
         hosts = [
             h for h, hq in self.frontier.hosts.items() if hq.tasks and hq.tasks[0][1].key in keys
@@ -286,7 +289,9 @@ class Engine:
 
     # -- the worker ----------------------------------------------------------------------
 
-    async def fetch_page(self, url: str, priority: float = 0.0) -> FetchResult:
+    async def fetch_page(
+        self, url: str, priority: float = 0.0, max_body: int | None = None
+    ) -> FetchResult:
         """Fetch a page, reserved against max-pages while under way, paced by --max-rate
         (the smallest ``priority`` first)."""
         self._fetching += 1
@@ -294,7 +299,7 @@ class Engine:
             taken = await self.pacer.start(priority)
             size = 0
             try:
-                res = await self.fetcher.fetch(url)
+                res = await self.fetcher.fetch(url, max_body=max_body)
                 if self.pacer.enabled:
                     size = response_on_wire(len(res.body), res.headers)
                 return res

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from p2pcrawl.crawl import scheduling
 from p2pcrawl.crawl.politeness import HostPoliteness
+from p2pcrawl.crawl.servers import Servers
 from p2pcrawl.settings import CrawlSettings
 
 __all__ = ["Frontier", "HostQueue", "HostSlot", "Task"]
@@ -52,6 +53,7 @@ class HostQueue:
         "taken",
         "tasks",
         "ticket",
+        "unit",
     )
 
     def __init__(self, host: str) -> None:
@@ -67,6 +69,9 @@ class HostQueue:
         # Set by Frontier.reserve: the request under way is the host's last here for now
         # (it is about to be lent); the future is set when that request ends.
         self.reserved: asyncio.Future[None] | None = None
+        # --politeness-by ip: the server address whose politeness ``polite`` is (shared with
+        # the other hosts at that address), once known; None: the host's own.
+        self.unit: str | None = None
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -120,6 +125,16 @@ class HostSlot:
             self._released = True
             self._frontier.release(self.hq, response_time=self.response_time, gap=self.gap)
 
+    def join_server(self, address: str) -> bool:
+        """Put this host under the politeness of the server at ``address`` (``--politeness-by
+        ip``). True: the request may go ahead now. False: another host's request to that
+        server is under way or its gap runs; the slot is given up (not released: the server's
+        state is not this slot's to end) and the host waits for the server."""
+        if self._frontier.join_server(self.hq, address):
+            return True
+        self._released = True
+        return False
+
 
 class Frontier:
     def __init__(
@@ -135,6 +150,7 @@ class Frontier:
         self._size = 0
         self._waiters: list[asyncio.Future[None]] = []
         self._closed = False
+        self.servers = Servers()  # --politeness-by ip
         # The explored host with the most found, kept until another explored host has more
         # or it has nothing left here: its chain goes ahead of the roots being explored
         # (scheduling.request_priority). One host only, so exploring still has the link.
@@ -292,6 +308,10 @@ class Frontier:
         hq.polite.busy = False
         hq.polite.last_response_time = response_time
         hq.polite.next_allowed = now + gap
+        if hq.unit is not None:
+            # The server is free again: its other hosts with work go back in line.
+            for other in self.servers.waiting(hq):
+                self._schedule(other, now)
         if hq.reserved is not None:
             if not hq.reserved.done():
                 hq.reserved.set_result(None)
@@ -301,6 +321,10 @@ class Frontier:
         if hq.tasks:
             self._schedule(hq, now)
         self._wake_one()
+
+    def join_server(self, hq: HostQueue, address: str) -> bool:
+        """See :meth:`HostSlot.join_server`; ``hq`` is held by a slot (its own state busy)."""
+        return self.servers.join(hq, address, self._clock())
 
     def prune(self) -> int:
         """Forget idle hosts whose gap has elapsed, so the host table is bounded by live work.
@@ -315,7 +339,7 @@ class Frontier:
             if not hq.tasks and not hq.polite.busy and hq.polite.next_allowed <= now
         ]
         for h in idle:
-            del self._hosts[h]
+            self.servers.leave(self._hosts.pop(h))
         return len(idle)
 
     def remove_hosts(self, hosts: Iterable[str]) -> list[Task]:
@@ -325,6 +349,7 @@ class Frontier:
             hq = self._hosts.pop(h, None)
             if hq is None:
                 continue
+            self.servers.leave(hq)
             hq.removed = True
             out.extend(t for _, t in hq.tasks)
             self._size -= len(hq.tasks)

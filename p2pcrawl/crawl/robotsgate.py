@@ -9,6 +9,7 @@ unreachable.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from p2pcrawl.crawl import politeness, urls
 from p2pcrawl.crawl.fetcher import Fetcher
@@ -41,6 +42,9 @@ class RobotsGate:
         self.pacer = pacer
         self.cache = RobotsCache()
         self._failures: dict[str, int] = {}  # origin -> consecutive robots.txt failures
+        # Told of each robots.txt fetched (origin, policy, the task it was fetched for): the
+        # host's sitemaps are read next (crawl/sitemapgate.py).
+        self.on_fetched: Callable[[str, RobotsPolicy, Task], None] | None = None
 
     def unreachable_too_long(self, url: str) -> bool:
         """robots.txt of ``url``'s origin failed more often than a page may be retried."""
@@ -104,6 +108,8 @@ class RobotsGate:
         else:
             policy = policy_from_response(status, body, time.monotonic(), self.settings.politeness)
         self.cache.put(origin, policy)
+        if self.on_fetched is not None:
+            self.on_fetched(origin, policy, task)
         hq = slot.hq
         self._read_delay(hq, policy)
         gap = politeness.next_gap(self.settings.politeness, hq.polite.robots_delay, elapsed)

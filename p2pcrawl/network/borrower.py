@@ -256,7 +256,7 @@ class Borrower:
             # Straight back, so the owner need not wait for the lease to lapse.
             await self._report_safely(Borrowed(loan.lease, lender, "", loan.batch.key, set()))
             return
-        host = urls.host_of(tasks[0].url)
+        host = engine.links.queue_of(tasks[0].url)
         engine.adopt_hosts([urls.hostname_of(tasks[0].url)])  # links within it are in scope
         if loan.robots is not None:
             self._adopt_robots(loan.robots, tasks[0].url)

@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from p2pcrawl.crawl import Task, urls
+from p2pcrawl.crawl import Task, hops, urls
 from protocol import Busy, KeyBatch, PeerRef, Rate, RefreshAnswer, SourceLimits, StoreResult
 
 if TYPE_CHECKING:
@@ -68,7 +68,13 @@ class PeerHandler:
         scope = engine.scope
 
         def allowed(ts: list[Task]) -> list[Task]:
-            return [t for t in ts if scope.allows_host(urls.hostname_of(t.url))]
+            # A page requisite has its own scope rule (--requisites) and no depth limit.
+            return [
+                t
+                for t in ts
+                if scope.allows_host(urls.hostname_of(t.url))
+                or (hops.embeds(t.hops) and engine.links.requisite_allowed(t.url))
+            ]
 
         ok = allowed(tasks)
         sync = self.peer.scope_sync
@@ -86,7 +92,7 @@ class PeerHandler:
             ok = allowed(tasks)
         self.rejected["scope"] += len(tasks) - len(ok)
         max_depth = engine.settings.scope.max_depth
-        shallow = [t for t in ok if t.depth <= max_depth]
+        shallow = [t for t in ok if t.depth <= max_depth or hops.embeds(t.hops)]
         self.rejected["depth"] += len(ok) - len(shallow)
         return shallow
 

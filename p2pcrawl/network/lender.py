@@ -66,7 +66,7 @@ def _robots_size(robots: LentRobots | None) -> int:
 def lending_enabled(peer: Peer) -> bool:
     """``--no-lend`` turns it off; with the URL partition there is nothing to lend."""
     ps = peer.config.peer
-    return ps.lend and ps.partition == "host"
+    return ps.lend and ps.partition != "url"
 
 
 def contact(peer: Peer, other: PeerRef) -> PeerRef | None:
@@ -168,11 +168,12 @@ class Lender:
         the rest of the host waits here for the lease to end."""
         engine = self.peer.engine
         assert engine is not None
+        # A host whose sitemaps we have not read keeps one task here, which reads them.
+        first = 0 if engine.sitemaps.settled(hq) else 1
         tasks = engine.frontier.lend_host(hq)
         key = tasks[0].key
-        payload, held = one_chunk(
-            KeyBatch(key, [TaskItem(t.url, t.depth, t.hops) for t in tasks[: min(want, MAX_WANT)]])
-        )
+        chunk = tasks[first : first + min(want, MAX_WANT)]
+        payload, held = one_chunk(KeyBatch(key, [TaskItem(t.url, t.depth, t.hops) for t in chunk]))
         lent_urls = {item.url for item in held.tasks}
         lease = Lease(
             lease=secrets.randbits(62) + 1,
@@ -232,7 +233,7 @@ class Lender:
         engine = self.peer.engine
         assert engine is not None
         return (
-            len(hq.tasks) >= least
+            len(hq.tasks) >= least + (not engine.sitemaps.settled(hq))
             and not hq.removed
             and not hq.borrowed  # lending it on would loop
             and hq is not engine.frontier.leader

@@ -20,7 +20,7 @@ from p2pcrawl.aio.service import Service
 from p2pcrawl.testing.canonical import canonical_target
 from p2pcrawl.testing.hostile import HostileConfig, HostileWeb
 from p2pcrawl.testing.pages import Link
-from p2pcrawl.testing.plan import SitePlan, TestWebConfig
+from p2pcrawl.testing.plan import SitePlan, TestWebConfig, is_sitemap_target
 
 __all__ = ["TestWeb", "TestWebConfig", "canonical_target"]
 
@@ -38,6 +38,9 @@ class TestWeb(SitePlan, Service):
         # Keys are canonical URLs, so set(request_counts) can be compared with ground_truth().
         self.request_counts: collections.Counter[str] = collections.Counter()
         self.robots_counts: collections.Counter[str] = collections.Counter()  # per "ip:port"
+        # Sitemap requests (/sitemap.xml, /sitemaps/...), outside the ground truth as
+        # robots.txt is: a crawl reads them, it does not archive them.
+        self.sitemap_counts: collections.Counter[str] = collections.Counter()
         self._runners: list[web.ServerRunner] = []
         self.hostile: HostileWeb | None = None
         if config.hostile:
@@ -62,6 +65,7 @@ class TestWeb(SitePlan, Service):
         if port != self.port:
             self.request_counts.clear()
             self.robots_counts.clear()
+            self.sitemap_counts.clear()
         super()._set_port(port)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -109,6 +113,9 @@ class TestWeb(SitePlan, Service):
         if target == "/robots.txt":
             self.robots_counts[self.hosts[index]] += 1
             status, headers, body = self._robots_answer(index)
+        elif is_sitemap_target(target):
+            self.sitemap_counts[self.bases[index] + target] += 1
+            status, headers, body = self._answer(index, target)
         else:
             self.request_counts[self.bases[index] + target] += 1
             status, headers, body = self._answer(index, target)

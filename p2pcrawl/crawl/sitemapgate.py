@@ -1,0 +1,226 @@
+"""Reading a host's sitemaps: by its owner, once, right after its robots.txt.
+
+When this peer fetches a host's robots.txt for a task it owns (not one it borrowed), the
+host's sitemaps are queued: the ``Sitemap:`` lines of robots.txt, or ``/sitemap.xml`` when
+it names none (``--no-sitemaps``: neither). They are then fetched one per request slot of
+the host, before its next page, with the host's politeness gap after each (they are
+requests to the host like any other, and robots.txt rules apply to them). Index files add
+their sitemaps, up to ``sitemap_index_depth`` levels and ``max_sitemap_files`` files.
+
+What a sitemap lists goes to its owner like any discovered link (scope, depth 1, the
+per-host budgets), minus the cross-host rule of sitemaps.org: a sitemap lists URLs of the
+host whose robots.txt named it (or where it lives, for ``/sitemap.xml``); anything else is
+dropped and counted. At most ``max_sitemap_urls`` are taken per host. ``<lastmod>`` values
+are kept in :attr:`SitemapReader.lastmod`, a bounded per-URL record a revisit schedule can
+consult.
+
+Once a host's sitemaps are read, a mark goes into the done record under the host's key
+(the fingerprint of ``sitemaps <origin>``), so the key's next owner (a hand-off, a crash)
+does not read them again; an owner lends a host whose sitemaps it has not read yet only with
+one of its tasks kept back (:meth:`SitemapReader.settled`), so it reads them itself when the
+loan ends and a borrower never has to. The sitemaps are read, not archived, like robots.txt.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from p2pcrawl.crawl import politeness, urls
+from p2pcrawl.crawl.fetcher import Fetcher
+from p2pcrawl.crawl.frontier import HostQueue, HostSlot, Task
+from p2pcrawl.crawl.robots import RobotsCache, RobotsPolicy
+from p2pcrawl.crawl.sitemaps import MAX_SITEMAP_BYTES, SitemapParser
+from p2pcrawl.crawl.stats import CrawlStats
+from p2pcrawl.settings import CrawlSettings
+
+if TYPE_CHECKING:
+    from p2pcrawl.crawl.engine import Engine
+
+__all__ = ["SitemapReader", "sitemap_mark"]
+
+MAX_HOSTS = 10_000  # hosts whose sitemaps are being read at once, at most
+MAX_LASTMOD = 100_000  # <lastmod> values kept (the most recent ones)
+MAX_LISTED = 50  # Sitemap: lines of one robots.txt taken
+SITEMAP_DEPTH = 1  # what a sitemap lists is one hop from its host's root
+
+
+def sitemap_mark(origin: str, key: bytes) -> Task:
+    """The done-record entry saying ``origin``'s sitemaps were read (never fetched)."""
+    return Task(url=origin + "/", fp=urls.fingerprint("sitemaps " + origin), key=key, depth=0)
+
+
+@dataclass(slots=True)
+class _Host:
+    key: bytes
+    origin: str
+    queue: collections.deque[tuple[str, int]] = field(default_factory=collections.deque)
+    checked: bool = False  # the done record was asked whether this host was read before
+    files: int = 0
+    taken: int = 0
+    read: int = 0  # files that answered 2xx
+
+
+class SitemapReader:
+    def __init__(
+        self, settings: CrawlSettings, fetcher: Fetcher, stats: CrawlStats, robots: RobotsCache
+    ) -> None:
+        self.settings = settings
+        self.robots = robots
+        self.signals = settings.signals
+        self.fetcher = fetcher
+        self.stats = stats
+        self._hosts: collections.OrderedDict[str, _Host] = collections.OrderedDict()
+        # fingerprint -> <lastmod> (Unix time) of URLs sitemaps listed, newest entries kept.
+        self.lastmod: collections.OrderedDict[int, float] = collections.OrderedDict()
+
+    # -- called by the robots gate and the lender -------------------------------------------
+
+    def found_robots(self, origin: str, policy: RobotsPolicy, task: Task) -> None:
+        """robots.txt of ``origin`` was fetched for ``task``: queue the host's sitemaps."""
+        if not self.signals.sitemaps or task.lease or policy.kind == "disallow_all":
+            return
+        listed: list[str] = []
+        if policy.parser is not None:
+            for raw in policy.parser.sitemaps:
+                url = urls.resolve(origin + "/", raw)
+                if url is not None and url not in listed:
+                    listed.append(url)
+                if len(listed) >= MAX_LISTED:
+                    break
+        host = _Host(task.key, origin)
+        host.queue.extend((url, 0) for url in (listed or [origin + "/sitemap.xml"]))
+        self._hosts[origin] = host
+        self._hosts.move_to_end(origin)
+        while len(self._hosts) > MAX_HOSTS:
+            self._hosts.popitem(last=False)
+
+    def pending(self, task: Task) -> bool:
+        return bool(self._hosts) and not task.lease and urls.origin_of(task.url) in self._hosts
+
+    def settled(self, hq: HostQueue) -> bool:
+        """Whether all of ``hq``'s queue may be lent: its sitemaps were read (or need not
+        be). If not, its owner keeps one task back, which reads them when it comes up."""
+        if not self.signals.sitemaps or not hq.tasks:
+            return True
+        origin = urls.origin_of(hq.tasks[0][1].url)
+        cached = self.robots.get(origin, time.monotonic()) is not None
+        return cached and origin not in self._hosts
+
+    # -- the work, one request per host slot -------------------------------------------------
+
+    async def step(self, engine: Engine, slot: HostSlot, task: Task, policy: RobotsPolicy) -> bool:
+        """Fetch the host's next sitemap in ``slot`` (``task`` goes back on the queue behind
+        it); False when nothing was fetched and the task may go ahead."""
+        origin = urls.origin_of(task.url)
+        host = self._hosts.get(origin)
+        if host is None:
+            return False
+        if not host.checked:
+            host.checked = True
+            if (await engine.ledger.is_done([sitemap_mark(origin, host.key)]))[0]:
+                del self._hosts[origin]  # read by an earlier owner of the key
+                return False
+        while host.queue:
+            url, depth = host.queue.popleft()
+            # robots.txt rules apply to the sitemaps on its own origin (the others were
+            # named by it).
+            if urls.origin_of(url) != origin or policy.allowed(url, self.fetcher.user_agent):
+                await self._read(engine, slot, host, url, depth)
+                slot.requeue(task)
+                if not host.queue:
+                    await self._finish(engine, host)
+                return True
+            self.stats.sitemap_bounded["robots"] += 1
+        await self._finish(engine, host)
+        return False
+
+    async def _finish(self, engine: Engine, host: _Host) -> None:
+        self._hosts.pop(host.origin, None)
+        if host.read:
+            await engine.finish([sitemap_mark(host.origin, host.key)])
+
+    async def _read(
+        self, engine: Engine, slot: HostSlot, host: _Host, url: str, depth: int
+    ) -> None:
+        sig = self.signals
+        parser = SitemapParser(max_urls=max(1, sig.max_sitemap_urls - host.taken))
+        started = time.monotonic()
+        res = await self.fetcher.fetch(url, max_body=MAX_SITEMAP_BYTES + 1, sink=parser.feed)
+        elapsed = time.monotonic() - started
+        host.files += 1
+        pacer = engine.pacer
+        if pacer.enabled and res.status:
+            pacer.count(parser.fed + 1024)
+        gap = politeness.next_gap(self.settings.politeness, slot.hq.polite.robots_delay, elapsed)
+        slot.after(elapsed, gap)
+        if res.is_redirect and res.location:
+            moved = urls.resolve(url, res.location)
+            if moved is None or urls.host_of(moved) not in (
+                urls.host_of(host.origin),
+                urls.host_of(url),
+            ):
+                self.stats.sitemap_bounded["cross_host"] += 1
+            elif host.files + len(host.queue) < sig.max_sitemap_files:
+                host.queue.appendleft((moved, depth))
+            return
+        if not 200 <= res.status < 300:
+            if res.status not in (404, 410):
+                self.stats.sitemap_bounded["fetch"] += 1
+            return
+        doc = parser.close()
+        host.read += 1
+        self.stats.sitemaps_read += 1
+        if doc.bound is not None:
+            self.stats.sitemap_bounded[doc.bound] += 1
+        if not doc.kind:
+            self.stats.sitemap_bounded["not_a_sitemap"] += 1
+        own = urls.host_of(host.origin)
+        home = urls.host_of(url)  # a sitemap robots.txt named may live on another host
+        for child in doc.sitemaps:
+            child_url = urls.resolve(url, child)
+            if child_url is None or urls.host_of(child_url) not in (own, home):
+                self.stats.sitemap_bounded["cross_host"] += 1
+            elif depth >= sig.sitemap_index_depth:
+                self.stats.sitemap_bounded["depth"] += 1
+            elif host.files + len(host.queue) >= sig.max_sitemap_files:
+                self.stats.sitemap_bounded["files"] += 1
+            else:
+                host.queue.append((child_url, depth + 1))
+        await self._route(engine, host, own, doc.urls)
+
+    async def _route(
+        self, engine: Engine, host: _Host, own: str, listed: Iterable[tuple[str, float | None]]
+    ) -> None:
+        found: list[str] = []
+        cap = self.signals.max_sitemap_urls
+        max_length = self.settings.fetch.max_url_length
+        for raw, lastmod in listed:
+            url = urls.canonicalize(raw, max_length=max_length)
+            if url is None:
+                continue
+            if urls.host_of(url) != own:
+                self.stats.sitemap_bounded["cross_host"] += 1
+                continue
+            if host.taken >= cap:
+                self.stats.sitemap_bounded["host_urls"] += 1
+                break
+            host.taken += 1
+            found.append(url)
+            if lastmod is not None:
+                self._note_lastmod(url, lastmod)
+        self.stats.sitemap_urls += len(found)
+        tasks = engine.links.tasks(found, SITEMAP_DEPTH, 0)
+        if tasks:
+            engine.stats.urls_discovered += len(tasks)
+            await engine.router.route(tasks, found=True)
+
+    def _note_lastmod(self, url: str, lastmod: float) -> None:
+        fp = urls.fingerprint(url)
+        self.lastmod[fp] = lastmod
+        self.lastmod.move_to_end(fp)
+        if len(self.lastmod) > MAX_LASTMOD:
+            self.lastmod.popitem(last=False)
