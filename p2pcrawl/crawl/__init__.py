@@ -23,9 +23,12 @@ from p2pcrawl.crawl.runner import CrawlSummary, crawl
 from p2pcrawl.crawl.scope import Scope, is_forbidden_address, normalise_domain
 from p2pcrawl.crawl.seeds import SeedVerdict, check_seed, scheme_hint
 from p2pcrawl.crawl.seen import SeenCache
+from p2pcrawl.crawl.signals import CANONICAL_FIELD, ROBOTS_FIELD
 from p2pcrawl.crawl.stats import CrawlStats, EventLog, Histogram
 
 __all__ = [
+    "CANONICAL_FIELD",
+    "ROBOTS_FIELD",
     "TAILS_PER_FETCH",
     "BoundedParse",
     "CrawlStats",

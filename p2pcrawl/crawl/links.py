@@ -213,16 +213,18 @@ class LinkFilter:
         self.stats.requisites_found += len(out)
         return out
 
+    def in_scope(self, url: str) -> bool:
+        """Whether a link to ``url``'s host would be followed (``--allow-domain``)."""
+        host = urls.host_of(url)
+        ok = self._in_scope.get(host)
+        return self._host_in_scope(host, url) if ok is None else ok
+
     def requisite_allowed(self, url: str) -> bool:
         """``--requisites any``: any host the address guard allows, minus ``--exclude``;
         ``scope``: what a link would need; ``off``: nothing."""
         mode = self.settings.signals.requisites
         if mode == "scope":
-            host = urls.host_of(url)
-            ok = self._in_scope.get(host)
-            if ok is None:
-                ok = self._host_in_scope(host, url)
-            return ok and (not self.patterns or self.patterns.allows(url))
+            return self.in_scope(url) and (not self.patterns or self.patterns.allows(url))
         if mode == "off":
             return False
         if any(p.search(url) for p in self.patterns.exclude):

@@ -121,6 +121,10 @@ class SitemapReader:
             return False
         if not host.checked:
             host.checked = True
+            if not engine.links.in_scope(task.url):
+                # A host only requisites are fetched from (a CDN): its pages are not ours.
+                del self._hosts[origin]
+                return False
             if (await engine.ledger.is_done([sitemap_mark(origin, host.key)]))[0]:
                 del self._hosts[origin]  # read by an earlier owner of the key
                 return False

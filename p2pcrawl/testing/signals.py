@@ -174,7 +174,10 @@ def _directives(plan: SitePlan) -> tuple[Link, ...]:
         links.append(Link(f"/signals/{name}.html", add(f"/signals/{name}.html", resource, name)))
 
     def target(name: str) -> str:
-        return add(f"/signals/{name}.html", leaf(), name)
+        """A leaf page; returns its path."""
+        path = f"/signals/{name}.html"
+        add(path, leaf(), name)
+        return path
 
     meta = '<meta charset="utf-8">\n<meta name="{}" content="{}">\n'
     for name, header, nofollow in (
@@ -198,7 +201,7 @@ def _directives(plan: SitePlan) -> tuple[Link, ...]:
             headers=(("X-Robots-Tag", "noarchive"),),
         ),
     )
-    canon = target("canonical_by_header")
+    canon = plan.bases[0] + target("canonical_by_header")
     page(
         "canonical_header",
         replace(
@@ -208,9 +211,10 @@ def _directives(plan: SitePlan) -> tuple[Link, ...]:
         ),
     )
     ugc, sponsored = target("ugc_target"), target("sponsored_target")
+    b0 = plan.bases[0]
     rel_links = (
-        Link("/signals/ugc_target.html", ugc, nofollow=True, rel="ugc"),
-        Link("/signals/sponsored_target.html", sponsored, nofollow=True, rel="sponsored nofollow"),
+        Link(ugc, b0 + ugc, nofollow=True, rel="ugc"),
+        Link(sponsored, b0 + sponsored, nofollow=True, rel="sponsored nofollow"),
     )
     page("rel_ugc", replace(leaf(), links=rel_links))
     return tuple(links)

@@ -21,6 +21,7 @@ from p2pcrawl.testing.canonical import canonical_target
 from p2pcrawl.testing.hostile import HostileConfig, HostileWeb
 from p2pcrawl.testing.pages import Link
 from p2pcrawl.testing.plan import SitePlan, TestWebConfig, is_sitemap_target
+from p2pcrawl.testing.signals import CDN_IP
 
 __all__ = ["TestWeb", "TestWebConfig", "canonical_target"]
 
@@ -79,6 +80,8 @@ class TestWeb(SitePlan, Service):
             try:
                 for i, ip in enumerate(self.allow_domains):
                     port = await self._bind(i, ip, port)
+                if self.config.signals:
+                    port = await self._bind(self.cdn_index, CDN_IP, port)
             except OSError:
                 await self.aclose()
                 if self.config.port:
@@ -110,14 +113,15 @@ class TestWeb(SitePlan, Service):
 
     async def _handle(self, index: int, request: web.BaseRequest) -> web.StreamResponse:
         target = canonical_target(request.raw_path)
+        base = self.base_of(index)
         if target == "/robots.txt":
-            self.robots_counts[self.hosts[index]] += 1
+            self.robots_counts[base[7:]] += 1
             status, headers, body = self._robots_answer(index)
         elif is_sitemap_target(target):
-            self.sitemap_counts[self.bases[index] + target] += 1
+            self.sitemap_counts[base + target] += 1
             status, headers, body = self._answer(index, target)
         else:
-            self.request_counts[self.bases[index] + target] += 1
+            self.request_counts[base + target] += 1
             status, headers, body = self._answer(index, target)
         if index == self._slow_index:
             await asyncio.sleep(self.config.slow_host_delay)
