@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -260,7 +260,7 @@ class Fetcher:
         return result
 
 
-Sink = Callable[[bytes], bool]
+Sink = Callable[[bytes], Awaitable[bool]]
 
 
 async def _read_body(
@@ -281,7 +281,7 @@ async def _read_body(
                 break
             size += len(chunk)
             if sink is not None:
-                if not sink(chunk[: len(chunk) - max(0, size - limit)]) or size > limit:
+                if not await sink(chunk[: len(chunk) - max(0, size - limit)]) or size > limit:
                     reason = "length"
                     resp.close()
                     break

@@ -34,6 +34,9 @@ MAX_SITEMAP_URLS = 50_000  # sitemaps.org: per file
 MAX_SITEMAP_BYTES = 50 * 1000 * 1000  # sitemaps.org: 50 MB (52,428,800 bytes) uncompressed
 _MAX_TEXT = 4096  # characters kept of one <loc> or <lastmod>
 _GZIP_MAGIC = b"\x1f\x8b"
+# Inflated bytes parsed per call: a gzip bomb inflates a network chunk a thousandfold, and
+# the caller yields to the event loop between calls while :attr:`SitemapParser.pending`.
+INFLATE_STEP = 1 << 20
 # <lastmod> before the protocol existed, or more than a day ahead, is not believed.
 _EARLIEST = datetime(1995, 1, 1, tzinfo=UTC).timestamp()
 
@@ -99,15 +102,21 @@ class SitemapParser:
         self._loc: str | None = None
         self._lastmod: str | None = None
         self._started = False  # the first bytes were seen (gzip or not)
+        self._tail = b""  # compressed input not inflated yet
         self.fed = 0  # bytes fed, as they came off the wire
 
     @property
     def done(self) -> bool:
         return self.doc.bound is not None
 
+    @property
+    def pending(self) -> bool:
+        """Compressed input is waiting: call :meth:`feed` with ``b""`` to go on."""
+        return bool(self._tail) and not self.done
+
     def feed(self, chunk: bytes) -> bool:
         self.fed += len(chunk)
-        if self.done or not chunk:
+        if self.done or not (chunk or self._tail):
             return not self.done
         if not self._started:
             self._started = True
@@ -115,7 +124,9 @@ class SitemapParser:
                 self._gunzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
         if self._gunzip is not None:
             try:
-                chunk = self._gunzip.decompress(chunk, self._left + 1)
+                data = self._tail + chunk
+                chunk = self._gunzip.decompress(data, min(INFLATE_STEP, self._left + 1))
+                self._tail = self._gunzip.unconsumed_tail
             except zlib.error:
                 self._stop("malformed")
                 return False
