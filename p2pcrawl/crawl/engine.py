@@ -94,7 +94,9 @@ class Engine:
         self.fetcher = Fetcher(settings)
         self.pacer = Pacer(settings.max_rate)
         self.robots_gate = RobotsGate(settings, self.fetcher, self.stats, self.pacer)
-        self.sitemaps = SitemapReader(settings, self.fetcher, self.stats, self.robots_gate.cache)
+        self.sitemaps = SitemapReader(
+            settings, self.fetcher, self.stats, self.robots_gate.cache, partition
+        )
         self.robots_gate.on_fetched = self.sitemaps.found_robots
         self.links = LinkFilter(settings, partition, self.stats)
         self.in_flight: dict[int, Task] = {}

@@ -36,7 +36,7 @@ from p2pcrawl.crawl.frontier import HostQueue, HostSlot, Task
 from p2pcrawl.crawl.robots import RobotsCache, RobotsPolicy
 from p2pcrawl.crawl.sitemaps import MAX_SITEMAP_BYTES, SitemapParser
 from p2pcrawl.crawl.stats import CrawlStats
-from p2pcrawl.settings import CrawlSettings
+from p2pcrawl.settings import CrawlSettings, Partition
 
 if TYPE_CHECKING:
     from p2pcrawl.crawl.engine import Engine
@@ -68,9 +68,18 @@ class _Host:
 
 class SitemapReader:
     def __init__(
-        self, settings: CrawlSettings, fetcher: Fetcher, stats: CrawlStats, robots: RobotsCache
+        self,
+        settings: CrawlSettings,
+        fetcher: Fetcher,
+        stats: CrawlStats,
+        robots: RobotsCache,
+        partition: Partition = "host",
     ) -> None:
         self.settings = settings
+        # With a key per URL no peer owns a host: the owner of its root page reads its
+        # sitemaps, when it fetches that page (``root_page``).
+        self.by_root = partition == "url"
+        self._roots_seen: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.robots = robots
         self.signals = settings.signals
         self.fetcher = fetcher
@@ -84,6 +93,8 @@ class SitemapReader:
     def found_robots(self, origin: str, policy: RobotsPolicy, task: Task) -> None:
         """robots.txt of ``origin`` was fetched for ``task``: queue the host's sitemaps."""
         if not self.signals.sitemaps or task.lease or policy.kind == "disallow_all":
+            return
+        if self.by_root and task.url != origin + "/":
             return
         listed: list[str] = []
         if policy.parser is not None:
@@ -100,7 +111,15 @@ class SitemapReader:
         while len(self._hosts) > MAX_HOSTS:
             self._hosts.popitem(last=False)
 
-    def pending(self, task: Task) -> bool:
+    def pending(self, task: Task, policy: RobotsPolicy) -> bool:
+        """Whether sitemaps of ``task``'s host wait to be read before it."""
+        if self.by_root and task.url.endswith("/") and not task.lease:
+            origin = urls.origin_of(task.url)
+            if task.url == origin + "/" and origin not in self._roots_seen:
+                self._roots_seen[origin] = None
+                if len(self._roots_seen) > MAX_HOSTS:
+                    self._roots_seen.popitem(last=False)
+                self.found_robots(origin, policy, task)
         return bool(self._hosts) and not task.lease and urls.origin_of(task.url) in self._hosts
 
     def settled(self, hq: HostQueue) -> bool:

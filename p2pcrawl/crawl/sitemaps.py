@@ -34,7 +34,7 @@ MAX_SITEMAP_URLS = 50_000  # sitemaps.org: per file
 MAX_SITEMAP_BYTES = 50 * 1000 * 1000  # sitemaps.org: 50 MB (52,428,800 bytes) uncompressed
 _MAX_TEXT = 4096  # characters kept of one <loc> or <lastmod>
 _GZIP_MAGIC = b"\x1f\x8b"
-# Inflated bytes parsed per call (256 KiB): a gzip bomb inflates a network chunk a thousandfold, and
+# Inflated bytes parsed per call: a gzip bomb inflates a network chunk a thousandfold, and
 # the caller yields to the event loop between calls while :attr:`SitemapParser.pending`.
 INFLATE_STEP = 1 << 18
 # <lastmod> before the protocol existed, or more than a day ahead, is not believed.
