@@ -136,7 +136,7 @@ def extract_links(
             canonical = base.resolve(href, max_url_length)
             break
     requisites = (
-        page_requisites(body, tree, base, rules.max_requisites, max_url_length)
+        page_requisites(tree, base, rules.max_requisites, max_url_length)
         if rules.max_requisites > 0
         else []
     )

@@ -5,12 +5,13 @@ Images (``<img src>``, ``srcset``, ``<picture><source>``, ``<input type=image>``
 stylesheets and icons (``<link rel=stylesheet|icon|apple-touch-icon|mask-icon>``, and the
 ``preload``/``modulepreload`` hints for styles, scripts, fonts and images), scripts
 (``<script src>``), media (``<video src poster>``, ``<audio src>``, their ``<source>`` and
-``<track>``), and the ``url(...)`` and ``@import`` of ``<style>`` elements and ``style``
-attributes. Frames and ``<a>`` links are not requisites: they are pages.
+``<track>``), and the ``url(...)`` and ``@import`` of ``<style>`` elements. Frames and ``<a>``
+links are not requisites: they are pages. ``style`` attributes are not read: finding them
+costs a scan of every page (20-50 us for 30 kB, a few per cent of a page's CPU, measured),
+for the background images of a few.
 
 This runs on every page. lexbor finds the elements of one name in a microsecond or two (a
-regular expression over the bytes to say which names occur cost more than walking them all);
-the ``style`` attributes are searched only if the page holds a ``url(`` at all.
+regular expression over the bytes to say which names occur cost more than walking them all).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ _SRCSET = frozenset({"img", "source"})
 
 
 def page_requisites(
-    body: bytes, tree: LexborHTMLParser, base: LinkResolver, most: int, max_url_length: int
+    tree: LexborHTMLParser, base: LinkResolver, most: int, max_url_length: int
 ) -> list[str]:
     """Canonical URLs of the page's requisites, deduplicated, in element order by kind,
     at most ``most``."""
@@ -71,9 +72,6 @@ def page_requisites(
                 break
     for node in tree.tags("style"):
         css.append(node.text(deep=True))
-    if b"url(" in body:
-        for node in tree.css("[style]"):
-            css.append(node.attributes.get("style") or "")
     out: list[str] = []
     seen: set[str] = set()
     for href in raw:

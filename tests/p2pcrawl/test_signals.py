@@ -137,8 +137,7 @@ def test_page_requisites_of_every_kind() -> None:
         s + "go.png",
         s + "print.css",
         s + "h1.png",
-        s + "bg.png",
-    ]
+    ]  # style="..." attributes are not read (docs/signals.md)
     assert page.links == [s + "page.html"]
     capped = extract_links(body, PAGE, rules=PageRules(max_requisites=3))
     assert capped.requisites == page.requisites[:3]
