@@ -11,7 +11,8 @@ field. Every numeric setting has a range (``min``/``max``, ``gt`` for a strict l
 bound), checked by ``__post_init__`` (:func:`validate`) whichever way the settings were made
 (flags, TOML, code): an absurd value (``concurrency = 10**9``, an interval of 0 that would
 spin a core) is refused with one clear :class:`SettingsError`. A ranged field that is not a
-flag says ``flag=False``.
+flag says ``flag=False``. The site-signal settings (``CrawlSettings.signals``) are in
+:mod:`p2pcrawl.signalsettings`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from p2pcrawl.signalsettings import Requisites, SignalSettings
 from protocol import MAX_URL_LENGTH, NodeConfig
 
 __all__ = [
@@ -44,7 +46,6 @@ __all__ = [
 Policy = Literal["breadth-first", "performance-first", "crawl-capability", "longest-first"]
 Partition = Literal["host", "url", "domain"]
 PolitenessBy = Literal["host", "ip"]
-Requisites = Literal["any", "scope", "off"]
 
 DEFAULT_USER_AGENT_NAME = "p2pcrawl"
 
@@ -300,80 +301,6 @@ class ScopeSettings:
         metavar="SIZE",
         default_text="0: no limit",
         size=True,
-    )
-
-    def __post_init__(self) -> None:
-        validate(self)
-
-
-_SIGNALS = "site signals (docs/signals.md)"
-
-
-@dataclass(frozen=True, slots=True)
-class SignalSettings:
-    """What sites say about themselves (sitemaps, robots meta tags and headers, link
-    relations) and what a page needs to render (its requisites)."""
-
-    sitemaps: bool = option(
-        True,
-        "do not read sitemaps (robots.txt Sitemap: lines, else /sitemap.xml)",
-        flag="--no-sitemaps",
-        group=_SIGNALS,
-    )
-    max_sitemap_urls: int = option(
-        100_000,
-        "URLs taken from one host's sitemaps",
-        min=0,
-        max=10**9,
-        metavar="N",
-        group=_SIGNALS,
-    )
-    max_sitemap_files: int = option(
-        200, "sitemap files read per host", min=1, max=10**5, flag=False
-    )
-    sitemap_index_depth: int = option(2, "nested sitemap indexes", min=0, max=5, flag=False)
-    robots_meta: bool = option(
-        True,
-        "follow the links of pages whose robots meta tag or X-Robots-Tag says nofollow or none "
-        "(for archivists who must)",
-        flag="--ignore-robots-meta",
-        group=_SIGNALS,
-    )
-    obey_noarchive: bool = option(
-        False, "archive only the headers of a response marked noarchive", group=_SIGNALS
-    )
-    follow_rel_nofollow: bool = option(
-        True,
-        "do not follow links marked rel=nofollow, ugc or sponsored",
-        flag="--drop-rel-nofollow",
-        group=_SIGNALS,
-    )
-    requisites: Requisites = option(
-        "any",
-        "fetch page requisites (images, stylesheets, scripts, fonts, media) from any host, "
-        "from hosts in scope, or not at all",
-        choices=("any", "scope", "off"),
-        group=_SIGNALS,
-    )
-    max_requisites_per_page: int = option(
-        200,
-        "requisites taken per page or stylesheet",
-        min=0,
-        max=100_000,
-        flag="--max-requisites",
-        metavar="N",
-        group=_SIGNALS,
-    )
-    max_requisite_bytes: int = option(
-        10 * MIB,
-        "truncate a requisite past this",
-        min=1,
-        max=GIB,
-        flag="--max-requisite-body",
-        metavar="BYTES",
-        default_text="10 MiB",
-        size=True,
-        group=_SIGNALS,
     )
 
     def __post_init__(self) -> None:
