@@ -66,9 +66,8 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         slot.requeue(task)
         slot.after(0.0, max(0.0, policy.expires_at - time.monotonic()))
         return Outcome.WAITING, None
-    if engine.sitemaps.pending(task, policy) and await engine.sitemaps.step(
-        engine, slot, task, policy
-    ):
+    sitemaps = engine.robots_gate.sitemaps
+    if sitemaps.pending(task, policy) and await sitemaps.step(engine, slot, task, policy):
         return Outcome.WAITING, None  # a sitemap of the host was read first
     if not policy.allowed(task.url, engine.fetcher.user_agent):
         stats.robots_disallowed += 1

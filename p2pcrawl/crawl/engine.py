@@ -36,7 +36,6 @@ from p2pcrawl.crawl.robots import RobotsCache
 from p2pcrawl.crawl.robotsgate import RobotsGate
 from p2pcrawl.crawl.scope import Scope
 from p2pcrawl.crawl.seen import SeenCache
-from p2pcrawl.crawl.sitemapgate import SitemapReader
 from p2pcrawl.crawl.stats import CrawlStats
 from p2pcrawl.crawl.tail import page_tail
 from p2pcrawl.settings import CrawlSettings, Partition
@@ -93,11 +92,7 @@ class Engine:
         self.frontier = Frontier(settings)
         self.fetcher = Fetcher(settings)
         self.pacer = Pacer(settings.max_rate)
-        self.robots_gate = RobotsGate(settings, self.fetcher, self.stats, self.pacer)
-        self.sitemaps = SitemapReader(
-            settings, self.fetcher, self.stats, self.robots_gate.cache, partition
-        )
-        self.robots_gate.on_fetched = self.sitemaps.found_robots
+        self.robots_gate = RobotsGate(settings, self.fetcher, self.stats, self.pacer, partition)
         self.links = LinkFilter(settings, partition, self.stats)
         self.in_flight: dict[int, Task] = {}
         # Our tasks another peer fetches for us (network/lender.py): still queued in the

@@ -208,10 +208,16 @@ class Fetcher:
         return str(found[0]["host"]) if found else None
 
     async def fetch(
-        self, url: str, *, max_body: int | None = None, sink: Sink | None = None
+        self,
+        url: str,
+        *,
+        max_body: int | None = None,
+        sink: Sink | None = None,
+        total_timeout: float | None = None,
     ) -> FetchResult:
         """Fetch ``url`` without following redirects. With ``sink`` the body is not kept:
-        each chunk goes to it as it arrives, and a False answer ends the read ("length")."""
+        each chunk goes to it as it arrives, and a False answer ends the read ("length").
+        ``total_timeout`` replaces the session's for this request."""
         assert self._session is not None, "Fetcher.start() not called"
         limit = self._settings.fetch.max_body_bytes if max_body is None else max_body
         result = FetchResult(url=url, fetched_at=time.time())
@@ -224,7 +230,14 @@ class Fetcher:
             return result
         started = time.monotonic()
         try:
-            async with self._session.get(url, allow_redirects=False) as resp:
+            timeout = None
+            if total_timeout is not None:
+                timeout = aiohttp.ClientTimeout(
+                    total=total_timeout,
+                    connect=self._settings.fetch.connect_timeout,
+                    sock_read=self._settings.fetch.read_timeout,
+                )
+            async with self._session.get(url, allow_redirects=False, timeout=timeout) as resp:
                 result.status = resp.status
                 result.reason = resp.reason or ""
                 result.headers = [

@@ -9,15 +9,15 @@ unreachable.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from p2pcrawl.crawl import politeness, urls
 from p2pcrawl.crawl.fetcher import Fetcher
 from p2pcrawl.crawl.frontier import HostQueue, HostSlot, Task
 from p2pcrawl.crawl.pacing import Pacer, response_on_wire
 from p2pcrawl.crawl.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsPolicy, policy_from_response
+from p2pcrawl.crawl.sitemapgate import SitemapReader
 from p2pcrawl.crawl.stats import CrawlStats
-from p2pcrawl.settings import CrawlSettings
+from p2pcrawl.settings import CrawlSettings, Partition
 
 __all__ = ["ROBOTS_MAX_REDIRECTS", "RobotsGate"]
 
@@ -33,6 +33,7 @@ class RobotsGate:
         fetcher: Fetcher,
         stats: CrawlStats,
         pacer: Pacer,
+        partition: Partition = "host",
     ) -> None:
         self.settings = settings
         self.fetcher = fetcher
@@ -42,9 +43,8 @@ class RobotsGate:
         self.pacer = pacer
         self.cache = RobotsCache()
         self._failures: dict[str, int] = {}  # origin -> consecutive robots.txt failures
-        # Told of each robots.txt fetched (origin, policy, the task it was fetched for): the
-        # host's sitemaps are read next (crawl/sitemapgate.py).
-        self.on_fetched: Callable[[str, RobotsPolicy, Task], None] | None = None
+        # Told of each robots.txt fetched: the host's sitemaps are read next.
+        self.sitemaps = SitemapReader(settings, fetcher, stats, self.cache, partition)
 
     def unreachable_too_long(self, url: str) -> bool:
         """robots.txt of ``url``'s origin failed more often than a page may be retried."""
@@ -108,8 +108,7 @@ class RobotsGate:
         else:
             policy = policy_from_response(status, body, time.monotonic(), self.settings.politeness)
         self.cache.put(origin, policy)
-        if self.on_fetched is not None:
-            self.on_fetched(origin, policy, task)
+        self.sitemaps.found_robots(origin, policy, task)
         hq = slot.hq
         self._read_delay(hq, policy)
         gap = politeness.next_gap(self.settings.politeness, hq.polite.robots_delay, elapsed)

@@ -48,6 +48,8 @@ MAX_LASTMOD = 100_000  # <lastmod> values kept (the most recent ones)
 MAX_LISTED = 50  # Sitemap: lines of one robots.txt taken
 SITEMAP_DEPTH = 1  # what a sitemap lists is one hop from its host's root
 ROUTE_BATCH = 1000
+# A sitemap may be 50 MB parsed as it arrives: its fetch may take longer than a page's.
+SITEMAP_TIMEOUT_S = 300.0
 
 
 def sitemap_mark(origin: str, key: bytes) -> Task:
@@ -182,7 +184,12 @@ class SitemapReader:
             return ok
 
         started = time.monotonic()
-        res = await self.fetcher.fetch(url, max_body=MAX_SITEMAP_BYTES + 1, sink=sink)
+        res = await self.fetcher.fetch(
+            url,
+            max_body=MAX_SITEMAP_BYTES + 1,
+            sink=sink,
+            total_timeout=max(SITEMAP_TIMEOUT_S, self.settings.fetch.total_timeout),
+        )
         elapsed = time.monotonic() - started
         host.files += 1
         pacer = engine.pacer
@@ -209,6 +216,8 @@ class SitemapReader:
         self.stats.sitemaps_read += 1
         if doc.bound is not None:
             self.stats.sitemap_bounded[doc.bound] += 1
+        elif res.truncated:  # cut by a timeout or a broken connection: what came is kept
+            self.stats.sitemap_bounded[res.truncated] += 1
         if not doc.kind:
             self.stats.sitemap_bounded["not_a_sitemap"] += 1
         own = urls.host_of(host.origin)

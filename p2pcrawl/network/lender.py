@@ -169,7 +169,7 @@ class Lender:
         engine = self.peer.engine
         assert engine is not None
         # A host whose sitemaps we have not read keeps one task here, which reads them.
-        first = 0 if engine.sitemaps.settled(hq) else 1
+        first = 0 if engine.robots_gate.sitemaps.settled(hq) else 1
         tasks = engine.frontier.lend_host(hq)
         key = tasks[0].key
         chunk = tasks[first : first + min(want, MAX_WANT)]
@@ -233,7 +233,7 @@ class Lender:
         engine = self.peer.engine
         assert engine is not None
         return (
-            len(hq.tasks) >= least + (not engine.sitemaps.settled(hq))
+            len(hq.tasks) >= least + (not engine.robots_gate.sitemaps.settled(hq))
             and not hq.removed
             and not hq.borrowed  # lending it on would loop
             and hq is not engine.frontier.leader
