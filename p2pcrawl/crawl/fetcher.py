@@ -230,12 +230,11 @@ class Fetcher:
             return result
         started = time.monotonic()
         try:
-            timeout = None
+            # timeout=None would mean none at all: the session's unless one is given.
+            timeout = self._session.timeout
             if total_timeout is not None:
                 timeout = aiohttp.ClientTimeout(
-                    total=total_timeout,
-                    connect=self._settings.fetch.connect_timeout,
-                    sock_read=self._settings.fetch.read_timeout,
+                    total=total_timeout, connect=timeout.connect, sock_read=timeout.sock_read
                 )
             async with self._session.get(url, allow_redirects=False, timeout=timeout) as resp:
                 result.status = resp.status
