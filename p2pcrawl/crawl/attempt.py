@@ -59,9 +59,11 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     # The rules of the host's domain ([domains."…"] tables), if any cover it.
     ruled = engine.domains.for_host(urls.hostname_of(task.url)) if engine.domains else None
     domain, rules = ruled if ruled is not None else ("", None)
-    if rules is not None and not engine.domains.patterns(rules).allows(task.url):
+    if rules is not None and not engine.domains.patterns(domain, rules).allows(task.url):
+        # Found by a peer that had not read the domain's rules yet, or seeded without the
+        # check: refused by this peer's rules, not recorded done, as the address guard does.
         stats.budget["domain_patterns"] += 1
-        return Outcome.FINISH, None
+        return Outcome.REFUSED, None
     agent = (rules.user_agent if rules is not None else None) or engine.fetcher.user_agent
     policy = await engine.robots_gate.policy_for(slot, task, agent)
     if policy is None:

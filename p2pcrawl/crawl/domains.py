@@ -16,7 +16,10 @@ they have no table of their own for (``p2pcrawl.network.scopesync``).
   peer counts its own; with the default host partition one domain's hosts may be on several
   peers).
 * ``include`` / ``exclude``: regular expressions, as ``--include`` / ``--exclude``, for the
-  domain's URLs only; the global ones apply too.
+  domain's URLs only; the global ones apply too. Like those, they are applied where links
+  are found and seeds checked; the peer that fetches a URL checks them again (a link found
+  by a peer that had not yet read the network's rules) and drops a refused URL without
+  recording it done, so widening the rules later crawls it.
 * ``user-agent``: the User-Agent sent to the domain's hosts, and the one its robots.txt rules
   are matched against.
 """
@@ -31,6 +34,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.patterns import UrlPatterns
 from p2pcrawl.crawl.scope import normalise_domain
 from p2pcrawl.settings import DomainRules, PolitenessSettings
@@ -90,10 +94,7 @@ def _rules(domain: str, table: Mapping[str, Any]) -> DomainRules:
         or not ua.isascii()
     ):
         raise ValueError(f"{where}: user-agent must be printable ASCII, 1 to 256 characters")
-    try:
-        UrlPatterns(lists["include"], lists["exclude"])
-    except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+    UrlPatterns(lists["include"], lists["exclude"], _where(domain))
     return DomainRules(
         delay=None if delay is None else float(delay),
         concurrency=ints["concurrency"],
@@ -102,6 +103,11 @@ def _rules(domain: str, table: Mapping[str, Any]) -> DomainRules:
         exclude=lists["exclude"],
         user_agent=ua,
     )
+
+
+def _where(domain: str) -> str:
+    """How messages name a table's patterns: as the config file spells the table."""
+    return f'[domains."{domain}"] '
 
 
 def parse_domain_tables(doc: object) -> tuple[tuple[str, DomainRules], ...]:
@@ -155,18 +161,43 @@ class DomainTable:
         self.own = dict(own)
         self._adopted: dict[str, DomainRules] = {}
         self._memo: dict[str, tuple[str, DomainRules] | None] = {}
-        self._patterns: dict[DomainRules, UrlPatterns] = {}
+        self._patterns: dict[tuple[str, DomainRules], UrlPatterns] = {}
+        # Host key ("host[:port]") -> its table's include/exclude, or None: asked for every
+        # link found, so one lookup per link.
+        self._by_host_key: dict[str, UrlPatterns | None] = {}
         self.pages: Counter[str] = Counter()  # pages fetched per domain with max-pages
         self.busy: Counter[str] = Counter()  # requests in flight per domain
 
-    def patterns(self, rules: DomainRules) -> UrlPatterns:
+    def patterns(self, domain: str, rules: DomainRules) -> UrlPatterns:
         """The domain's include/exclude patterns, compiled once."""
-        compiled = self._patterns.get(rules)
+        compiled = self._patterns.get((domain, rules))
         if compiled is None:
             if len(self._patterns) >= MAX_DOMAIN_RULES * 2:
                 self._patterns = {}
-            compiled = self._patterns[rules] = UrlPatterns(rules.include, rules.exclude)
+            compiled = UrlPatterns(rules.include, rules.exclude, _where(domain))
+            self._patterns[(domain, rules)] = compiled
         return compiled
+
+    def patterns_at(self, host: str, url: str) -> UrlPatterns | None:
+        """The include/exclude of the table covering ``url`` (whose host key is ``host``),
+        or None when no table with patterns covers it."""
+        try:
+            return self._by_host_key[host]
+        except KeyError:
+            pass
+        ruled = self.for_host(urls.hostname_of(url))
+        found = None
+        if ruled is not None and (ruled[1].include or ruled[1].exclude):
+            found = self.patterns(*ruled)
+        if len(self._by_host_key) >= _MEMO:
+            self._by_host_key = {}
+        self._by_host_key[host] = found
+        return found
+
+    def refusal(self, url: str) -> str | None:
+        """Why the include/exclude of the URL's domain table leave it out, or None."""
+        found = self.patterns_at(urls.host_of(url), url) if self else None
+        return found.refusal(url) if found is not None else None
 
     def __bool__(self) -> bool:
         return bool(self.own or self._adopted)
@@ -179,6 +210,7 @@ class DomainTable:
             return False
         self._adopted = taken
         self._memo = {}
+        self._by_host_key = {}
         return True
 
     def for_host(self, host: str) -> tuple[str, DomainRules] | None:

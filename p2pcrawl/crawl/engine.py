@@ -90,7 +90,8 @@ class Engine:
         self.robots_gate = RobotsGate(
             settings, self.fetcher, self.stats, self.pacer, self.unreachable
         )
-        self.links = LinkFilter(settings, partition, self.stats)
+        self.domains = DomainTable(settings.domains)
+        self.links = LinkFilter(settings, partition, self.stats, self.domains)
         self.in_flight: dict[int, Task] = {}
         self.loans = loans
         self.refill = WindowRefill(
@@ -102,7 +103,6 @@ class Engine:
         # Pages that could hold the loop are parsed in processes, under a deadline.
         self.parsers = ParseWorkers(settings.parse_workers, deadline=settings.parse_deadline)
         self._host_pages: collections.Counter[str] = collections.Counter()
-        self.domains = DomainTable(settings.domains)
         # --max-disk: measured, and estimated between measurements.
         self.disk = DiskBudget(settings.scope.max_disk_bytes, lambda: self.stats.bytes_fetched)
         self.data_dir = data_dir  # measured against max_disk_bytes
