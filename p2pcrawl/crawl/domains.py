@@ -31,16 +31,20 @@ import functools
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.patterns import UrlPatterns
 from p2pcrawl.crawl.scope import normalise_domain
 from p2pcrawl.settings import DomainRules, PolitenessSettings
 
+if TYPE_CHECKING:
+    from p2pcrawl.crawl.frontier import HostQueue
+
 __all__ = [
     "MAX_DOMAIN_RULES",
+    "DomainGate",
     "DomainRules",
     "DomainTable",
     "decode_rules",
@@ -165,8 +169,8 @@ class DomainTable:
         # Host key ("host[:port]") -> its table's include/exclude, or None: asked for every
         # link found, so one lookup per link.
         self._by_host_key: dict[str, UrlPatterns | None] = {}
+        self._limits: dict[str, tuple[str, int] | None] = {}  # host key -> its concurrency
         self.pages: Counter[str] = Counter()  # pages fetched per domain with max-pages
-        self.busy: Counter[str] = Counter()  # requests in flight per domain
 
     def patterns(self, domain: str, rules: DomainRules) -> UrlPatterns:
         """The domain's include/exclude patterns, compiled once."""
@@ -194,6 +198,24 @@ class DomainTable:
         self._by_host_key[host] = found
         return found
 
+    def limit_at(self, host: str) -> tuple[str, int] | None:
+        """(domain, its concurrency) for a frontier host key, or None for no such limit."""
+        if not self:
+            return None
+        try:
+            return self._limits[host]
+        except KeyError:
+            pass
+        name = host[1 : host.find("]")] if host.startswith("[") else host.partition(":")[0]
+        ruled = self.for_host(name)
+        found = None
+        if ruled is not None and ruled[1].concurrency is not None:
+            found = (ruled[0], ruled[1].concurrency)
+        if len(self._limits) >= _MEMO:
+            self._limits = {}
+        self._limits[host] = found
+        return found
+
     def refusal(self, url: str) -> str | None:
         """Why the include/exclude of the URL's domain table leave it out, or None."""
         found = self.patterns_at(urls.host_of(url), url) if self else None
@@ -211,6 +233,7 @@ class DomainTable:
         self._adopted = taken
         self._memo = {}
         self._by_host_key = {}
+        self._limits = {}
         return True
 
     def for_host(self, host: str) -> tuple[str, DomainRules] | None:
@@ -245,3 +268,52 @@ def politeness_for(base: PolitenessSettings, rules: DomainRules | None) -> Polit
 @functools.lru_cache(maxsize=1024)
 def _with_delay(base: PolitenessSettings, delay: float) -> PolitenessSettings:
     return dataclasses.replace(base, delay=delay)
+
+
+class DomainGate:
+    """A domain's ``concurrency``, kept by the frontier: a ready host whose domain has all
+    its requests under way is parked, out of the frontier's heaps, until one of them ends;
+    then the first parked host that can start goes back. No host waits on a timer for a
+    turn, and a host of another domain is never held up."""
+
+    def __init__(self, limit_at: Callable[[str], tuple[str, int] | None]) -> None:
+        self.limit_at = limit_at  # DomainTable.limit_at
+        self._busy: Counter[str] = Counter()  # requests under way per domain
+        self._counted: dict[HostQueue, str] = {}  # host under way -> the domain it counts in
+        # Per domain, its parked hosts in the order they came (a dict as an ordered set:
+        # a host re-ranked while parked is not parked twice).
+        self._parked: dict[str, dict[HostQueue, None]] = {}
+
+    def enter(self, hq: HostQueue) -> bool:
+        """Whether a request to ``hq`` may start now (counted if so); parked if not."""
+        limit = self.limit_at(hq.host)
+        if limit is None:
+            return True
+        domain, most = limit
+        if self._busy[domain] >= most:
+            hq.queued = True  # kept off the heaps by the frontier while parked
+            self._parked.setdefault(domain, {})[hq] = None
+            return False
+        self._busy[domain] += 1
+        self._counted[hq] = domain
+        return True
+
+    def leave(self, hq: HostQueue) -> HostQueue | None:
+        """``hq``'s request ended: the parked host of its domain to schedule now, if any."""
+        domain = self._counted.pop(hq, None)
+        if domain is None:
+            return None
+        self._busy[domain] -= 1
+        if self._busy[domain] <= 0:
+            del self._busy[domain]
+        parked = self._parked.get(domain)
+        while parked:
+            nxt = next(iter(parked))
+            del parked[nxt]
+            nxt.queued = False
+            # One that was handed away, emptied or taken meanwhile is passed over, or the
+            # rest would wait for a request that never comes.
+            if nxt.startable:
+                return nxt
+        self._parked.pop(domain, None)
+        return None

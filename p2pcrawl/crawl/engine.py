@@ -25,7 +25,7 @@ from p2pcrawl.archive import WarcWriteError, WarcWriter
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.attempt import Outcome, attempt
 from p2pcrawl.crawl.disk import NEAR_EVERY_S, DiskBudget
-from p2pcrawl.crawl.domains import DomainTable
+from p2pcrawl.crawl.domains import DomainGate, DomainTable
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
 from p2pcrawl.crawl.frontier import Frontier, Task
 from p2pcrawl.crawl.ledger import Ledger
@@ -91,6 +91,7 @@ class Engine:
             settings, self.fetcher, self.stats, self.pacer, self.unreachable
         )
         self.domains = DomainTable(settings.domains)
+        self.frontier.gate = DomainGate(self.domains.limit_at)
         self.links = LinkFilter(settings, partition, self.stats, self.domains)
         self.in_flight: dict[int, Task] = {}
         self.loans = loans
