@@ -106,6 +106,7 @@ class LocalHealth:
         missed_nacks: int,
         probes_ok: int,
         probes_failed: int,
+        nacks: int = 0,
     ) -> None:
         """Fold one probe round's observations in: each bad sign adds one, a clean round
         with at least one answered probe takes one away."""
@@ -122,8 +123,12 @@ class LocalHealth:
         if missed_nacks > 0:
             self.worse("missed_nacks")
             bad = True
-        if probes_failed >= 2 and probes_ok == 0:
-            # Everyone we asked at once was silent: more likely us than all of them.
+        if probes_failed >= 2 and probes_ok == 0 and nacks == 0:
+            # Everyone we asked at once was silent, helpers included: more likely us than all
+            # of them. A helper's nack is an answer (memberlist raises its awareness only for
+            # nacks that do not come): when half a network stops, the live half hears its
+            # own helpers say they cannot reach the others either, and must not blame itself
+            # for it, or its timeouts stretch ninefold and the dead half is never declared.
             self.worse("all_probes_failed")
             bad = True
         if not bad and probes_ok > 0:

@@ -60,10 +60,12 @@ PINGS_PER_ROUND = 32
 @dataclass(slots=True)
 class ProbeRound:
     """What one round saw: the contacts that answered and that did not (by ID, so pinging
-    and then probing one dead peer is one failure, not two), and silent helpers."""
+    and then probing one dead peer is one failure, not two), and the helpers that answered
+    (nacks: they could not reach the suspect either) or stayed silent."""
 
     ok: set[bytes] = field(default_factory=set)
     failed: set[bytes] = field(default_factory=set)
+    nacks: int = 0
     missed_nacks: int = 0
 
 
@@ -115,6 +117,7 @@ async def probe_suspects(
             seen.ok.add(node_id)
             return
         seen.failed.add(node_id)
+        seen.nacks += sum(a is False for a in answers)
         seen.missed_nacks += sum(a is None for a in answers)
         if not detector.is_suspect(node_id):
             return  # heard from meanwhile (a request of its own arrived)
@@ -220,6 +223,7 @@ class Upkeep:
             socket_drops=await self.socket.new_drops(),
             junk=self.socket.new_junk(),
             missed_nacks=seen.missed_nacks,
+            nacks=seen.nacks,
             probes_ok=len(seen.ok),
             probes_failed=len(seen.failed - seen.ok),
         )

@@ -106,6 +106,19 @@ def test_local_health_rises_on_each_sign_and_recovers_on_clean_rounds() -> None:
     assert h.score == 8 and h.multiplier == 9
 
 
+def test_half_a_network_silent_with_helpers_nacking_is_not_our_fault() -> None:
+    # Two of four peers stop: every probe of this live half fails, but the live helper
+    # answers each PING-REQ with a nack. Blaming ourselves would stretch every timeout up
+    # to ninefold, and the stopped half would not be declared dead within the test's 30 s.
+    h = LocalHealth(cap=8)
+    clean: dict[str, Any] = {"loop_lag": 0.0, "socket_drops": 0, "junk": 0, "missed_nacks": 0}
+    for _ in range(20):
+        h.round(**clean, probes_ok=0, probes_failed=2, nacks=2)
+    assert h.score == 0 and h.multiplier == 1
+    h.round(**clean, probes_ok=0, probes_failed=2, nacks=0)  # nobody answered at all
+    assert h.score == 1
+
+
 def test_silence_counts_from_the_unanswered_call_or_the_last_message() -> None:
     # A peer that died while we waited on it has been silent since our call left, not
     # since the call's timer ran out; if it spoke after the call left, from then.
