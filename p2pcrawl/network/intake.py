@@ -22,7 +22,12 @@ class AcceptTasks(Protocol):
     """``Intake.accept``."""
 
     def __call__(
-        self, tasks: list[Task], done: dict[bytes, list[int]] | None = None, *, routed: bool = False
+        self,
+        tasks: list[Task],
+        done: dict[bytes, list[int]] | None = None,
+        *,
+        routed: bool = False,
+        again: bool = False,
     ) -> Awaitable[int]: ...
 
 
@@ -73,6 +78,7 @@ class Intake:
         done: dict[bytes, list[int]] | None = None,
         *,
         routed: bool = False,
+        again: bool = False,
     ) -> int:
         """Accept tasks this peer owns: dedup, store, and copy the new ones to the replicas
         before returning; returns how many were new. Tasks ``routed`` here by STORE_TASK
@@ -85,7 +91,9 @@ class Intake:
         the replicas *before* they are queued here, and the replicas' answer names those
         they know as done (a replica records every finished page of the keys it copies):
         those are recorded done, not queued. A new host costs its first copies' round
-        trip before it is crawled, which it paid before as well."""
+        trip before it is crawled, which it paid before as well. Not so for tasks queued
+        ``again`` (``--recrawl``): this peer forgot them as done on purpose, and the
+        replicas' older record of them must not finish them unfetched."""
         ledger = self.ledger
         if done:
             pairs = [(k, fp) for k, fps in done.items() for fp in fps]
@@ -102,7 +110,7 @@ class Intake:
                     known = await self.copies.copy_new(first, fresh=fresh, late=self._learned)
                 else:
                     known = await self.copies.store_backups(first, fresh=fresh)
-                if known:
+                if known and not again:
                     await self._learned(known)
                     gone = {t.fp for t in known}
                     tasks = [t for t in tasks if t.fp not in gone]
@@ -120,7 +128,7 @@ class Intake:
                 known = await self.copies.copy_new(rest, late=self._learned)
             elif rest:
                 known = await self.copies.store_backups(rest)
-            if known:
+            if known and not again:
                 # Finished under an owner whose history had not reached us (the replica
                 # records every finished page of the keys it copies): not fetched again.
                 await self._learned(known)

@@ -136,7 +136,7 @@ class Seeder:
         owner = await self.owners.owner(t.key)
         if owner.id == self.owners.me.id:
             again = recrawl and await self.ledger.forget_done([t]) > 0
-            new = await self._accept([t])
+            new = await self._accept([t], again=again)
             if again and new:
                 v.reason = "crawled before; queued again (--recrawl)"
             elif not new:
