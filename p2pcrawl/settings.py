@@ -28,7 +28,7 @@ from p2pcrawl.fields import (
     range_error,
     validate,
 )
-from protocol import MAX_URL_LENGTH, NodeConfig
+from protocol import DEFAULT_WORK_BITS, MAX_URL_LENGTH, NodeConfig
 
 __all__ = [
     "DEFAULT_USER_AGENT_NAME",
@@ -380,6 +380,11 @@ class PeerSettings:
     id_survey_timeout: float = option(
         10.0, "seconds a new joiner may spend learning the network", gt=0, max=300, flag=False
     )
+    # An open network's node IDs cost 2**bits hashes each (protocol.nodekey), and a peer
+    # counts only IDs with that much work: every peer of a network must agree on it.
+    id_work_bits: int = option(
+        DEFAULT_WORK_BITS, "leading zero bits of an ID's puzzle", min=0, max=40, flag=False
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -396,4 +401,5 @@ class PeerSettings:
             ping_interval=self.ping_interval,
             refresh_interval=self.refresh_interval,
             min_owner_age=self.min_peer_age,
+            work_bits=self.id_work_bits,
         )
