@@ -55,16 +55,29 @@ def encode_record(rec: FetchRecord) -> bytes:
             rec.truncated,
             rec.ip,
             rec.fetched_at,
+            [(str(k), str(v)) for k, v in rec.warc_fields],
         )
     )
     return frame(payload)
 
 
 def decode_record(payload: bytes | bytearray) -> FetchRecord:
-    url, status, reason, version, req, resp, body, truncated, ip, fetched_at = marshal.loads(
+    url, status, reason, version, req, resp, body, truncated, ip, fetched_at, extra = marshal.loads(
         payload
     )
-    return FetchRecord(url, status, reason, version, req, resp, body, truncated, ip, fetched_at)
+    return FetchRecord(
+        url,
+        status,
+        reason,
+        version,
+        req,
+        resp,
+        body,
+        truncated,
+        ip,
+        fetched_at,
+        tuple((k, v) for k, v in extra),
+    )
 
 
 def encode_answer(*fields: str | int) -> bytes:

@@ -85,6 +85,9 @@ class FetchRecord:
     truncated: str = ""
     ip: str | None = None
     fetched_at: float = 0.0
+    # Extra WARC fields of the response record (the crawl's record of a page's robots
+    # directives and canonical URL: p2pcrawl.crawl.signals).
+    warc_fields: tuple[tuple[str, str], ...] = ()
 
 
 def record_pair(rec: FetchRecord) -> tuple[bytes, bytes]:
@@ -119,6 +122,7 @@ def serialize_pair(rec: FetchRecord) -> tuple[bytes, bytes] | None:
             *ip,
             # WARC 1.1 §5.13: why the payload is shorter than the response.
             *([("WARC-Truncated", rec.truncated)] if rec.truncated else []),
+            *[(_clean(k), _clean(v)) for k, v in rec.warc_fields],
             ("WARC-Type", "response"),
             ("WARC-Record-ID", response_id),
             ("WARC-Target-URI", rec.url),
@@ -244,6 +248,8 @@ def warcio_pair(rec: FetchRecord) -> tuple[bytes, bytes]:
     if rec.truncated:
         # WARC 1.1 §5.13: why the payload is shorter than the response.
         warc_headers["WARC-Truncated"] = rec.truncated
+    for name, value in rec.warc_fields:
+        warc_headers[_clean(name)] = _clean(value)
     protocol = f"HTTP/{rec.http_version}"
     status_line = f"{rec.status} {_clean(rec.reason)}".rstrip()
     http_headers = StatusAndHeaders(

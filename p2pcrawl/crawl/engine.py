@@ -25,9 +25,9 @@ from p2pcrawl.archive import WarcWriteError, WarcWriter
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.attempt import Outcome, attempt
 from p2pcrawl.crawl.disk import NEAR_EVERY_S, DiskBudget
-from p2pcrawl.crawl.domains import DomainTable
+from p2pcrawl.crawl.domains import DomainGate, DomainTable
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
-from p2pcrawl.crawl.frontier import Frontier, Task
+from p2pcrawl.crawl.frontier import Frontier, HostQueue, Task
 from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import LinkFilter
 from p2pcrawl.crawl.pacing import Pacer, response_on_wire
@@ -88,9 +88,11 @@ class Engine:
             settings.politeness.max_retries, settings.politeness.robots_error_ttl
         )
         self.robots_gate = RobotsGate(
-            settings, self.fetcher, self.stats, self.pacer, self.unreachable
+            settings, self.fetcher, self.stats, self.pacer, self.unreachable, partition
         )
-        self.links = LinkFilter(settings, partition, self.stats)
+        self.domains = DomainTable(settings.domains)
+        self.frontier.gate = DomainGate(self.domains.limit_at)
+        self.links = LinkFilter(settings, partition, self.stats, self.domains)
         self.in_flight: dict[int, Task] = {}
         self.loans = loans
         self.refill = WindowRefill(
@@ -102,7 +104,6 @@ class Engine:
         # Pages that could hold the loop are parsed in processes, under a deadline.
         self.parsers = ParseWorkers(settings.parse_workers, deadline=settings.parse_deadline)
         self._host_pages: collections.Counter[str] = collections.Counter()
-        self.domains = DomainTable(settings.domains)
         # --max-disk: measured, and estimated between measurements.
         self.disk = DiskBudget(settings.scope.max_disk_bytes, lambda: self.stats.bytes_fetched)
         self.data_dir = data_dir  # measured against max_disk_bytes
@@ -215,6 +216,16 @@ class Engine:
     def key_of(self, url: str) -> bytes:
         return self.links.key_of(url)
 
+    def queue_of(self, url: str) -> str:
+        return self.links.queue_of(url)
+
+    def requisite_allowed(self, url: str) -> bool:
+        return self.links.requisite_allowed(url)
+
+    def kept_back(self, hq: HostQueue) -> int:
+        """Tasks of ``hq`` a loan leaves here: one while its sitemaps are unread, to read them."""
+        return 0 if self.robots_gate.sitemaps.settled(hq) else 1
+
     def wake(self) -> None:
         """New tasks were stored: refill the frontier window."""
         self.refill.wanted.set()
@@ -251,7 +262,7 @@ class Engine:
         Borrowed tasks of those keys stay: they are their lender's, not ours to hand over
         (a replica hands on the done history of a key it may hold tasks of on loan)."""
         keys = self.refill.exclude(keys)
-        if self.partition != "host":
+        if self.partition == "url":
             return []
         hosts = [h for h, hq in self.frontier.hosts.items() if hq.key in keys]
         out: list[Task] = []
@@ -274,7 +285,11 @@ class Engine:
     # -- the worker ----------------------------------------------------------------------
 
     async def fetch_page(
-        self, url: str, priority: float = 0.0, user_agent: str | None = None
+        self,
+        url: str,
+        priority: float = 0.0,
+        user_agent: str | None = None,
+        max_body: int | None = None,
     ) -> FetchResult:
         """Fetch a page, reserved against max-pages while under way, paced by --max-rate
         (the smallest ``priority`` first)."""
@@ -283,7 +298,7 @@ class Engine:
             taken = await self.pacer.start(priority)
             size = 0
             try:
-                res = await self.fetcher.fetch(url, user_agent=user_agent)
+                res = await self.fetcher.fetch(url, user_agent=user_agent, max_body=max_body)
                 if self.pacer.enabled:
                     size = response_on_wire(len(res.body), res.headers)
                 return res

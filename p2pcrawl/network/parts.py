@@ -153,7 +153,7 @@ def assemble(
     # In an open network a borrower's report is the only evidence that its pages were
     # fetched, and a re-fetch that checked it would cost the fetch lending saves: no loans
     # (docs/security.md).
-    lending_on = ps.lend and ps.partition == "host" and keyed
+    lending_on = ps.lend and ps.partition != "url" and keyed
 
     # -- the engine, and what it sends through ------------------------------------------
     replica_book = ReplicaBook(enroll_new=ledger.queued == 0 and ledger.done_count == 0)
