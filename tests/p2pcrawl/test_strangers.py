@@ -45,6 +45,7 @@ from protocol import (
     wire,
 )
 from tests.conftest import TEST_SECRET, PeerFactory, StatusFactory, WebFactory, crawl_settings_for
+from tests.p2pcrawl.test_hostile_peers import metric
 from tests.protocol.conftest import MemoryHandler, eventually
 
 pytestmark = pytest.mark.timeout(90)
@@ -268,7 +269,8 @@ async def test_a_spoofed_goodbye_drops_no_live_peer(
     archived = _archived([a, b])
     assert set(archived) == web.ground_truth() and max(archived.values()) == 1
     if not settings.secret:
-        assert a.node.rpc.goodbyes_refuted + b.node.rpc.goodbyes_refuted == 6
+        refuted = [metric(p, "p2pcrawl_goodbyes_refuted_total") for p in (a, b)]
+        assert refuted == [3.0, 3.0]
 
 
 async def test_the_patient_sybil_next_to_a_busy_host_gets_none_of_it(
@@ -302,7 +304,8 @@ async def test_the_patient_sybil_next_to_a_busy_host_gets_none_of_it(
     archived = _archived([owner])
     assert set(archived) == web.ground_truth() and max(archived.values()) == 1
     if not settings.secret:
-        assert owner.node.identities.counts["too many chosen bits"] >= 1
+        outcome = 'p2pcrawl_identities_total{outcome="too many chosen bits"}'
+        assert metric(owner, outcome) >= 1
 
 
 async def test_raw_spoofing_reaches_a_loopback_socket(tmp_path: Path) -> None:
