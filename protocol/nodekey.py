@@ -145,14 +145,19 @@ def joiner_depth(network_size: int) -> int:
 def estimate_size(me: bytes, others: Iterable[bytes], k: int) -> int:
     """The network's size as a node sees it: everyone it knows while that is fewer than a
     k-bucket, else from how close its ``k`` nearest contacts are (``k`` IDs in a share ``d /
-    2**160`` of the space around it: about ``k * 2**160 / d`` nodes in all)."""
+    2**160`` of the space around it: about ``k * 2**160 / d`` nodes in all), but never more
+    than ``k * 2**(known / k)``. A routing table holds about ``k`` contacts for each bit of
+    log2(N / k), so that bound is about twice the size of an honest network, while IDs
+    placed next to this node, which make the distance estimate as large as they like, raise
+    it by one bit for every ``k`` of them."""
     mine = int.from_bytes(me, "big")
     distances = sorted(int.from_bytes(o, "big") ^ mine for o in others if o != me)
     known = len(distances) + 1
     if len(distances) < k or k < 1:
         return known
     kth = max(1, distances[k - 1])
-    return max(known, (k << ID_BITS) // kth)
+    by_count = k << min(ID_BITS, known // k)
+    return max(known, min((k << ID_BITS) // kth, by_count))
 
 
 @dataclass(frozen=True, slots=True)

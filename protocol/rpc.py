@@ -152,8 +152,12 @@ class Rpc:
         return self.endpoint.stats
 
     def network_size(self) -> int:
-        """How many nodes the network has, as our routing table sees it (``nodekey``)."""
-        return estimate_size(self.my_id, (n.id for n in self.router.members()), self._ksize)
+        """How many nodes the network has, as our routing table sees it (``nodekey``): where
+        IDs are proven, from the proven ones only (an ID chosen at will next to ours would
+        make the network look as large as it likes)."""
+        ids = self.identities
+        known = (n.id for n in self.router.members() if not ids.required or ids.proven(n.id))
+        return estimate_size(self.my_id, known, self._ksize)
 
     def serve(self, rpc: str, server: CrawlServer) -> None:
         """Register the handler of a crawl RPC."""

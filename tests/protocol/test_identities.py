@@ -99,6 +99,9 @@ def test_the_network_size_is_counted_then_estimated_from_the_nearest_contacts() 
     step = (1 << 160) // 4096
     spread = [(i * step + 7).to_bytes(20, "big") for i in range(1, 4096)]
     assert 3000 < estimate_size(me, spread, k=20) < 6000
+    # Forty IDs placed next to ours: the distance says 2**150, the count no more than 80.
+    placed = [(1 << 10) + i for i in range(40)]
+    assert estimate_size(me, [i.to_bytes(20, "big") for i in placed], k=20) == 80
 
 
 def test_a_joiner_chooses_one_bit_past_the_longest_prefix_it_shares() -> None:
@@ -156,6 +159,27 @@ async def test_an_id_placed_next_to_a_host_stays_a_contact_and_owns_nothing(
     fair = await make_keyed()
     await fair.join([a.me.addr])
     await eventually(lambda: [p.id for p in a.peers()] == [fair.me.id])
+
+
+async def test_contacts_that_prove_nothing_do_not_make_the_network_look_larger(
+    make_keyed: KeyedFactory, make_node: Callable[..., Awaitable[CrawlNode]]
+) -> None:
+    """Twenty contacts with IDs chosen next to a node's own (they answer pings, so they are
+    admitted) would make its estimate of the network's size astronomical, and with it the
+    leading bits an ID may choose: only proven IDs count, so a Sybil next to a host is still
+    refused."""
+    a = await make_keyed()
+    mine = int.from_bytes(a.me.id, "big")
+    for _ in range(20):
+        near = (mine ^ secrets.randbits(10) ^ 1).to_bytes(20, "big")
+        await (await make_node(node_id=near)).join([a.me.addr])
+    await eventually(lambda: len(a.rpc.router.members()) == 20, timeout=10)
+    assert a.rpc.network_size() == 1
+    key = NodeKey.generate(BITS)
+    sybil = await make_keyed(key=key, node_id=key.node_id(key_for("busy.example"), 100))
+    await sybil.join([a.me.addr])
+    await eventually(lambda: a.rpc.identities.counts["too many chosen bits"] == 1)
+    assert sybil.me.id not in [p.id for p in a.peers()]
 
 
 async def test_a_stock_kademlia_node_interoperates_but_is_no_member(
