@@ -30,7 +30,7 @@ from p2pcrawl.fields import (
     validate,
 )
 from p2pcrawl.signalsettings import Requisites, SignalSettings
-from protocol import MAX_URL_LENGTH, NodeConfig
+from protocol import DEFAULT_WORK_BITS, MAX_URL_LENGTH, NodeConfig
 
 __all__ = [
     "DEFAULT_USER_AGENT_NAME",
@@ -418,6 +418,11 @@ class PeerSettings:
     id_survey_timeout: float = option(
         10.0, "seconds a new joiner may spend learning the network", gt=0, max=300, flag=False
     )
+    # An open network's node IDs cost 2**bits hashes each (protocol.nodekey), and a peer
+    # counts only IDs with that much work: every peer of a network must agree on it.
+    id_work_bits: int = option(
+        DEFAULT_WORK_BITS, "leading zero bits of an ID's puzzle", min=0, max=40, flag=False
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -437,4 +442,5 @@ class PeerSettings:
             # A leave stops fetching, settles loans, then hands off key by key: each
             # handoff is bounded by ``handoff_timeout``, the whole by a few of them.
             departed_ttl=max(120.0, self.refresh_interval, 4 * self.handoff_timeout),
+            work_bits=self.id_work_bits,
         )

@@ -52,6 +52,7 @@ from protocol.messages import (
 )
 from protocol.model import MAX_KNOWN
 from protocol.node import CrawlHandler, CrawlNode, NodeConfig
+from protocol.nodekey import DEFAULT_WORK_BITS, NodeKey, chosen_bits, joiner_depth
 from protocol.ownership import closest, distance, key_for, new_node_id, owner_and_replicas
 from protocol.periodic import every
 from protocol.procedures import Args, NoArgs, Procedure, Reply
@@ -61,6 +62,7 @@ from protocol.taskset import TaskSet
 from protocol.throttle import Throttle
 
 __all__ = [
+    "DEFAULT_WORK_BITS",
     "GIVE_BACK",
     "KEEPALIVE_S",
     "LEASE_S",
@@ -101,6 +103,7 @@ __all__ = [
     "MessageError",
     "NoArgs",
     "NodeConfig",
+    "NodeKey",
     "PeerRef",
     "PeerTimeout",
     "Procedure",
@@ -118,11 +121,13 @@ __all__ = [
     "TokenBucket",
     "backoff_delay",
     "bit_loads",
+    "chosen_bits",
     "closest",
     "decode_batches",
     "distance",
     "encode_batches",
     "every",
+    "joiner_depth",
     "key_for",
     "loan_reply",
     "new_node_id",

@@ -27,21 +27,25 @@ import hashlib
 import hmac
 import ipaddress
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
     "ID_LEN",
     "REPLY",
     "REQUEST",
+    "SIGNED",
     "TAG_LEN",
     "Frame",
     "Framer",
     "Rejected",
+    "Signed",
     "pack_address",
 ]
 
 REQUEST = 0
 REPLY = 1
+SIGNED = 2  # a signed request, on an open network's wire (read back as a REQUEST)
 ID_LEN = 20
 TAG_LEN = 16
 STAMP_LEN = 8
@@ -51,6 +55,12 @@ _HEAD = 1 + ID_LEN
 _SIGNED_HEAD = _HEAD + TAG_LEN + STAMP_LEN + PORT_LEN + IP_LEN
 _WILDCARD = bytes(IP_LEN)
 _DOMAIN = b"p2pcrawl/rpc/2"  # keeps these tags useless for any other use of the same secret
+SIG_LEN = 64
+_SIG_AT = _HEAD + STAMP_LEN + PORT_LEN + IP_LEN + ID_LEN  # where a signed request's signature is
+_SIGNED_REQUEST_HEAD = _SIG_AT + SIG_LEN
+_SIG_DOMAIN = b"p2pcrawl/rpc-signed/1"
+
+Signer = Callable[[bytes], bytes]  # our node key's sign()
 
 
 class Rejected(Exception):
@@ -62,11 +72,24 @@ class Rejected(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class Signed:
+    """A signed request's signature, unchecked: who claims to have signed, and what."""
+
+    signer: bytes
+    signature: bytes
+    head: bytes  # the frame up to the signature
+
+    def signed_data(self, body: bytes) -> bytes:
+        return _SIG_DOMAIN + self.head + body
+
+
+@dataclass(frozen=True, slots=True)
 class Frame:
     kind: int
     msg_id: bytes
     body: bytes
     stamp_ms: int = 0  # the sender's clock; 0 on an unauthenticated wire
+    signed: Signed | None = None  # an open network's signed request
 
 
 @functools.lru_cache(maxsize=1024)
@@ -95,8 +118,11 @@ def pack_address(host: str, port: int) -> bytes:
 class Framer:
     """Seals outgoing datagrams and opens incoming ones for one cluster secret ("" = none)."""
 
-    def __init__(self, secret: str) -> None:
+    def __init__(self, secret: str, signer: tuple[bytes, Signer] | None = None) -> None:
+        """``signer``: our node ID and our key's sign(), to sign requests on an open wire
+        (ignored with a secret: the tag already says who may speak)."""
         self._key = secret.encode("utf-8") if secret else b""
+        self._signer = None if self._key else signer
         self._source = pack_address("0.0.0.0", 0)
         # The HMAC state after the domain string, copied per datagram instead of rebuilt.
         self._mac = hmac.new(self._key, _DOMAIN, hashlib.sha256) if self._key else None
@@ -121,15 +147,33 @@ class Framer:
         mac.update(rest)
         return mac.digest()[:TAG_LEN]
 
-    def seal(self, kind: int, msg_id: bytes, body: bytes, now_ms: int | None = None) -> bytes:
-        head = bytes((kind,)) + msg_id
+    @property
+    def signs(self) -> bool:
+        return self._signer is not None
+
+    def seal(
+        self,
+        kind: int,
+        msg_id: bytes,
+        body: bytes,
+        now_ms: int | None = None,
+        *,
+        sign: bool = False,
+    ) -> bytes:
+        """The datagram. ``sign``: a request of ours that speaks for us on an open wire."""
         if not self._key:
-            return head + body
-        stamp = (time.time_ns() // 1_000_000 if now_ms is None else now_ms).to_bytes(
-            STAMP_LEN, "big"
-        )
-        rest = stamp + self._source + body
+            if sign and kind == REQUEST and self._signer is not None:
+                return self._seal_signed(msg_id, body, now_ms)
+            return bytes((kind,)) + msg_id + body
+        head = bytes((kind,)) + msg_id
+        rest = _stamp(now_ms) + self._source + body
         return head + self._tag(head, rest) + rest
+
+    def _seal_signed(self, msg_id: bytes, body: bytes, now_ms: int | None) -> bytes:
+        assert self._signer is not None
+        node_id, sign = self._signer
+        head = bytes((SIGNED,)) + msg_id + _stamp(now_ms) + self._source + node_id
+        return head + sign(_SIG_DOMAIN + head + body) + body
 
     def open(self, datagram: bytes, source: tuple[str, int] | None = None) -> Frame:
         """Return the frame, or raise Rejected("short" | "bad_kind" | "bad_hmac" |
@@ -137,6 +181,8 @@ class Framer:
         if len(datagram) <= _HEAD:
             raise Rejected("short")
         if not self._key:
+            if datagram[0] == SIGNED:
+                return _open_signed(datagram, source)
             if datagram[0] not in (REQUEST, REPLY):
                 raise Rejected("bad_kind")
             return Frame(datagram[0], datagram[1:_HEAD], datagram[_HEAD:])
@@ -157,6 +203,26 @@ class Framer:
         if source is not None and not _same_source(claimed, source):
             raise Rejected("bad_source")
         return Frame(kind, head[1:], rest[STAMP_LEN + PORT_LEN + IP_LEN :], stamp)
+
+
+def _stamp(now_ms: int | None) -> bytes:
+    return (time.time_ns() // 1_000_000 if now_ms is None else now_ms).to_bytes(STAMP_LEN, "big")
+
+
+def _open_signed(datagram: bytes, source: tuple[str, int] | None) -> Frame:
+    """A signed request, parsed; its signature is the endpoint's to check."""
+    if len(datagram) <= _SIGNED_REQUEST_HEAD:
+        raise Rejected("short")
+    at = _HEAD
+    stamp = int.from_bytes(datagram[at : at + STAMP_LEN], "big")
+    at += STAMP_LEN
+    claimed = datagram[at : at + PORT_LEN + IP_LEN]
+    if source is not None and not _same_source(claimed, source):
+        raise Rejected("bad_source")
+    signer = datagram[_SIG_AT - ID_LEN : _SIG_AT]
+    signed = Signed(signer, datagram[_SIG_AT:_SIGNED_REQUEST_HEAD], datagram[:_SIG_AT])
+    body = datagram[_SIGNED_REQUEST_HEAD:]
+    return Frame(REQUEST, datagram[1:_HEAD], body, stamp, signed)
 
 
 def _same_source(claimed: bytes, source: tuple[str, int]) -> bool:

@@ -169,18 +169,21 @@ def split_id(
     others: Iterable[bytes],
     rng: Random | None = None,
     profile: tuple[float, Sequence[float]] | None = None,
+    max_depth: int | None = None,
 ) -> bytes:
     """An ID that takes half of ``node``'s region and leaves every other region as it was.
 
     The new ID shares ``node``'s bits down to some depth ``c`` below the node's last branching,
     has bit ``c`` flipped, and random bits after it. With ``profile`` (``bit_loads`` of the
     node's keys) ``c`` is the shallowest depth that splits the node's load within
-    ``SPLIT_TOLERANCE`` of the most even split; without it, the first free depth. ``rng``
-    None draws from the OS CSPRNG.
+    ``SPLIT_TOLERANCE`` of the most even split; without it, the first free depth. ``c`` is at
+    most ``max_depth`` (an open network's IDs may choose only so many bits: ``nodekey``).
+    ``rng`` None draws from the OS CSPRNG.
     """
     n = _int(node)
     deepest = max((common_prefix(node, o) for o in others if o != node), default=-1)
-    free = range(deepest + 1, ID_BITS - SPARE_BITS)
+    last = ID_BITS - SPARE_BITS if max_depth is None else min(ID_BITS - SPARE_BITS, max_depth + 1)
+    free = range(deepest + 1, last)
     if not free:
         raise ValueError("this node's region cannot be split further")
     depth = free[0]
@@ -211,6 +214,7 @@ def choose_join_id(
     candidates: Iterable[bytes] | None = None,
     loads: Mapping[bytes, float] | None = None,
     profile_of: Callable[[bytes], tuple[float, Sequence[float]] | None] | None = None,
+    max_depth: int | None = None,
 ) -> bytes:
     """The ID a new peer should take, given the node IDs it has learned.
 
@@ -222,7 +226,7 @@ def choose_join_id(
     share among equals); otherwise the one with the largest share. ``profile_of(node)`` (the
     chosen node's ``bit_loads``, asked for once; None if unknown) lets the split follow the
     load. A candidate whose region cannot be split is passed over for the next; no known
-    node, or none that can be split: a random ID.
+    node, or none that can be split: a random ID. ``max_depth``: as for ``split_id``.
     """
     pool = list(candidates) if candidates is not None else list(known)
     if not pool:
@@ -240,5 +244,5 @@ def choose_join_id(
     for target in sorted(pool, key=rank, reverse=True):
         profile = profile_of(target) if profile_of is not None else None
         with contextlib.suppress(ValueError):
-            return split_id(target, everyone, rng, profile)
+            return split_id(target, everyone, rng, profile, max_depth)
     return _bytes(_random_bits(ID_BITS, rng))

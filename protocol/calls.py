@@ -179,7 +179,9 @@ class CrawlCalls:
         return answers
 
     async def goodbye(self, peer: PeerRef) -> None:
-        """GOODBYE (graceful leave): ``peer`` drops us from its routing table at once."""
+        """GOODBYE (graceful leave): ``peer`` drops us from its routing table at once, or
+        once a ping finds us gone (``rpc``): from now on we answer pings with an error."""
+        self._rpc.departing = True
         await self._rpc.request(peer, GOODBYE, NoArgs())
 
     async def ping_peer(self, peer: PeerRef) -> bytes:

@@ -26,6 +26,11 @@ What it serves is asked of a ``Server`` (``rpc.Rpc``); what differs from rpcudp:
   of one it is serving is ignored, a copy of one it answered lately gets that reply again
   (``replay.Answered``, bounded in time, count and bytes) and never reaches the replay
   guard. At most once, as RPC over a lossy datagram service must be.
+* On an open wire a node with a key signs its crawl RPC requests (``auth``, ``nodekey``). A
+  signed request is checked after the rate limits, against the signer's key if the node
+  knows it (``keys``): a bad signature is dropped (``bad_signature``), a good one names the
+  sender the request may speak for (``Server.serve_deferred``'s ``signer``) and is refused
+  as a replay like a keyed one; a signer the node does not know yet speaks for nobody.
 """
 
 from __future__ import annotations
@@ -40,10 +45,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from protocol import wire
-from protocol.auth import ID_LEN, REPLY, REQUEST, Framer, Rejected
+from protocol.auth import ID_LEN, REPLY, REQUEST, Frame, Framer, Rejected, Signer
 from protocol.codec import RPC_REQUEST_LIMIT
 from protocol.errors import Busy, MessageError
+from protocol.nodekey import verify
 from protocol.outstanding import Outstanding
 from protocol.ratelimit import Rate, SourceLimits
 from protocol.replay import Answered, ReplayGuard
@@ -107,8 +115,11 @@ class Server(Protocol):
     def from_member(self, addr: tuple[str, int]) -> bool:
         """True if ``addr`` is a proven contact (higher rate, replies of any size, resends)."""
 
-    async def serve_deferred(self, name: str, args: list[Any], addr: tuple[str, int]) -> Any:
-        """The reply to a deferred RPC: anything ``wire.packb`` writes (a reply Struct)."""
+    async def serve_deferred(
+        self, name: str, args: list[Any], addr: tuple[str, int], signer: bytes | None
+    ) -> Any:
+        """The reply to a deferred RPC: anything ``wire.packb`` writes (a reply Struct).
+        ``signer``: the node whose valid signature the request carries, if any."""
 
     def late_reply(self, addr: tuple[str, int]) -> None:
         """A reply to one of our calls came from ``addr`` after the call had timed out."""
@@ -123,7 +134,11 @@ class Endpoint(asyncio.DatagramProtocol):
         rpc_timeout: float,
         secret: str = "",
         inbound: InboundLimits | None = None,
+        signer: tuple[bytes, Signer] | None = None,
+        keys: Callable[[bytes], Ed25519PublicKey | None] = lambda _: None,
     ) -> None:
+        """``signer``: our ID and our key's sign(), to sign requests on an open wire;
+        ``keys``: the public key of a node whose ID was proven to us (``identities``)."""
         self._server = server
         self.transport: asyncio.DatagramTransport | None = None
         limits = inbound or InboundLimits()
@@ -133,7 +148,8 @@ class Endpoint(asyncio.DatagramProtocol):
         self._all_strangers_in = SourceLimits(limits.strangers, max_sources=1)
         self.reply_budget: int | None = None  # bytes an inline handler may answer with
         self.rpc_timeout = rpc_timeout
-        self._framer = Framer(secret)
+        self._framer = Framer(secret, signer)
+        self._keys = keys
         self._replays = ReplayGuard()
         self._answered = Answered()
         self._busy = 0
@@ -142,6 +158,11 @@ class Endpoint(asyncio.DatagramProtocol):
         self.stats = RpcStats()
         self._outstanding = Outstanding(self.stats, self._sendto, late=server.late_reply)
         self.tasks = tasks  # the deferred handlers; ``aclose`` closes it
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the wire is keyed: every datagram we read was sealed with the secret."""
+        return self._framer.authenticated
 
     # --- incoming --------------------------------------------------------------------------
 
@@ -195,6 +216,11 @@ class Endpoint(asyncio.DatagramProtocol):
             if not allowed:  # dropped unanswered: a reply to a flood is more flood
                 self._drop("rate_limited")
                 return
+        signer: bytes | None = None
+        if frame.signed is not None and copy is None:
+            keep, signer = self._signer(frame)
+            if not keep:
+                return
         if copy is not None:
             # The sender did not hear from us in time: answer again, never serve twice. A
             # copy of a request still being served gets its reply when that is done.
@@ -213,7 +239,7 @@ class Endpoint(asyncio.DatagramProtocol):
             self._drop("malformed")
             return
         self._answered.add(frame.msg_id, addr, time.monotonic())
-        self._on_request(frame.msg_id, obj, addr, budget)
+        self._on_request(frame.msg_id, obj, addr, budget, signer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed.set()
@@ -224,8 +250,31 @@ class Endpoint(asyncio.DatagramProtocol):
     def _drop(self, reason: str) -> None:
         self.stats.dropped[reason] += 1
 
+    def _signer(self, frame: Frame) -> tuple[bool, bytes | None]:
+        """(keep, signer): whether to serve a signed request at all (not with a bad signature,
+        nor a replay), and the node it speaks for: its signer if we know its key, else
+        nobody (None)."""
+        signed = frame.signed
+        assert signed is not None
+        key = self._keys(signed.signer)
+        if key is None:
+            return True, None
+        if not verify(key, signed.signature, signed.signed_data(frame.body)):
+            self._drop("bad_signature")
+            return False, None
+        refused = self._replays.check(frame.msg_id, frame.stamp_ms, time.time_ns() // 10**6)
+        if refused is not None:
+            self._drop(refused)
+            return False, None
+        return True, signed.signer
+
     def _on_request(
-        self, msg_id: bytes, obj: Any, addr: tuple[str, int], budget: int | None = None
+        self,
+        msg_id: bytes,
+        obj: Any,
+        addr: tuple[str, int],
+        budget: int | None = None,
+        signer: bytes | None = None,
     ) -> None:
         if (
             not isinstance(obj, list)
@@ -244,7 +293,7 @@ class Endpoint(asyncio.DatagramProtocol):
                 self._reply(msg_id, addr, {"error": "busy"}, budget)
                 return
             self._busy += 1
-            self.tasks.spawn(self._run_deferred(name, msg_id, args, addr, budget), name)
+            self.tasks.spawn(self._run_deferred(name, msg_id, args, addr, budget, signer), name)
             return
         inline = self._server.inline(name)
         if inline is None:  # not counted by name: arbitrary names must not grow our stats
@@ -278,9 +327,10 @@ class Endpoint(asyncio.DatagramProtocol):
         args: list[Any],
         addr: tuple[str, int],
         budget: int | None,
+        signer: bytes | None,
     ) -> None:
         try:
-            reply: Any = await self._server.serve_deferred(name, args, addr)
+            reply: Any = await self._server.serve_deferred(name, args, addr, signer)
         except Busy:
             self._drop("busy")
             reply = {"error": "busy"}
@@ -310,11 +360,13 @@ class Endpoint(asyncio.DatagramProtocol):
                 return
         self._send(REPLY, msg_id, body, addr)
 
-    def _send(self, kind: int, msg_id: bytes, body: bytes, addr: tuple[str, int]) -> bytes:
+    def _send(
+        self, kind: int, msg_id: bytes, body: bytes, addr: tuple[str, int], sign: bool = False
+    ) -> bytes:
         """Seal and send one datagram; returns it (b"" if the socket is closed)."""
         if self.transport is None or self.transport.is_closing():
             return b""
-        datagram = self._framer.seal(kind, msg_id, body)
+        datagram = self._framer.seal(kind, msg_id, body, sign=sign)
         if kind == REPLY:
             self._answered.replied(msg_id, datagram)
         self._sendto(datagram, addr)
@@ -336,11 +388,14 @@ class Endpoint(asyncio.DatagramProtocol):
         args: list[Any],
         timeout: float | None = None,
         decode: Callable[[bytes], Any] = wire.unpackb,
+        *,
+        sign: bool = False,
     ) -> asyncio.Future[tuple[bool, Any]]:
         """Send one request; the future resolves to (True, reply) or, on timeout, (False, None)
         (rpcudp's convention, which the lookups rely on). ``timeout`` overrides the RPC
         timeout for a call whose answer itself waits on another call (PING-REQ); ``decode``
-        reads the reply (a typed procedure's decoder: ``procedures``)."""
+        reads the reply (a typed procedure's decoder: ``procedures``); ``sign``: on an open
+        wire, sign it with our key (a crawl RPC that speaks for us)."""
         dest = sendable(addr[0], addr[1])
         if (
             dest is None
@@ -363,7 +418,7 @@ class Endpoint(asyncio.DatagramProtocol):
             msg_id, dest, rpc, wait, decode, resends=self._server.from_member(dest)
         )
         self.stats.sent[rpc] += 1
-        self._outstanding.sent(msg_id, self._send(REQUEST, msg_id, body, dest))
+        self._outstanding.sent(msg_id, self._send(REQUEST, msg_id, body, dest, sign))
         return future
 
     def outstanding(self) -> int:

@@ -21,6 +21,11 @@ keeps a new ID from *owning* keys, never from *replicating* them: docs/membershi
 window without redundancy"). ``on_contact`` hears of a young contact as it enters the table,
 ``on_removed`` of every contact that leaves it, young or established.
 
+On an open wire where this node has a key, a contact counts only once it has also proven its
+ID (``identities``): the minimum age runs from its admission, but it is not established
+before the proof, however old. A contact that cannot prove its ID (a stock kademlia node)
+stays a contact of the routing table and never becomes a member.
+
 ``version`` changes whenever any of this may have changed (the table's contacts or
 addresses, an establishment, the hold): caches of answers derived from the members
 (``owners.Owners``) are valid while it stays the same.
@@ -33,6 +38,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from protocol.contacts import peer_of
+from protocol.identities import Identities
 from protocol.kbucket import Node
 from protocol.model import PeerRef
 from protocol.routing import ContactTable
@@ -51,11 +57,17 @@ class Members:
         on_added: Callable[[PeerRef], None],
         on_removed: Callable[[PeerRef, str], None],
         on_contact: Callable[[PeerRef], None] = lambda peer: None,
+        identities: Identities | None = None,
     ) -> None:
         """``on_added``: a contact became a member; ``on_contact``: a contact entered the
-        table too young to be one; ``on_removed``: a contact left the table, member or not."""
+        table too young to be one; ``on_removed``: a contact left the table, member or not;
+        ``identities``: who has proven its ID (``required`` on an open wire with a key)."""
         self._table = table
         self._min_age = min_owner_age
+        self._identities = identities if identities is not None and identities.required else None
+        self._unproven: set[bytes] = set()  # admitted contacts whose proof is awaited
+        if self._identities is not None:
+            self._identities.on_proven = self._identity_proven
         self._on_added = on_added
         self._on_removed = on_removed
         self._on_contact = on_contact
@@ -113,9 +125,13 @@ class Members:
         node = self.nodes().get(peer_id)
         return None if node is None else peer_of(node)
 
+    def established_before(self, peer_id: bytes) -> bool:
+        """Whether the node was a member at some time (it may be one still, or have left)."""
+        return peer_id in self._proven
+
     def owner_wait(self, peer_id: bytes) -> float | None:
         """Seconds until the contact may own keys: 0 once established, None if it is not in
-        the routing table (not admitted yet, or gone)."""
+        the routing table (not admitted yet, or gone) or has not proven its ID yet."""
         if peer_id not in self._admitted:
             return None
         if self._admitted[peer_id] is None:
@@ -126,16 +142,36 @@ class Members:
     # --- changes -------------------------------------------------------------------------
 
     def contact_added(self, peer: PeerRef) -> None:
-        """The table admitted ``peer``: establish it now or after the minimum age."""
+        """The table admitted ``peer``: establish it now or after the minimum age (once it
+        has proven its ID, where that is required)."""
+        self._admitted_at.setdefault(peer.id, asyncio.get_running_loop().time())
+        ids = self._identities
+        if ids is not None and not ids.proven(peer.id):
+            self._unproven.add(peer.id)
+            ids.check(peer)
+            return
+        self._admit(peer)
+
+    def _admit(self, peer: PeerRef) -> None:
         loop = asyncio.get_running_loop()
-        self._admitted_at.setdefault(peer.id, loop.time())
         if self._min_age <= 0 or self.joining or peer.id in self._proven:
             self._establish(peer)
         elif peer.id not in self._admitted:
-            self._admitted[peer.id] = loop.call_later(self._min_age, self._establish, peer)
+            age = loop.time() - self._admitted_at.get(peer.id, loop.time())
+            wait = max(0.0, self._min_age - age)
+            self._admitted[peer.id] = loop.call_later(wait, self._establish, peer)
             self._on_contact(peer)
 
+    def _identity_proven(self, peer_id: bytes) -> None:
+        if peer_id not in self._unproven:
+            return
+        self._unproven.discard(peer_id)
+        node = self._table.get(peer_id)
+        if node is not None:
+            self._admit(peer_of(node))
+
     def contact_removed(self, peer: PeerRef, reason: str) -> None:
+        self._unproven.discard(peer.id)
         self._admitted_at.pop(peer.id, None)
         if peer.id not in self._admitted:
             return

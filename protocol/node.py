@@ -33,6 +33,7 @@ from protocol.calls import CrawlCalls
 from protocol.dht import digest, get_value, set_value
 from protocol.endpoint import InboundLimits
 from protocol.errors import BootstrapError
+from protocol.identities import Identities
 from protocol.kbucket import Node
 from protocol.liveness import LivenessConfig
 from protocol.loadreport import LoadReport
@@ -42,6 +43,7 @@ from protocol.looplag import LoopLagMonitor
 from protocol.members import Members
 from protocol.messages import Held, KeyBatch, QuietReply, RefreshAnswer, StoreResult
 from protocol.model import PeerRef, check_id
+from protocol.nodekey import DEFAULT_WORK_BITS, NodeKey
 from protocol.owners import Owners
 from protocol.procedures import Args, Procedure, Reply, typed
 from protocol.rpc import Rpc
@@ -87,6 +89,11 @@ class NodeConfig:
     store_limits: StoreLimits = field(default_factory=StoreLimits)
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     inbound: InboundLimits = field(default_factory=InboundLimits)
+    # An open network's node key (``identities``): with it, this node signs its crawl RPCs
+    # and counts as members only contacts that proved their IDs with at least
+    # ``work_bits`` of work. Ignored with a secret.
+    key: NodeKey | None = field(default=None, compare=False, repr=False)
+    work_bits: int = DEFAULT_WORK_BITS
 
 
 class CrawlNode:
@@ -124,6 +131,8 @@ class CrawlNode:
             admission=cfg.admission,
             inbound=cfg.inbound,
             silent=silent,
+            key=cfg.key,
+            work_bits=cfg.work_bits,
         )
         for name, server in crawl_servers(handler).items():
             self.rpc.serve(name, server)
@@ -133,6 +142,7 @@ class CrawlNode:
             on_added=handler.peer_added,
             on_removed=handler.peer_removed,
             on_contact=handler.contact_added,
+            identities=self.rpc.identities,
         )
         self.owners = Owners(self.members, lambda: self.me, self._lookup, cfg.ksize)
         self.calls = CrawlCalls(self.rpc)
@@ -172,6 +182,11 @@ class CrawlNode:
     @property
     def rpc_stats(self) -> RpcStats:
         return self.rpc.stats
+
+    @property
+    def identities(self) -> Identities:
+        """Who proved which ID on an open wire, and our own key's signature."""
+        return self.rpc.identities
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -223,6 +238,7 @@ class CrawlNode:
         """Ping every bootstrap address, then FIND_NODE(self) through those that answered
         (§2.3: this fills our table and announces us to the nodes near our ID)."""
         self.members.joining = True
+        self.rpc.departing = False  # a node that said goodbye and joins again is back
         try:
             return await self._join(addrs)
         finally:
@@ -243,9 +259,10 @@ class CrawlNode:
                 "(wrong address, peer down, or a different --secret)"
             )
         await NodeLookup(rpc, self._self, nodes, self.ksize, self.alpha).find()
-        # The lookup's contacts enter the table through admission challenges; wait for them
-        # (each is one ping, so a few timeouts bound this).
+        # The lookup's contacts enter the table through admission challenges, and on an open
+        # wire prove their IDs; wait for both (each a round trip or two, retried a little).
         await rpc.admission.settle(3 * self.config.rpc_timeout)
+        await rpc.identities.settle(3 * self.config.rpc_timeout)
         return self.peers()
 
     async def _resolve(self, addrs: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -286,6 +303,9 @@ class CrawlNode:
 
     def owner_wait(self, peer_id: bytes) -> float | None:
         return self.members.owner_wait(peer_id)
+
+    def established_before(self, peer_id: bytes) -> bool:
+        return self.members.established_before(peer_id)
 
     def establish_early(self, peer_id: bytes) -> bool:
         return self.members.establish_early(peer_id)
@@ -431,6 +451,8 @@ class CrawlNode:
             outstanding=rpc.endpoint.outstanding(),
             tasks=len(rpc.tasks),
             admission=dict(rpc.admission.counts),
+            identities=dict(rpc.identities.counts),
+            goodbyes_refuted=rpc.goodbyes_refuted,
             dht_values=len(self.storage),
             dht_refused=self.storage.refused,
             ping_rounds=upkeep.ping_rounds,

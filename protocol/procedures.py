@@ -189,15 +189,16 @@ def reply_to_wire(reply: Reply) -> dict[str, Any]:
     return out
 
 
-# Serves one crawl RPC on the wire: (sender, args after the sender id) -> its reply.
-CrawlServer = Callable[[PeerRef, list[Any]], Awaitable[Reply]]
+# Serves one crawl RPC on the wire: (sender, args after the sender id, whether the request
+# speaks for its sender: ``rpc.Rpc.serve_deferred``) -> its reply.
+CrawlServer = Callable[[PeerRef, list[Any], bool], Awaitable[Reply]]
 
 
 def typed(proc: Procedure[A, R], handler: Callable[[PeerRef, A], Awaitable[R]]) -> CrawlServer:
     """The server of ``proc``: its arguments checked (``MessageError``: "bad arguments"),
-    then ``handler`` called with them."""
+    then ``handler`` called with them (the same whoever it speaks for)."""
 
-    async def server(sender: PeerRef, raw: list[Any]) -> Reply:
+    async def server(sender: PeerRef, raw: list[Any], attested: bool = True) -> Reply:
         return await handler(sender, parse_args(proc, raw))
 
     return server

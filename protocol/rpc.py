@@ -5,7 +5,14 @@ table with its rules (``contacts.Contacts``, which it feeds whatever it hears), 
 
 * Kademlia §2.3 (PING, STORE, FIND_NODE, FIND_VALUE) with every argument validated -- the
   stock handlers crash on a wrong type and then never reply -- and GOODBYE;
-* the crawl RPCs, registered by the node (``serve``), whose first argument is the sender's ID;
+* the crawl RPCs, registered by the node (``serve``), whose first argument is the sender's ID.
+  On an open wire where this node has a key (``identities``) that ID is taken at its word
+  only from a request the node signed: anything else is served as a stranger's, without
+  what it says about finished work (``attested``), and moves nobody in the routing table;
+* GOODBYE is believed only once the leaver is confirmed: on a keyed wire, or signed by the
+  leaver's proven key, at once; otherwise once a ping to the leaver's address is not
+  answered as usual (a node that said goodbye answers pings with an error until it joins
+  again), so a goodbye sent from a forged address drops nobody;
 * the calling side: explicit ``ping``/``store``/``find_node``/``find_value``, replies validated
   before the lookups (``lookup``) turn them into Nodes (``Node(*triple)`` would crash on
   garbage, and a bad port closes our socket), and ``request`` for crawl RPCs, which raises
@@ -26,11 +33,13 @@ from protocol.auth import ID_LEN
 from protocol.contacts import Contacts, peer_of
 from protocol.endpoint import Endpoint, InboundLimits, sendable
 from protocol.errors import MessageError, PeerTimeout, RemoteError
+from protocol.identities import IDENTIFY, Identities
 from protocol.kbucket import Node
 from protocol.liveness import Detector, LivenessConfig
-from protocol.messages import PING_REQ, PingReqArgs, PingReqReply
+from protocol.messages import GOODBYE, PING_REQ, GoodbyeReply, PingReqArgs, PingReqReply
 from protocol.model import PeerRef, check_id
-from protocol.procedures import Args, CrawlServer, Malformed, Procedure, Reply, typed
+from protocol.nodekey import DEFAULT_WORK_BITS, NodeKey, estimate_size
+from protocol.procedures import Args, CrawlServer, Malformed, Procedure, Reply, parse_args, typed
 from protocol.routing import ContactTable
 from protocol.rpcstats import RpcStats
 from protocol.taskset import TaskSet
@@ -42,8 +51,11 @@ A = TypeVar("A", bound=Args)
 R = TypeVar("R", bound=Reply)
 
 # RPCs answered inline, with their arity. ping, store, find_node and find_value are Kademlia
-# §2.3; stun is rpcudp's; goodbye is ours.
-_ARITY = {"ping": 1, "store": 3, "find_node": 2, "find_value": 2, "stun": 0, "goodbye": 1}
+# §2.3; stun is rpcudp's.
+_ARITY = {"ping": 1, "store": 3, "find_node": 2, "find_value": 2, "stun": 0}
+# Crawl RPCs whose requests say which work is finished: served without that when they do not
+# speak for their sender (``serving``).
+CLAIMS = frozenset({"store_task", "store_backup", "delete_backup"})
 DHT_VALUE_TYPES = (int, float, bool, str, bytes)  # what kademlia's Server.set accepts
 # SWIM's probe timeout (memberlist: 500 ms): a liveness ping, and the ping a PING-REQ helper
 # sends, wait this long. A slow answer costs a suspicion, not a verdict: the verdict waits on
@@ -67,14 +79,35 @@ class Rpc:
         admission: AdmissionLimits | None = None,
         inbound: InboundLimits | None = None,
         silent: bool = False,
+        key: NodeKey | None = None,
+        work_bits: int = DEFAULT_WORK_BITS,
     ) -> None:
         """``silent``: serve nothing, every request gets an error at once (a joiner's probe,
-        ``survey``: an admission challenge of it fails, so nobody admits it)."""
+        ``survey``: an admission challenge of it fails, so nobody admits it). ``key``: our
+        node key on an open wire (``identities``; ignored with a ``secret``); ``work_bits``:
+        the least puzzle work a contact's ID needs there."""
         self.source_node = source_node
         self.storage = storage
         self.tasks = TaskSet("protocol")
+        self._ksize = ksize
+        self.identities = Identities(
+            None if secret else key,
+            source_node.id,
+            ask=lambda peer, args: self.request(peer, IDENTIFY, args, sign=False),
+            size=self.network_size,
+            present=lambda node_id: self.router.knows(node_id),
+            tasks=self.tasks,
+            work_bits=work_bits,
+        )
+        own = self.identities.own
         self.endpoint = Endpoint(
-            self, tasks=self.tasks, rpc_timeout=rpc_timeout, secret=secret, inbound=inbound
+            self,
+            tasks=self.tasks,
+            rpc_timeout=rpc_timeout,
+            secret=secret,
+            inbound=inbound,
+            signer=None if own is None else (source_node.id, own.sign),
+            keys=self.identities.key_of,
         )
         self.contacts = Contacts(
             source_node,
@@ -92,8 +125,15 @@ class Rpc:
         self._silent = silent
         self._departed_ttl = departed_ttl
         self._rpc_timeout = rpc_timeout
-        self._crawl: dict[str, CrawlServer] = {PING_REQ.name: typed(PING_REQ, self._serve_ping_req)}
+        self._crawl: dict[str, CrawlServer] = {
+            PING_REQ.name: typed(PING_REQ, self._serve_ping_req),
+            IDENTIFY.name: typed(IDENTIFY, self.identities.serve),
+        }
         self._member_addrs: tuple[int, frozenset[tuple[str, int]]] = (-1, frozenset())
+        # We said goodbye: pings get an error until we join again, so that whoever checks
+        # our goodbye (``_serve_goodbye``) finds us gone.
+        self.departing = False
+        self.goodbyes_refuted = 0  # goodbyes not believed: the leaver answered as usual
 
     @property
     def my_id(self) -> bytes:
@@ -115,6 +155,14 @@ class Rpc:
     def stats(self) -> RpcStats:
         return self.endpoint.stats
 
+    def network_size(self) -> int:
+        """How many nodes the network has, as our routing table sees it (``nodekey``): where
+        IDs are proven, from the proven ones only (an ID chosen at will next to ours would
+        make the network look as large as it likes)."""
+        ids = self.identities
+        known = (n.id for n in self.router.members() if not ids.required or ids.proven(n.id))
+        return estimate_size(self.my_id, known, self._ksize)
+
     def serve(self, rpc: str, server: CrawlServer) -> None:
         """Register the handler of a crawl RPC."""
         self._crawl[rpc] = server
@@ -132,7 +180,7 @@ class Rpc:
         return _ARITY[name], handler
 
     def deferred(self, name: str) -> bool:
-        return not self._silent and name in self._crawl
+        return not self._silent and (name in self._crawl or name == GOODBYE.name)
 
     def from_member(self, addr: tuple[str, int]) -> bool:
         version, addrs = self._member_addrs
@@ -141,12 +189,24 @@ class Rpc:
             self._member_addrs = (self.router.version, addrs)
         return addr in addrs
 
-    async def serve_deferred(self, name: str, args: list[Any], addr: tuple[str, int]) -> Reply:
+    async def serve_deferred(
+        self, name: str, args: list[Any], addr: tuple[str, int], signer: bytes | None = None
+    ) -> Reply:
         if not args:
             raise MessageError("missing sender id")
         sender = Node(check_id(args[0], "sender id"), addr[0], addr[1])
-        self.contacts.welcome_sender(sender)  # every crawl RPC is also contact (§2.2)
-        reply = await self._crawl[name](peer_of(sender), args[1:])
+        identities = self.identities
+        attested = identities.attests(sender.id, signer)
+        if name == GOODBYE.name:
+            reply: Reply = await self._serve_goodbye(peer_of(sender), args[1:], attested)
+        else:
+            if attested or not identities.proven(sender.id):
+                # Every crawl RPC is also contact (§2.2); a request that names a proven node
+                # without its signature is not that node's, and refutes no suspicion of it.
+                self.contacts.welcome_sender(sender)
+            elif name in CLAIMS:
+                self.stats.unattested[name] += 1
+            reply = await self._crawl[name](peer_of(sender), args[1:], attested)
         reply.id = self.my_id  # lets the caller spot a restarted node with a new ID
         return reply
 
@@ -173,7 +233,9 @@ class Rpc:
         peer = peer_of(helper)
         timeout = 3 * PROBE_TIMEOUT + 0.5  # the helper's own ping must fit inside
         args = [self.my_id, *PING_REQ.args_to_wire(PingReqArgs(target.id))]
-        call = self.endpoint.call(peer.addr, PING_REQ.name, args, timeout, PING_REQ.decode_reply)
+        call = self.endpoint.call(
+            peer.addr, PING_REQ.name, args, timeout, PING_REQ.decode_reply, sign=True
+        )
         ok, data = await call
         if not ok or isinstance(data, dict):  # silent, or an error reply
             return None
@@ -187,6 +249,8 @@ class Rpc:
         return list(sender)
 
     def rpc_ping(self, sender: tuple[str, int], nodeid: object) -> bytes:
+        if self.departing:
+            raise MessageError("this node has left the network")
         # A ping does not bring back a node that said GOODBYE: a leaver still handing off
         # (or its liveness round, once) would be made an owner and a replica again.
         self.contacts.welcome_sender(Node(check_id(nodeid, "node id"), *sender))
@@ -199,7 +263,7 @@ class Rpc:
         if type(value) not in DHT_VALUE_TYPES:
             raise MessageError("value must be int, float, bool, str or bytes")
         self.contacts.welcome_sender(source)
-        return self.storage.put(check_id(key, "key"), value, sender)
+        return self.storage.put(check_id(key, "key"), value, sender, source.id)
 
     def rpc_find_node(self, sender: tuple[str, int], nodeid: object, key: object) -> list[Any]:
         source = Node(check_id(nodeid, "node id"), *sender)
@@ -225,11 +289,23 @@ class Rpc:
         self.contacts.welcome_sender(Node(check_id(nodeid, "node id"), *sender))
         return {"value": value}
 
-    def rpc_goodbye(self, sender: tuple[str, int], nodeid: object) -> dict[str, Any]:
-        node_id = check_id(nodeid, "node id")
-        if self.router.knows(node_id):  # strangers' goodbyes must not grow the departed list
-            self.contacts.said_goodbye(node_id, sender, self._departed_ttl)
-        return {"id": self.my_id, "ok": True}
+    async def _serve_goodbye(self, sender: PeerRef, raw: list[Any], attested: bool) -> Reply:
+        """GOODBYE: drop the sender at once if the goodbye is surely its own (a keyed wire, or
+        its signature), else once a ping to it goes unanswered or answers with an error."""
+        parse_args(GOODBYE, raw)  # none beyond the sender's ID
+        known = self.router.get(sender.id)
+        # Only a contact we know, at the address we know it by: strangers' goodbyes must not
+        # grow the departed list.
+        if known is None or (known.ip, known.port) != sender.addr:
+            return GoodbyeReply(ok=True)
+        sure = self.endpoint.keyed or (attested and self.identities.required)
+        if not sure:
+            ok, data = await self.ping(sender.addr, self.my_id)
+            if ok and data == sender.id:
+                self.goodbyes_refuted += 1
+                return GoodbyeReply(ok=False)
+        self.contacts.said_goodbye(sender.id, sender.addr, self._departed_ttl)
+        return GoodbyeReply(ok=True)
 
     # --- calling ---------------------------------------------------------------------------
 
@@ -253,17 +329,27 @@ class Rpc:
         return self.endpoint.call(address, "find_value", [nodeid, key])
 
     async def request(
-        self, peer: PeerRef, proc: Procedure[A, R], args: A, *, record: bool = True
+        self,
+        peer: PeerRef,
+        proc: Procedure[A, R],
+        args: A,
+        *,
+        record: bool = True,
+        sign: bool = True,
     ) -> R:
         """Call crawl RPC ``proc`` on ``peer``: its checked reply, or PeerTimeout /
         RemoteError (a reply that breaks the rules too: the peer is alive but odd).
 
         ``record=False`` leaves liveness accounting to the caller (one multi-chunk operation
-        must count as one success or failure, not one per datagram).
+        must count as one success or failure, not one per datagram). On an open wire our
+        requests are signed, so that they speak for us; ``sign=False`` for one that need
+        not (a question, which a stock kademlia node should answer with an error).
         """
         rpc = proc.name
         wire_args = [self.my_id, *proc.args_to_wire(args)]
-        ok, data = await self.endpoint.call(peer.addr, rpc, wire_args, decode=proc.decode_reply)
+        ok, data = await self.endpoint.call(
+            peer.addr, rpc, wire_args, decode=proc.decode_reply, sign=sign
+        )
         node = Node(peer.id, peer.host, peer.port)
         if not ok:
             if record:

@@ -5,9 +5,13 @@ from another address than the one it names), ``replay`` and ``stale`` (a signed 
 before, or stamped outside the window: ``replay``), ``oversize``, ``malformed`` (not msgpack or
 not ``[name, args]``), ``unknown_rpc``, ``bad_args``, ``handler_error``, ``busy`` (too many
 requests in progress), ``rate_limited`` (a source over its request rate: ``ratelimit``),
-``unexpected_reply`` (no caller waits for that id, or it came from the wrong address). Each
-dropped datagram is counted once. ``replies_trimmed`` counts replies to strangers cut down to
-an error because they would have outgrown the request (no amplification).
+``unexpected_reply`` (no caller waits for that id, or it came from the wrong address),
+``bad_signature`` (an open network's signed request whose signature fails its signer's key).
+Each dropped datagram is counted once. ``unattested`` counts requests served as a stranger's
+although they named a member as their sender (unsigned, or signed by someone else): what
+they said about finished work was not taken (``rpc.Rpc.serve_deferred``). ``replies_trimmed``
+counts replies to strangers cut down to an error because they would have outgrown the request
+(no amplification).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class RpcStats:
         self.bytes_in = 0
         self.bytes_out = 0
         self.replies_trimmed = 0
+        self.unattested: Counter[str] = Counter()
         # Retransmission (``endpoint.RESEND_AT``): our requests sent again for want of a
         # reply; copies of requests we received again (answered once, from the first);
         # second replies to our resent requests.
@@ -58,6 +63,7 @@ class RpcStats:
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "replies_trimmed": self.replies_trimmed,
+            "unattested": dict(self.unattested),
             "requests_resent": self.requests_resent,
             "duplicate_requests": self.duplicate_requests,
             "duplicate_replies": self.duplicate_replies,

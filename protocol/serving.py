@@ -8,11 +8,16 @@ turns its answer into a small reply map. A ``MessageError`` raised here becomes 
 
 Handlers run while the caller waits (``rpc_timeout``), so they must only enqueue work: a slow
 handler makes the caller count a timeout against a live peer.
+
+A request that does not speak for its sender (an open wire's unsigned request naming a node
+whose ID was proven to us: ``rpc.Rpc.serve_deferred``) is served as a stranger's would be:
+its tasks are taken (a stranger may offer tasks), the fingerprints it says are done are not:
+STORE_TASK and STORE_BACKUP lose them, DELETE_BACKUP does nothing.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from protocol.errors import MessageError
 from protocol.messages import (
@@ -20,7 +25,6 @@ from protocol.messages import (
     REFRESH_TASK,
     STORE_BACKUP,
     STORE_TASK,
-    BackupArgs,
     BackupReply,
     Held,
     KeyBatch,
@@ -28,14 +32,13 @@ from protocol.messages import (
     RefreshAnswer,
     RefreshReply,
     StoreResult,
-    StoreTaskArgs,
     StoreTaskReply,
     backup_reply,
     decode_batches,
     refresh_reply,
     store_reply,
 )
-from protocol.procedures import Count, CrawlServer, NoArgs, typed
+from protocol.procedures import Count, CrawlServer, NoArgs, parse_args, typed
 
 __all__ = ["CrawlHandler", "NoWork", "crawl_servers"]
 
@@ -119,26 +122,30 @@ def _count(value: object, what: str) -> Count:
 def crawl_servers(handler: CrawlHandler) -> dict[str, CrawlServer]:
     """The four crawl RPCs, by wire name, bound to ``handler``."""
 
-    async def store_task(sender: PeerRef, args: StoreTaskArgs) -> StoreTaskReply:
-        batches = decode_batches(args.payload)
+    async def store_task(sender: PeerRef, raw: list[Any], attested: bool) -> StoreTaskReply:
+        batches = _claims_of(decode_batches(parse_args(STORE_TASK, raw).payload), attested)
         result = await handler.handle_store_task(sender, batches)
         if not isinstance(result, StoreResult):
             raise TypeError(f"handle_store_task must return a StoreResult, not {result!r}")
         return store_reply(result, {b.key for b in batches})
 
-    async def store_backup(sender: PeerRef, args: BackupArgs) -> BackupReply:
-        batches = decode_batches(args.payload)
+    async def store_backup(sender: PeerRef, raw: list[Any], attested: bool) -> BackupReply:
+        args = parse_args(STORE_BACKUP, raw)
+        batches = _claims_of(decode_batches(args.payload), attested)
         held = await handler.handle_store_backup(sender, args.owner, batches)
         if not isinstance(held, Held):
             raise TypeError(f"handle_store_backup must return Held, not {held!r}")
         return backup_reply(held)  # at most MAX_KNOWN of them: the reply fits its datagram
 
-    async def delete_backup(sender: PeerRef, args: BackupArgs) -> Count:
+    async def delete_backup(sender: PeerRef, raw: list[Any], attested: bool) -> Count:
+        args = parse_args(DELETE_BACKUP, raw)
         done: dict[bytes, list[int]] = {}
         for b in decode_batches(args.payload):
             if b.tasks:
                 raise MessageError("delete_backup carries fingerprints only")
             done.setdefault(b.key, []).extend(b.done)
+        if not attested:
+            return Count(0)
         n = await handler.handle_delete_backup(sender, args.owner, done)
         return _count(n, "handle_delete_backup")
 
@@ -149,8 +156,14 @@ def crawl_servers(handler: CrawlHandler) -> dict[str, CrawlServer]:
         return refresh_reply(answer)
 
     return {
-        STORE_TASK.name: typed(STORE_TASK, store_task),
-        STORE_BACKUP.name: typed(STORE_BACKUP, store_backup),
-        DELETE_BACKUP.name: typed(DELETE_BACKUP, delete_backup),
+        STORE_TASK.name: store_task,
+        STORE_BACKUP.name: store_backup,
+        DELETE_BACKUP.name: delete_backup,
         REFRESH_TASK.name: typed(REFRESH_TASK, refresh_task),
     }
+
+
+def _claims_of(batches: list[KeyBatch], attested: bool) -> list[KeyBatch]:
+    """The batches as taken from their sender: without their done fingerprints if the request
+    does not speak for it."""
+    return batches if attested else [KeyBatch(b.key, b.tasks) for b in batches if b.tasks]

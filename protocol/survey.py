@@ -68,10 +68,11 @@ class Survey:
     def loaded(self) -> bool:
         return any(r.load > 0 for r in self.reports.values())
 
-    def choose(self, rng: Random | None = None) -> bytes:
+    def choose(self, rng: Random | None = None, *, max_depth: int | None = None) -> bytes:
         """The ID to take: it halves the region of the most loaded node that reported a load
         (on the bit that divides its load most evenly), or, before any load exists, of the
-        node with the largest share of the key space. Nobody known: a random ID."""
+        node with the largest share of the key space. Nobody known: a random ID. No split
+        deeper than ``max_depth`` (``balance.split_id``)."""
         if self.loaded:
             reports = self.reports
             return choose_join_id(
@@ -80,10 +81,11 @@ class Survey:
                 candidates=list(reports),
                 loads={i: float(r.load) for i, r in reports.items()},
                 profile_of=lambda i: reports[i].profile,
+                max_depth=max_depth,
             )
         # A node that reported listed its nearest contacts, so its region is known exactly.
         pool = list(self.reports) or list(self.contacts) or None
-        return choose_join_id(self.known, rng, candidates=pool)
+        return choose_join_id(self.known, rng, candidates=pool, max_depth=max_depth)
 
 
 async def survey(
@@ -96,8 +98,9 @@ async def survey(
     """Learn the network through ``bootstrap`` from a probe bound to ``listen`` (the address
     the real node will use, so a firewall that lets it in lets the probe in). Raises
     ``BootstrapError`` when no bootstrap address answers; bound it with a timeout."""
-    # The probe lives seconds: no liveness rounds, no refreshes, no waiting for ages.
-    cfg = replace(config, ping_interval=DAY, refresh_interval=DAY, min_owner_age=0.0)
+    # The probe lives seconds: no liveness rounds, no refreshes, no waiting for ages, and no
+    # key: it learns who is there, and proves nothing to anyone.
+    cfg = replace(config, ping_interval=DAY, refresh_interval=DAY, min_owner_age=0.0, key=None)
     probe = CrawlNode(new_node_id(), NoWork(), cfg, silent=True)
     try:
         await probe.listen_on(*listen)

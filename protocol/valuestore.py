@@ -7,6 +7,10 @@ past ``per_source_items``/``per_source_bytes`` or the store past ``max_items``/`
 New values are refused rather than old ones evicted: a flood cannot push out what the network
 stored before it. Values expire after ``ttl`` seconds unless stored again (§2.5 republishing
 keeps the live ones fresh).
+
+The node that embeds this store may add a rule of its own (``guard``), asked before a value
+from the network is stored: the crawler's status announcements use it so that a value naming
+one node is taken only from that node (``p2pcrawl.network.announce``).
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BoundedStorage", "StoreLimits", "value_size"]
+__all__ = ["BoundedStorage", "StoreGuard", "StoreLimits", "value_size"]
 
 Source = tuple[str, int]
+# (key, value, the sender's node ID, its address, the value stored now or None) -> store it?
+StoreGuard = Callable[[bytes, Any, bytes, Source, Any], bool]
 _LOCAL: Source = ("", 0)  # values this node stores itself
 
 
@@ -53,16 +59,30 @@ class BoundedStorage:
         self._items_by: Counter[Source] = Counter()
         self._bytes_by: Counter[Source] = Counter()
         self.refused = 0
+        self.guard: StoreGuard | None = None
+        self.guarded = 0  # STOREs the guard refused (counted in ``refused`` too)
 
     def __len__(self) -> int:
         return len(self.data)
 
-    def put(self, key: bytes, value: Any, source: Source = _LOCAL) -> bool:
-        """Store unless a limit forbids it; False (and ``refused`` counts it) if refused."""
+    def put(
+        self, key: bytes, value: Any, source: Source = _LOCAL, sender: bytes | None = None
+    ) -> bool:
+        """Store unless a limit or the guard forbids it; False (and ``refused`` counts it)
+        if refused. ``sender``: the node ID a STORE from the network named."""
         self.cull()
         lim = self.limits
         size = value_size(key, value)
         old = self.data.get(key)
+        guard = self.guard
+        if (
+            guard is not None
+            and source != _LOCAL
+            and not guard(key, value, sender or b"", source, None if old is None else old[1])
+        ):
+            self.refused += 1
+            self.guarded += 1
+            return False
         # Replacing a value frees what it used (for its own source).
         freed_items, freed_bytes = (1, old[3]) if old is not None else (0, 0)
         same = old is not None and old[2] == source

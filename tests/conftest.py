@@ -33,6 +33,12 @@ StatusFactory = Callable[..., Awaitable["StatusServer"]]
 # networks, a few seconds): short, but not zero, so the rule is exercised everywhere.
 TEST_MIN_PEER_AGE = 0.5
 
+# A network key for tests whose peers or bare nodes take IDs chosen by hand: an open network
+# counts only IDs made from a node key (docs/security.md), a keyed one whatever ID its key
+# holders take, as these tests need.
+TEST_SECRET = "tests-network-key"
+KEYED = PeerSettings(min_peer_age=TEST_MIN_PEER_AGE, secret=TEST_SECRET)
+
 # A small web that still has every feature (robots, redirects, errors, a large page).
 SMALL_WEB = {"hosts": 3, "pages_per_host": 20, "slow_host_delay": 0.01, "large_page_bytes": 200_000}
 
@@ -48,6 +54,18 @@ def id_outranked_by(node_id: bytes, key: bytes) -> bytes:
     mine, k = int.from_bytes(node_id, "big"), int.from_bytes(key, "big")
     bit = next(i for i in range(8 * len(key) - 1, -1, -1) if (mine >> i & 1) == (k >> i & 1))
     return (mine ^ (1 << bit)).to_bytes(len(node_id), "big")
+
+
+async def open_identity(data_dir: Path, near: bytes, free: int) -> bytes:
+    """Give a fresh data directory a node key, and an ID with ``near``'s leading ``free``
+    bits: what an open network lets a peer choose (docs/security.md)."""
+    from p2pcrawl.network.identity import create_key, save_identity
+
+    await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
+    key = await create_key(data_dir, PeerSettings().id_work_bits)
+    node_id = key.node_id(near, free)
+    await asyncio.to_thread(save_identity, data_dir, node_id)
+    return node_id
 
 
 def crawl_settings_for(web: TestWeb, *, delay: float = 0.0, **overrides: Any) -> CrawlSettings:

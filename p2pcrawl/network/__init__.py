@@ -9,6 +9,17 @@ docs/architecture.md draws the whole path.
 
 from __future__ import annotations
 
+from p2pcrawl.network.announce import (
+    ANNOUNCE_EVERY_S,
+    ANNOUNCE_MAX_AGE_S,
+    Announcement,
+    announce_key,
+    announced_address,
+    decode_announcement,
+    encode_announcement,
+    loopback_only,
+    same_host,
+)
 from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.healing import CONTACTS_FILE, read_contacts
 from p2pcrawl.network.identity import (
@@ -32,9 +43,12 @@ from p2pcrawl.network.parts import Parts
 from p2pcrawl.network.peer import Peer, PeerConfig, State
 
 __all__ = [
+    "ANNOUNCE_EVERY_S",
+    "ANNOUNCE_MAX_AGE_S",
     "CONTACTS_FILE",
     "KEY_FILE",
     "MAX_UNSETTLED",
+    "Announcement",
     "DataDirError",
     "Dispatcher",
     "HandoffReport",
@@ -44,12 +58,18 @@ __all__ = [
     "Peer",
     "PeerConfig",
     "State",
+    "announce_key",
+    "announced_address",
     "decide_key",
+    "decode_announcement",
+    "encode_announcement",
     "is_loopback",
     "join_command",
     "load_or_create_identity",
     "lock_data_dir",
+    "loopback_only",
     "new_key",
     "read_contacts",
+    "same_host",
     "save_identity",
 ]

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from p2pcrawl.crawl import Task, hops, urls
+from p2pcrawl.network.claims import Claims
 from p2pcrawl.network.intake import AcceptTasks
 from p2pcrawl.network.known import Advertised
 from p2pcrawl.network.ports import Ownership, ScopeView
@@ -70,6 +71,7 @@ class PeerHandler:
         *,
         accept: AcceptTasks,
         holding: Holding,
+        claims: Claims,
         scope_sync: ScopeRefresh,
         advertised: Advertised,
         is_member: Callable[[bytes], bool],
@@ -86,6 +88,7 @@ class PeerHandler:
         self.ownership = ownership
         self._accept = accept
         self.holding = holding
+        self.claims = claims
         self.scope_sync = scope_sync
         self.advertised = advertised
         self._is_member = is_member
@@ -189,7 +192,7 @@ class PeerHandler:
             await self.scope_sync.refresh()
         mine = await self._within_scope(offered)
         self.refused += len(refused)
-        kept = {k: v for k, v in done.items() if k not in refused}
+        kept = self.claims.taken(sender.id, {k: v for k, v in done.items() if k not in refused})
         # Stored, and what is new copied to the replicas, before the answer: the sender's
         # ack means the copies are held too. The wait for them is bounded well inside the
         # sender's deadline (``Replication.copy_new``).
@@ -204,7 +207,7 @@ class PeerHandler:
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
     ) -> Held:
-        done = {b.key: b.done for b in batches if b.done}
+        done = self.claims.taken(sender.id, {b.key: b.done for b in batches if b.done})
         if done:  # the owner's done range for a key this peer now replicates
             await self.holding.record_done(owner, done)
         decoded = [t for ts in self.decode(batches).values() for t in ts]
@@ -214,7 +217,8 @@ class PeerHandler:
     async def handle_delete_backup(
         self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
     ) -> int:
-        return await self.holding.record_done(owner, done)
+        taken = self.claims.taken(sender.id, done)
+        return await self.holding.record_done(owner, taken) if taken else 0
 
     async def handle_refresh_task(self, sender: PeerRef) -> RefreshAnswer:
         return await self._serve_refresh(sender)

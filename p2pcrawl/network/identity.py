@@ -3,6 +3,11 @@
 Stored as JSON, never pickle: a data directory may come from anywhere. A founder's ID is drawn
 at random and saved at once; a brand-new joiner chooses its ID from what it learns of the
 network (``protocol.survey``) and saves it once it has joined (``Peer.start``).
+
+In an open network (no key) the ID comes from the node's own key pair (``protocol.nodekey``,
+docs/security.md): ``DATA/node.key`` (mode 0600) holds the private key's seed and the nonce
+that solves its puzzle, made once per data directory. A founder's ID is the key's; a joiner
+chooses only the leading bits that put it into the region it splits.
 """
 
 from __future__ import annotations
@@ -15,13 +20,22 @@ from pathlib import Path
 
 from p2pcrawl.crawl import EventLog
 from p2pcrawl.settings import PeerSettings
-from protocol import BootstrapError, new_node_id, survey
+from protocol import (
+    BootstrapError,
+    NodeKey,
+    chosen_bits,
+    joiner_depth,
+    new_node_id,
+    survey,
+)
 from storage import DataDirLocked, DirLock
 
 __all__ = [
     "DataDirError",
     "choose_id",
+    "create_key",
     "load_identity",
+    "load_key",
     "load_or_create_identity",
     "lock_data_dir",
     "save_identity",
@@ -30,6 +44,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 IDENTITY_FILE = "node.json"
+NODE_KEY_FILE = "node.key"
 
 
 class DataDirError(Exception):
@@ -78,6 +93,51 @@ def save_identity(data_dir: Path, node_id: bytes) -> None:
     os.replace(tmp, path)
 
 
+def load_key(data_dir: Path, node_id: bytes | None, work_bits: int) -> NodeKey | None:
+    """The node key saved in the data directory (None if there is none yet), checked: it
+    must have ``work_bits`` of work, and the saved ``node_id`` must be one of its IDs."""
+    path = data_dir / NODE_KEY_FILE
+    if not path.exists():
+        if node_id is not None:
+            raise DataDirError(
+                f"{data_dir} holds a node ID without a key ({NODE_KEY_FILE}): it was made for a "
+                "network with a --secret, and an open network counts only IDs made from a "
+                "key; give this peer the network's --secret, or a fresh --data directory"
+            )
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        key = NodeKey(bytes.fromhex(doc["seed"]), int(doc["nonce"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataDirError(
+            f"{path} is corrupt ({exc}); move the data directory aside to start afresh"
+        ) from exc
+    if key.work_bits < work_bits:
+        raise DataDirError(
+            f"{path}: its key's puzzle has {key.work_bits} bits of work and this network "
+            f"asks for {work_bits}; start with a fresh --data directory"
+        )
+    if node_id is not None and not key.answers_for(node_id):
+        raise DataDirError(f"{path} does not match the node ID in {IDENTITY_FILE}")
+    return key
+
+
+async def create_key(data_dir: Path, work_bits: int) -> NodeKey:
+    """A new node key with its puzzle solved (2**work_bits hashes), saved; in a thread."""
+    return await asyncio.to_thread(_create_key, data_dir, work_bits)
+
+
+def _create_key(data_dir: Path, work_bits: int) -> NodeKey:
+    key = NodeKey.generate(work_bits)
+    path = data_dir / NODE_KEY_FILE
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"seed": key.seed.hex(), "nonce": key.nonce, "version": 1}, f)
+    os.replace(tmp, path)
+    return key
+
+
 def load_or_create_identity(data_dir: Path) -> bytes:
     """The saved node ID, or a random one saved now."""
     node_id = load_identity(data_dir)
@@ -93,10 +153,12 @@ async def choose_id(
     settings: PeerSettings,
     fallback: bytes,
     events: EventLog,
+    key: NodeKey | None = None,
 ) -> bytes:
     """An ID that halves the most loaded peer's region (``protocol.survey``), learned by a
     probe on our --listen address before our node exists; ``fallback`` (random) if the probe
-    learns nothing in time."""
+    learns nothing in time. With ``key`` (an open network) only the leading bits that decide
+    the region are chosen, the rest are the key's, and ``fallback`` should be the key's ID."""
     try:
         async with asyncio.timeout(settings.id_survey_timeout):
             found = await survey(bootstrap, listen=listen, config=settings.node_config())
@@ -109,7 +171,12 @@ async def choose_id(
         log.warning("the survey found no peer; taking a random node ID")
         events.add("id_random", reason="no peer found")
         return fallback
-    chosen = found.choose()
+    if key is None:
+        chosen = found.choose()
+    else:
+        known = found.known
+        target = found.choose(max_depth=joiner_depth(len(known) + 1))
+        chosen = key.node_id(target, chosen_bits(target, known))
     load = sum(r.load for r in found.reports.values())
     log.info(
         "chose node ID %s, which halves the busiest peer's part of the key space, from %d "

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from p2pcrawl.archive import WarcWriter
 from p2pcrawl.crawl import Engine, EventLog, Ledger
+from p2pcrawl.network.announce import store_guard
 from p2pcrawl.network.borrower import Borrower
+from p2pcrawl.network.claims import Claims
 from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.follower import Follower, ReplicaBook
 from p2pcrawl.network.handlers import PeerHandler
@@ -58,6 +60,7 @@ from protocol import (
     QUIET,
     CrawlNode,
     NoArgs,
+    NodeKey,
     PeerRef,
     QuietReply,
     Rate,
@@ -130,24 +133,33 @@ def assemble(
     state: Callable[[], State],
     on_failure: Callable[[BaseException], None],
     spawn: Spawn,
+    key: NodeKey | None = None,
 ) -> Parts:
-    """Build and wire a peer's parts around its open stores; nothing is started here."""
+    """Build and wire a peer's parts around its open stores; nothing is started here.
+    ``key``: the node key of a peer in an open network (no secret)."""
     ps = settings
 
     def active() -> bool:
         return state() == "active"
 
     inbox = Inbox()
-    node = CrawlNode(node_id, inbox, ps.node_config())
+    node = CrawlNode(node_id, inbox, replace(ps.node_config(), key=key))
+    ids = node.identities
+    node.storage.guard = store_guard(ps.secret, ids.proven, ids.verify)
     roster = Roster(node, events)
     advertised = Advertised()
     rebalance_due = asyncio.Event()
-    lending_on = ps.lend and ps.partition != "url"
+    keyed = bool(ps.secret)
+    # In an open network a borrower's report is the only evidence that its pages were
+    # fetched, and a re-fetch that checked it would cost the fetch lending saves: no loans
+    # (docs/security.md).
+    lending_on = ps.lend and ps.partition != "url" and keyed
 
     # -- the engine, and what it sends through ------------------------------------------
     replica_book = ReplicaBook(
         enroll_new=ledger.queued == 0 and ledger.done_count == 0, gone=roster.gone
     )
+    claims = Claims(node, node, keyed=keyed, replicas=ps.replicas)
     replication = Replication(
         node,
         replica_book,
@@ -158,6 +170,7 @@ def assemble(
         replicas=ps.replicas,
         rpc_timeout=node.config.rpc_timeout,
         patient=lambda: patience(),
+        believe=claims.taken,
     )
     dispatcher = Dispatcher(
         node,
@@ -259,6 +272,7 @@ def assemble(
         node,
         accept=intake.accept,
         holding=replication,
+        claims=claims,
         scope_sync=scope_sync,
         advertised=advertised,
         is_member=roster.is_member,

@@ -27,7 +27,14 @@ from p2pcrawl.archive import WarcWriter
 from p2pcrawl.crawl import CrawlStats, Engine, EventLog, Ledger, SeedVerdict, Task
 from p2pcrawl.network.dispatch import STATUS_FIELDS
 from p2pcrawl.network.healing import read_contacts
-from p2pcrawl.network.identity import choose_id, load_identity, lock_data_dir, save_identity
+from p2pcrawl.network.identity import (
+    choose_id,
+    create_key,
+    load_identity,
+    load_key,
+    lock_data_dir,
+    save_identity,
+)
 from p2pcrawl.network.leave import HandoffReport
 from p2pcrawl.network.parts import Parts, State, assemble
 from p2pcrawl.network.seeding import Forward, log_verdicts
@@ -61,11 +68,18 @@ class Peer:
         # Before anything reads the directory: its identity and stores are this peer's alone.
         self._dir_lock = lock_data_dir(config.data_dir)
         saved = load_identity(config.data_dir)
-        self.node_id = saved or new_node_id()
+        # An open network (no key): the ID is made from a key pair (``identity``); one that
+        # does not exist yet is made in ``start`` (its puzzle takes a moment).
+        self._open = not config.peer.secret
+        self.key = (
+            load_key(config.data_dir, saved, config.peer.id_work_bits) if self._open else None
+        )
+        self.node_id = saved or (self.key.node_id() if self.key else new_node_id())
         # A brand-new joiner chooses its ID in ``start`` and saves it once it has joined; a
-        # founder has nothing to learn from, so its random ID is kept at once.
+        # founder has nothing to learn from, so its ID is kept at once.
         self._choose_id = saved is None and bool(config.bootstrap)
-        if saved is None and not config.bootstrap:
+        self._founding = saved is None and not config.bootstrap
+        if self._founding and not self._open:
             save_identity(config.data_dir, self.node_id)
         self.started = time.monotonic()
         self.handoff = HandoffReport()
@@ -121,9 +135,14 @@ class Peer:
     async def start(self) -> None:
         cfg, ps = self.config, self.config.peer
         try:
+            if self._open and self.key is None:
+                self.key = await create_key(cfg.data_dir, ps.id_work_bits)
+                self.node_id = self.key.node_id()
+            if self._founding and self._open:
+                await asyncio.to_thread(save_identity, cfg.data_dir, self.node_id)
             if self._choose_id:
                 self.node_id = await choose_id(
-                    cfg.bootstrap, cfg.listen, ps, self.node_id, self.events
+                    cfg.bootstrap, cfg.listen, ps, self.node_id, self.events, key=self.key
                 )
             stores = cfg.data_dir / "stores"
             ledger = await Ledger.open(stores)
@@ -157,6 +176,7 @@ class Peer:
                 state=lambda: self.state,
                 on_failure=self._engine_failed,
                 spawn=self.spawn,
+                key=self.key,
             )
             self._parts = parts
             for name, closer in (

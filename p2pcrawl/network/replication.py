@@ -61,6 +61,8 @@ DELETE_SPACING_S = 0.2
 COPY_WAIT_SHARE = 0.25
 
 StoreBackup = Callable[[PeerRef, bytes, Sequence[KeyBatch]], Awaitable[Held]]
+# Which done fingerprints (by key) said by a peer (its ID) to take: ``Claims.taken``.
+Believe = Callable[[bytes, Mapping[bytes, list[int]]], dict[bytes, list[int]]]
 # What a replica did with a copy: ``None`` if it did not take it, else the fingerprints of
 # its tasks it knows as done already (a replica records every finished page of the keys
 # it replicates, whoever owned them then).
@@ -91,15 +93,19 @@ class Replication:
         replicas: int,
         rpc_timeout: float,
         patient: Callable[[], bool] = lambda: False,
+        believe: Believe = lambda sender, done: dict(done),
     ) -> None:
         """``store_backup``, ``delete_backup``: the RPCs (``CrawlNode``); ``replicas``: r;
-        ``patient``: whether the news of finished pages may wait longer now. A peer the
-        book counts as gone (``ReplicaBook.gone``) is sent nothing more."""
+        ``patient``: whether the news of finished pages may wait longer now; ``believe``:
+        which of a replica's "known as done" to take (``Claims.taken``: in an open network a
+        replica's answer is a claim like any other). A peer the book counts as gone
+        (``ReplicaBook.gone``) is sent nothing more."""
         self.ownership = ownership
         self.book = book
         self.ledger = ledger
         self.backups = backups
         self._store_backup = store_backup
+        self._believe = believe
         self._delete_backup = delete_backup
         self.replicas = replicas
         self._deletes: Coalescer[PeerRef, tuple[bytes, int], None] = Coalescer(
@@ -297,7 +303,15 @@ class Replication:
             self.book.missed(rep, {it.key for it in items})
             return [None] * len(items)
         known = set(held.done)
-        return [[t.fp for t in it.tasks if t.fp in known] for it in items]
+        if not known:
+            return [[] for _ in items]
+        claimed: dict[bytes, list[int]] = defaultdict(list)
+        for it in items:
+            claimed[it.key].extend(t.fp for t in it.tasks if t.fp in known)
+        believed = self._believe(rep.id, claimed)
+        return [
+            [t.fp for t in it.tasks if t.fp in known] if it.key in believed else [] for it in items
+        ]
 
     def note_keys(self, keys: Iterable[bytes]) -> None:
         """Keys whose tasks just arrived (routed or handed over): check their replicas soon."""

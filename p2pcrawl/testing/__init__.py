@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from p2pcrawl.testing.cluster import FAST_DETECTION, Cluster, PeerProc
 from p2pcrawl.testing.hostile import HostileConfig, HostileWeb
+from p2pcrawl.testing.spoof import raw_spoofing, send_spoofed
 from p2pcrawl.testing.web import TestWeb, TestWebConfig, canonical_target
 
 __all__ = [
@@ -17,4 +18,6 @@ __all__ = [
     "TestWeb",
     "TestWebConfig",
     "canonical_target",
+    "raw_spoofing",
+    "send_spoofed",
 ]

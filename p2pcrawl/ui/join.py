@@ -44,7 +44,7 @@ async def run_join(opts: dict[str, Any]) -> int:
         is_loopback,
         join_command,
     )
-    from p2pcrawl.ui.status import StatusServer, is_loopback_host
+    from p2pcrawl.ui.status import StatusServer
     from protocol import BootstrapError
 
     if not opts.get("listen"):
@@ -86,7 +86,7 @@ async def run_join(opts: dict[str, Any]) -> int:
     if opts.get("recrawl") and not seeds:
         raise UsageError("--recrawl fetches the --seed URLs again: give them with --seed")
     token = opts.get("status_token") or ""
-    if not is_loopback_host(status_addr[0]) and not token:
+    if not is_loopback(status_addr[0]) and not token:
         raise UsageError(
             f"--status {opts['status']} listens beyond loopback; set --status-token too"
         )

@@ -146,6 +146,12 @@ class _Collector:
                 "STORE_TASK requests answered busy (sender over its rate; it retries)",
                 handler.busy,
             ),
+            (
+                "p2pcrawl_done_claims_refused",
+                "Pages other peers said were done, not recorded: an open network takes that "
+                "only from proven members near the key (docs/security.md)",
+                handler.claims.refused,
+            ),
             ("p2pcrawl_handoff_tasks", "Tasks handed to other owners", peer.handoff.tasks),
             ("p2pcrawl_handoff_failed", "Tasks a handoff could not place", peer.handoff.failed),
         ):
@@ -181,6 +187,24 @@ class _Collector:
             "outcome",
             _as_counts(rpc.get("admission")),
         )
+        yield _labelled_counter(
+            "p2pcrawl_identities",
+            "Open network: contacts' ID proofs, by outcome (docs/security.md)",
+            "outcome",
+            _as_counts(rpc.get("identities")),
+        )
+        yield _labelled_counter(
+            "p2pcrawl_requests_unattested",
+            "Open network: requests in a proven member's name without its signature, whose "
+            "claims of finished work were dropped",
+            "method",
+            _as_counts(rpc.get("unattested")),
+        )
+        c = CounterMetricFamily(
+            "p2pcrawl_goodbyes_refuted", "GOODBYEs not believed: the leaver still answered"
+        )
+        c.add_metric([], _number(rpc.get("goodbyes_refuted")))
+        yield c
         yield _gauge(
             "p2pcrawl_dht_values", "Values in the DHT value store", _number(rpc.get("dht_values"))
         )

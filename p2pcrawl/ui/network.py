@@ -2,9 +2,10 @@
 looked up and asked for their status (``/network``, ``/api/network``, ``status --network``).
 
 Any peer can build the whole view: it walks its routing table, looks each node's
-announcement up (Kademlia FIND_VALUE, :mod:`~p2pcrawl.ui.announce`) and asks that status
-server for ``/api/status``, with the token of the server it runs in: a network whose status
-servers need a token gives them all the same one.
+announcement up (Kademlia FIND_VALUE, :mod:`~p2pcrawl.network.announce`) and asks that
+status server for ``/api/status``, with the token of the server it runs in: a network whose
+status servers need a token gives them all the same one. It asks only at the UDP host it knows
+the peer by: an announcement naming another host is not that peer's.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from p2pcrawl.aio import Memo, every
-from p2pcrawl.ui.announce import (
+from p2pcrawl.network import (
     ANNOUNCE_EVERY_S,
     ANNOUNCE_MAX_AGE_S,
     Announcement,
@@ -25,6 +26,7 @@ from p2pcrawl.ui.announce import (
     decode_announcement,
     encode_announcement,
     loopback_only,
+    same_host,
 )
 from p2pcrawl.ui.netview import (
     MAX_PEERS,
@@ -124,7 +126,10 @@ class NetworkMonitor:
         if node is None or self.peer.state not in ("active", "finished"):
             return False
         key = announce_key(self.peer.node_id)
-        value = encode_announcement(self.peer.node_id, self.status_addr(), self._secret())
+        sign = node.identities.sign if node.identities.required else None
+        value = encode_announcement(
+            self.peer.node_id, self.status_addr(), self._secret(), sign=sign
+        )
         # Kept here too: a lone founder has no neighbour to store it on, and kademlia hands
         # stored values on to the nodes that join later (Kademlia §2.5).
         node.storage[key_for(key)] = value
@@ -194,7 +199,9 @@ class NetworkMonitor:
             raw = await node.get(announce_key(node_id))
         except (PeerTimeout, RemoteError, OSError):
             return None
-        ann = decode_announcement(raw, node_id, self._secret())
+        ids = node.identities
+        verify = ids.verify if ids.required else None
+        ann = decode_announcement(raw, node_id, self._secret(), verify=verify)
         if ann is None:
             return None
         self._lookups.remember(node_id, (ann.status, now))
@@ -207,6 +214,8 @@ class NetworkMonitor:
             why = loopback_only(addr, udp_host)
             if why is not None:
                 raise OSError(why)
+            if not same_host(addr.rpartition(":")[0], udp_host):
+                raise OSError(f"its announced status address {addr} is not at its own host")
         return addr
 
     async def recrawl_at(self, node_id: bytes, url: str) -> dict[str, Any] | None:

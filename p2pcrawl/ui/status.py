@@ -15,7 +15,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 import re
@@ -28,6 +27,7 @@ from aiohttp import web
 from yarl import URL
 
 from p2pcrawl.aio import TaskSet, every
+from p2pcrawl.network import is_loopback
 from p2pcrawl.ui.connlimit import ConnectionLimits, GuardedServer
 from p2pcrawl.ui.metrics import PeerMetrics
 from p2pcrawl.ui.network import NetworkMonitor, announced_address
@@ -37,7 +37,7 @@ from p2pcrawl.ui.progress import extended_status, warc_output
 if TYPE_CHECKING:
     from p2pcrawl.network import Peer
 
-__all__ = ["BadRequest", "StatusServer", "is_loopback_host", "parse_seed_body", "token_matches"]
+__all__ = ["BadRequest", "StatusServer", "parse_seed_body", "token_matches"]
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +57,6 @@ class BadRequest(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-def is_loopback_host(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def token_matches(given: str, token: str) -> bool:
@@ -146,7 +137,7 @@ class StatusServer:
         token: str = "",
         limits: ConnectionLimits | None = None,
     ) -> None:
-        if not is_loopback_host(host) and not token:
+        if not is_loopback(host) and not token:
             raise ValueError(
                 f"--status {host}:{port} listens beyond loopback; set --status-token too"
             )
@@ -265,7 +256,7 @@ class StatusServer:
         if self.token:
             if not self._authorized(request):
                 return _error(401, "missing or wrong status token", {"WWW-Authenticate": "Bearer"})
-        elif not is_loopback_host(_host_port(request.host)[0]):
+        elif not is_loopback(_host_port(request.host)[0]):
             # DNS rebinding: a hostile name resolving to 127.0.0.1 is same-origin to the page
             # that fetched it, but its Host header gives it away.
             return _error(403, "Host must be a loopback name; set --status-token otherwise")

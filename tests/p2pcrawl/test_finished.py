@@ -13,7 +13,7 @@ from p2pcrawl.crawl import urls
 from p2pcrawl.network import save_identity
 from p2pcrawl.network.quiescence import TICK_S
 from protocol import PeerRef, key_for
-from tests.conftest import PeerFactory, WebFactory, crawl_settings_for, id_outranked_by
+from tests.conftest import KEYED, PeerFactory, WebFactory, crawl_settings_for, id_outranked_by
 from tests.protocol.conftest import eventually
 
 pytestmark = pytest.mark.timeout(90)
@@ -24,13 +24,13 @@ async def test_a_peer_that_did_no_work_sees_the_finish_after_the_others_left(
 ) -> None:
     web = await make_web(hosts=1, pages_per_host=10)
     crawl = crawl_settings_for(web)
-    a = await make_peer(crawl=crawl)
+    a = await make_peer(crawl=crawl, peer=KEYED)
     # b's ID is a's with one bit flipped where a agrees with the host's key: a owns the host,
     # b owns nothing and fetches nothing.
     b_id = id_outranked_by(a.node_id, key_for(urls.host_of(web.hub_url)))
     (tmp_path / "peer1").mkdir()
     save_identity(tmp_path / "peer1", b_id)
-    b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
+    b = await make_peer(crawl=crawl, peer=KEYED, bootstrap=(a.me.addr,))
     await a.seed([web.hub_url])
     both = (a, b)
     await eventually(lambda: all(p.parts.quiescence.finished.is_set() for p in both), timeout=40)

@@ -15,7 +15,7 @@ import pytest
 
 from p2pcrawl.crawl import Task, urls
 from p2pcrawl.network import save_identity
-from p2pcrawl.settings import CrawlSettings, PeerSettings, ScopeSettings
+from p2pcrawl.settings import CrawlSettings, ScopeSettings
 from protocol import (
     Busy,
     CrawlNode,
@@ -28,7 +28,8 @@ from protocol import (
     key_for,
 )
 from tests.conftest import (
-    TEST_MIN_PEER_AGE,
+    KEYED,
+    TEST_SECRET,
     PeerFactory,
     WebFactory,
     crawl_settings_for,
@@ -61,15 +62,13 @@ async def test_a_failed_handoff_is_retried_and_the_host_stays_parked_meanwhile(
     web = await make_web(hosts=1, pages_per_host=20)
     host = web.allow_domains[0]
     truth = sorted(u for u in web.ground_truth() if urls.hostname_of(u) == host)
-    a = await make_peer(
-        crawl=crawl_settings_for(web), peer=PeerSettings(min_peer_age=TEST_MIN_PEER_AGE)
-    )
+    a = await make_peer(crawl=crawl_settings_for(web), peer=KEYED)
     assert a.engine is not None and a.node is not None
     a.engine.pause("test")
     key = key_for(host)
     assert await a.intake([Task(u, urls.fingerprint(u), key, 1) for u in truth]) == len(truth)
     handler = BusyAtFirst(busy_for=3)
-    newcomer = CrawlNode(id_next_to(key), handler, NodeConfig(rpc_timeout=0.5))
+    newcomer = CrawlNode(id_next_to(key), handler, NodeConfig(rpc_timeout=0.5, secret=TEST_SECRET))
     await newcomer.listen_on("127.0.0.1", 0)
     try:
         await newcomer.join([a.me.addr])
@@ -93,7 +92,7 @@ async def test_a_joiner_that_receives_a_large_host_gets_all_of_it_before_crawlin
     """Thousands of queued tasks and done fingerprints of one host move in one join: the
     joiner's start returns only once they are all here, and the old owner keeps none."""
     crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("big.test",)))
-    a = await make_peer(crawl=crawl)
+    a = await make_peer(crawl=crawl, peer=KEYED)
     assert a.engine is not None and a.ledger is not None
     a.engine.pause("test")  # the queue stays whole until it moves
     key = key_for("big.test")
@@ -105,7 +104,7 @@ async def test_a_joiner_that_receives_a_large_host_gets_all_of_it_before_crawlin
     (tmp_path / "peer1").mkdir()
     node_id = id_next_to(key)
     save_identity(tmp_path / "peer1", node_id)
-    b = await make_peer(crawl=crawl, bootstrap=(a.me.addr,))
+    b = await make_peer(crawl=crawl, peer=KEYED, bootstrap=(a.me.addr,))
     assert b.node_id == node_id and b.ledger is not None and b.engine is not None
     refreshed = [e for e in b.events.events if e["kind"] == "refreshed"]
     assert refreshed and refreshed[-1]["keys"] == 1
@@ -137,12 +136,12 @@ async def test_a_replica_that_missed_its_copy_gets_it_without_a_membership_chang
     """A key whose replica missed its copy stays "in transit" until the copy is through; it
     must be tried again by itself, or the network never counts itself finished."""
     crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("kept.test",)))
-    a = await make_peer(crawl=crawl)
+    a = await make_peer(crawl=crawl, peer=KEYED)
     assert a.engine is not None and a.node is not None
     a.engine.pause("test")
     key = key_for("kept.test")
     handler = CountingBackups(busy_for=1)  # a replica: a, not it, owns the key
-    replica = CrawlNode(id_outranked_by(a.node_id, key), handler, NodeConfig())
+    replica = CrawlNode(id_outranked_by(a.node_id, key), handler, NodeConfig(secret=TEST_SECRET))
     await replica.listen_on("127.0.0.1", 0)
     try:
         await replica.join([a.me.addr])
@@ -163,12 +162,12 @@ async def test_copies_of_links_found_by_pages_finishing_together_share_one_store
     """Each page's new links of a host its peer owns are copied to the replicas before the
     page counts as done; pages finishing together must not cost a STORE_BACKUP each."""
     crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("kept.test",)))
-    a = await make_peer(crawl=crawl)
+    a = await make_peer(crawl=crawl, peer=KEYED)
     assert a.engine is not None and a.node is not None
     a.engine.pause("test")
     key = key_for("kept.test")
     handler = CountingBackups()
-    replica = CrawlNode(id_outranked_by(a.node_id, key), handler, NodeConfig())
+    replica = CrawlNode(id_outranked_by(a.node_id, key), handler, NodeConfig(secret=TEST_SECRET))
     await replica.listen_on("127.0.0.1", 0)
     try:
         await replica.join([a.me.addr])

@@ -20,9 +20,24 @@ from p2pcrawl.crawl import urls
 from p2pcrawl.network import Peer
 from p2pcrawl.settings import PeerSettings
 from p2pcrawl.ui.metrics import PeerMetrics
-from protocol import CrawlNode, KeyBatch, NodeConfig, TaskItem, key_for
+from protocol import (
+    DEFAULT_WORK_BITS,
+    CrawlNode,
+    KeyBatch,
+    NodeConfig,
+    NodeKey,
+    TaskItem,
+    key_for,
+)
 from protocol.codec import encode_chunks
-from tests.conftest import PeerFactory, WebFactory, crawl_settings_for, id_next_to
+from tests.conftest import (
+    TEST_SECRET,
+    PeerFactory,
+    WebFactory,
+    crawl_settings_for,
+    id_next_to,
+    open_identity,
+)
 from tests.protocol.conftest import MemoryHandler, eventually, recv
 
 pytestmark = pytest.mark.timeout(120)
@@ -88,15 +103,13 @@ async def test_tasks_outside_the_receivers_scope_are_rejected_and_counted(
 # --- the fuzz test -------------------------------------------------------------------------
 
 SCOPE_HOST = "in-scope.test"
-# The peer's ID sits next to SCOPE_HOST's key and the member's is its complement, so the peer
-# owns every key whose top bit it shares: SCOPE_HOST's and, chosen so, ELSEWHERE's. Tasks
-# for ELSEWHERE then pass every check but the scope.
-PEER_ID = bytes([*key_for(SCOPE_HOST)[:-1], key_for(SCOPE_HOST)[-1] ^ 1])
-MEMBER_ID = bytes(b ^ 0xFF for b in PEER_ID)
+# The peer's ID takes its top bit from SCOPE_HOST's key and the member's takes the other, so
+# the peer owns every key whose top bit it shares: SCOPE_HOST's and, chosen so, ELSEWHERE's.
+# Tasks for ELSEWHERE then pass every check but the scope.
 ELSEWHERE = next(
     h
     for h in (f"elsewhere{i}.example" for i in range(64))
-    if (key_for(h)[0] ^ PEER_ID[0]) & 0x80 == 0
+    if (key_for(h)[0] ^ key_for(SCOPE_HOST)[0]) & 0x80 == 0
 )
 NAMES = ["store_task", "store_backup", "delete_backup", "refresh_task", "ping", "store", "goodbye"]
 junk = st.one_of(
@@ -192,17 +205,17 @@ async def target(make_peer: PeerFactory, tmp_path: Any) -> Any:
     """A peer, and a member of its routing table whose address the fuzz sends from (a
     stranger would be rate limited after 40 datagrams, which is a rejection, but not the
     handler's)."""
-    from p2pcrawl.network import save_identity
     from p2pcrawl.settings import CrawlSettings, ScopeSettings
 
-    (tmp_path / "peer0").mkdir()
-    save_identity(tmp_path / "peer0", PEER_ID)
+    peer_id = await open_identity(tmp_path / "peer0", key_for(SCOPE_HOST), 1)
     peer = await make_peer(
         crawl=CrawlSettings(scope=ScopeSettings(allow_domains=(SCOPE_HOST,))),
         peer=PeerSettings(min_peer_age=0.0, replicas=0),
     )
-    assert peer.node_id == PEER_ID
-    member = CrawlNode(MEMBER_ID, MemoryHandler(), NodeConfig(rpc_timeout=0.5))
+    assert peer.node_id == peer_id
+    key = await asyncio.to_thread(NodeKey.generate, DEFAULT_WORK_BITS)
+    member_id = key.node_id(bytes(b ^ 0xFF for b in peer_id), 1)
+    member = CrawlNode(member_id, MemoryHandler(), NodeConfig(rpc_timeout=0.5, key=key))
     await member.listen_on("127.0.0.1", 0)
     await member.join([peer.me.addr])
     await eventually(lambda: len(peer.node.peers()) == 1)  # type: ignore[union-attr]
@@ -290,20 +303,22 @@ async def test_a_flooding_sender_is_answered_busy_and_loses_nothing(
 async def test_a_new_id_next_to_a_busy_host_takes_nothing_before_the_minimum_age(
     make_peer: PeerFactory,
 ) -> None:
-    """The open-network half of the fake-close-ID attack: anyone may answer for an ID next
-    to a host's key, but a new ID takes over keys only once it has been live
-    ``min_peer_age``; one that asks for its keys at once and vanishes again gets nothing."""
+    """The keyed-network half of the fake-close-ID attack: a key holder may answer for an ID
+    next to a host's key, but a new ID takes over keys only once it has been live
+    ``min_peer_age``; one that asks for its keys at once and vanishes again gets nothing.
+    (In an open network such an ID is not counted at all: ``test_strangers``.)"""
     from p2pcrawl.crawl import Task
     from p2pcrawl.settings import CrawlSettings, ScopeSettings
 
     crawl = CrawlSettings(scope=ScopeSettings(allow_domains=("busy.test",)))
-    a = await make_peer(crawl=crawl, peer=PeerSettings())  # the default minimum age: on
+    # The default minimum age: on.
+    a = await make_peer(crawl=crawl, peer=PeerSettings(secret=TEST_SECRET))
     assert a.engine is not None and a.ledger is not None and a.node is not None
     a.engine.pause("test")  # nothing is fetched: every task stays queued
     key = key_for("busy.test")
     page = [f"http://busy.test/p{i}" for i in range(50)]
     assert await a.intake([Task(u, urls.fingerprint(u), key, 1) for u in page]) == 50
-    fake = CrawlNode(id_next_to(key), MemoryHandler(), NodeConfig())
+    fake = CrawlNode(id_next_to(key), MemoryHandler(), NodeConfig(secret=TEST_SECRET))
     await fake.listen_on("127.0.0.1", 0)
     try:
         await fake.join([a.me.addr])

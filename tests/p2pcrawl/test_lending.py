@@ -22,17 +22,19 @@ from p2pcrawl.network import MAX_UNSETTLED, Peer, PeerConfig, save_identity
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from p2pcrawl.testing import TestWeb
 from protocol import key_for
-from tests.conftest import TEST_MIN_PEER_AGE, WebFactory, crawl_settings_for
+from tests.conftest import TEST_MIN_PEER_AGE, TEST_SECRET, WebFactory, crawl_settings_for
 from tests.protocol.conftest import eventually
 
 pytestmark = pytest.mark.timeout(90)
 
+# Keyed: lending is off in an open network (docs/security.md), and these IDs are chosen.
 DETECT = PeerSettings(
     rpc_timeout=0.3,
     ping_interval=0.3,
     suspicion_timeout=1.0,
     min_peer_age=TEST_MIN_PEER_AGE,
     partition_hold=1.0,  # a killed peer holds the finish back this long, not the merge bound
+    secret=TEST_SECRET,
 )
 
 

@@ -16,7 +16,7 @@ from p2pcrawl.network import Peer
 from p2pcrawl.network import follower as follower_module
 from p2pcrawl.settings import CrawlSettings, ScopeSettings
 from protocol import CrawlNode, Held, KeyBatch, NodeConfig, PeerRef, TaskItem, key_for
-from tests.conftest import PeerFactory, id_outranked_by
+from tests.conftest import KEYED, TEST_SECRET, PeerFactory, id_outranked_by
 from tests.protocol.conftest import MemoryHandler, eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -47,7 +47,7 @@ async def _owner(make_peer: PeerFactory) -> tuple[Peer, bytes, bytes]:
     """A paused peer that owns HOST, and two node IDs further from HOST's key than it is:
     ``near`` nearer than ``far``."""
     crawl = CrawlSettings(scope=ScopeSettings(allow_domains=(HOST,)))
-    a = await make_peer(crawl=crawl)
+    a = await make_peer(crawl=crawl, peer=KEYED)
     assert a.engine is not None and a.node is not None
     a.engine.pause("test")
     near = id_outranked_by(a.node_id, key_for(HOST))
@@ -59,7 +59,7 @@ async def _owner(make_peer: PeerFactory) -> tuple[Peer, bytes, bytes]:
 async def _replica(node_id: bytes, a: Peer) -> tuple[CrawlNode, Replica]:
     """A bare node joined to ``a``, holding what it is sent in memory."""
     handler = Replica()
-    node = CrawlNode(node_id, handler, NodeConfig())
+    node = CrawlNode(node_id, handler, NodeConfig(secret=TEST_SECRET))
     await node.listen_on("127.0.0.1", 0)
     await node.join([a.me.addr])
     return node, handler
