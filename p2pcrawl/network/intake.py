@@ -123,18 +123,13 @@ class Intake:
             # Copied already: the tasks of keys new here. A key that came with a done
             # range: the copies do not carry it, the follower does.
             rest = [t for t in new if t.key not in fresh]
-            known = None
-            if rest and routed:
-                known = await self.copies.copy_new(rest, late=self._learned)
-            elif rest:
-                known = await self.copies.store_backups(rest)
-            if known and not again:
-                # Finished under an owner whose history had not reached us (the replica
-                # records every finished page of the keys it copies): not fetched again.
-                await self._learned(known)
             if routed:
+                if rest:
+                    await self.copies.copy_new(rest)
                 # Held as the answer says they are: the other senders may skip them now.
                 self.advertised.add(t.fp for t in new)
+            elif rest:
+                await self.copies.store_backups(rest)
             self.crawl.wake()
         return len(new)
 
