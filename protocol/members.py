@@ -100,11 +100,15 @@ class Members:
         return members
 
     def contacts(self) -> dict[bytes, Node]:
-        """Every contact of the routing table by ID, young or established (cached until
-        ``version`` changes; do not modify): the candidates for a key's copies."""
+        """Every contact of the routing table by ID, young or established, its ID proven
+        where proofs are required (cached until ``version`` changes; do not modify): the
+        candidates for a key's copies."""
         version, contacts = self._contacts
         if version != self.version:
-            contacts = {n.id: n for n in self._table.members()}
+            # On an open wire a contact that has not proven its ID holds no copy either: an
+            # ID placed at will next to a key would otherwise be handed that key's backups.
+            unproven = self._unproven
+            contacts = {n.id: n for n in self._table.members() if n.id not in unproven}
             self._contacts = (self.version, contacts)
         return contacts
 
@@ -166,6 +170,7 @@ class Members:
         if peer_id not in self._unproven:
             return
         self._unproven.discard(peer_id)
+        self._changes += 1  # a candidate for copies now (``contacts``)
         node = self._table.get(peer_id)
         if node is not None:
             self._admit(peer_of(node))
