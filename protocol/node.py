@@ -25,13 +25,11 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
-from protocol.admission import AdmissionLimits
 from protocol.calls import CrawlCalls
 from protocol.dht import digest, get_value, set_value
-from protocol.endpoint import InboundLimits
 from protocol.errors import BootstrapError
 from protocol.identities import Identities
 from protocol.kbucket import Node
@@ -43,7 +41,7 @@ from protocol.looplag import LoopLagMonitor
 from protocol.members import Members
 from protocol.messages import Held, KeyBatch, QuietReply, RefreshAnswer, StoreResult
 from protocol.model import PeerRef, check_id
-from protocol.nodekey import DEFAULT_WORK_BITS, NodeKey
+from protocol.nodeconfig import NodeConfig
 from protocol.owners import Owners
 from protocol.procedures import Args, Procedure, Reply, typed
 from protocol.rpc import Rpc
@@ -53,7 +51,7 @@ from protocol.sockstats import widen_buffers
 from protocol.state import SavedState, read_state, write_state
 from protocol.taskset import TaskSet
 from protocol.upkeep import Upkeep
-from protocol.valuestore import BoundedStorage, StoreLimits
+from protocol.valuestore import BoundedStorage
 
 PROBE_ROLE = (
     "probe node (a throw-away ID that asks the network for its load, so that this peer can "
@@ -66,34 +64,6 @@ log = logging.getLogger(__name__)
 
 A = TypeVar("A", bound=Args)
 R = TypeVar("R", bound=Reply)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeConfig:
-    ksize: int = 20
-    alpha: int = 3
-    rpc_timeout: float = 2.0
-    # Liveness (``liveness``): a suspect is declared dead after this many failed probe
-    # rounds *and* ``suspicion_timeout`` seconds (scaled as ``liveness`` says). The same
-    # defaults as the command line's (``p2pcrawl.settings.PeerSettings``).
-    failures_before_evict: int = 1
-    suspicion_timeout: float = 3.0
-    indirect_probes: int = 3
-    secret: str = ""
-    ping_interval: float = 1.0
-    refresh_interval: float = 60.0
-    min_owner_age: float = 0.0  # seconds a new contact must stay live before it owns keys
-    # How long a node that said GOODBYE stays out unless it joins again (a lookup of its own
-    # ID): at least as long as its handoff may take, so none of that traffic re-admits it.
-    departed_ttl: float = 120.0
-    store_limits: StoreLimits = field(default_factory=StoreLimits)
-    admission: AdmissionLimits = field(default_factory=AdmissionLimits)
-    inbound: InboundLimits = field(default_factory=InboundLimits)
-    # An open network's node key (``identities``): with it, this node signs its crawl RPCs
-    # and counts as members only contacts that proved their IDs with at least
-    # ``work_bits`` of work. Ignored with a secret.
-    key: NodeKey | None = field(default=None, compare=False, repr=False)
-    work_bits: int = DEFAULT_WORK_BITS
 
 
 class CrawlNode:

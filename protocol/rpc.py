@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from protocol import wire
+from protocol import probes, wire
 from protocol.admission import Admission, AdmissionLimits
 from protocol.auth import ID_LEN
 from protocol.contacts import Contacts, peer_of
@@ -36,9 +36,10 @@ from protocol.errors import MessageError, PeerTimeout, RemoteError
 from protocol.identities import IDENTIFY, Identities
 from protocol.kbucket import Node
 from protocol.liveness import Detector, LivenessConfig
-from protocol.messages import GOODBYE, PING_REQ, GoodbyeReply, PingReqArgs, PingReqReply
+from protocol.messages import GOODBYE, PING_REQ, GoodbyeReply
 from protocol.model import PeerRef, check_id
 from protocol.nodekey import DEFAULT_WORK_BITS, NodeKey, estimate_size
+from protocol.probes import PROBE_TIMEOUT
 from protocol.procedures import Args, CrawlServer, Malformed, Procedure, Reply, parse_args, typed
 from protocol.routing import ContactTable
 from protocol.rpcstats import RpcStats
@@ -57,10 +58,6 @@ _ARITY = {"ping": 1, "store": 3, "find_node": 2, "find_value": 2, "stun": 0}
 # speak for their sender (``serving``).
 CLAIMS = frozenset({"store_task", "store_backup", "delete_backup"})
 DHT_VALUE_TYPES = (int, float, bool, str, bytes)  # what kademlia's Server.set accepts
-# SWIM's probe timeout (memberlist: 500 ms): a liveness ping, and the ping a PING-REQ helper
-# sends, wait this long. A slow answer costs a suspicion, not a verdict: the verdict waits on
-# time and on other peers (``liveness``).
-PROBE_TIMEOUT = 0.5
 
 
 class Rpc:
@@ -126,7 +123,9 @@ class Rpc:
         self._departed_ttl = departed_ttl
         self._rpc_timeout = rpc_timeout
         self._crawl: dict[str, CrawlServer] = {
-            PING_REQ.name: typed(PING_REQ, self._serve_ping_req),
+            PING_REQ.name: typed(
+                PING_REQ, lambda sender, args: probes.serve_ping_req(self, sender, args)
+            ),
             IDENTIFY.name: typed(IDENTIFY, self.identities.serve),
         }
         self._member_addrs: tuple[int, frozenset[tuple[str, int]]] = (-1, frozenset())
@@ -210,40 +209,9 @@ class Rpc:
         reply.id = self.my_id  # lets the caller spot a restarted node with a new ID
         return reply
 
-    async def _serve_ping_req(self, sender: PeerRef, args: PingReqArgs) -> PingReqReply:
-        """SWIM's PING-REQ: ping ``target`` for the sender and say whether it answered.
-
-        Only a contact in our own table is pinged, at the address we know it by: a request
-        cannot make us send datagrams to an arbitrary address (no reflection or amplification).
-        The answer comes either way (SWIM's ack, Lifeguard's nack), so the sender learns that
-        we are alive even when the target is not.
-        """
-        target = self.router.get(args.target)
-        if target is None or target.id == sender.id or self.contacts.departing:
-            return PingReqReply(ok=False, known=False)
-        # Our own ping, our own evidence: unanswered, the target is our suspect too. It
-        # waits twice the probe timeout: the indirect path is the benefit of the doubt.
-        alive = await self.probe_ping(target, 2 * PROBE_TIMEOUT)
-        return PingReqReply(ok=alive, known=True)
-
     async def ping_req(self, helper: Node, target: Node) -> bool | None:
-        """Ask ``helper`` to ping ``target``: True (the target acked), False (the helper
-        answered, but the target did not or the helper does not know it), None (the helper
-        itself stayed silent: Lifeguard's missed nack, a hint that *we* are the problem)."""
-        peer = peer_of(helper)
-        timeout = 3 * PROBE_TIMEOUT + 0.5  # the helper's own ping must fit inside
-        args = [self.my_id, *PING_REQ.args_to_wire(PingReqArgs(target.id))]
-        call = self.endpoint.call(
-            peer.addr, PING_REQ.name, args, timeout, PING_REQ.decode_reply, sign=True
-        )
-        ok, data = await call
-        if not ok or isinstance(data, dict):  # silent, or an error reply
-            return None
-        if not isinstance(data, PingReqReply):
-            self.contacts.welcome_if_new(helper)
-            return False  # it answered, but not that the target acked
-        self.contacts.welcome_if_new(helper, proven=data.id == helper.id)
-        return data.ok
+        """``probes.ping_req``."""
+        return await probes.ping_req(self, helper, target)
 
     def rpc_stun(self, sender: tuple[str, int]) -> list[Any]:
         return list(sender)
@@ -373,18 +341,8 @@ class Rpc:
         return data
 
     async def probe_ping(self, node: Node, timeout: float = PROBE_TIMEOUT) -> bool:
-        """SWIM's direct probe: a ping that waits ``timeout``. Unanswered, the contact is a
-        suspect whose silence began when the ping left (``liveness``); a reply that comes
-        after all refutes it (``late_reply``)."""
-        ok, data = await self.endpoint.call((node.ip, node.port), "ping", [self.my_id], timeout)
-        if ok and data == node.id:
-            self.contacts.welcome_if_new(node, proven=True)
-            return True
-        if ok and type(data) is bytes and len(data) == ID_LEN:
-            self.contacts.replace(node, Node(data, node.ip, node.port))  # someone else lives there
-            return False
-        self.contacts.contact_failed(node, waited=timeout)
-        return False
+        """``probes.probe_ping``."""
+        return await probes.probe_ping(self, node, timeout)
 
     def late_reply(self, addr: tuple[str, int]) -> None:
         """A reply came after its call had timed out (``endpoint``): whoever lives at that

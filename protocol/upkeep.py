@@ -8,7 +8,7 @@ on its own: a dead neighbour is only noticed when a lookup happens to hit it. He
   interval, the closest first -- the likely owners and replicas of our keys -- then the most
   silent, up to ``PINGS_PER_ROUND``: in a network of that size every peer checks every
   other each second, and notices a death by itself whether or not it had reason to call the
-  dead one. Each ping waits SWIM's probe timeout (``rpc.PROBE_TIMEOUT``, 0.5 s), not the
+  dead one. Each ping waits SWIM's probe timeout (``probes.PROBE_TIMEOUT``, 0.5 s), not the
   RPC timeout; a failure makes a suspect (``liveness``), silent since the ping left, and a
   reply that comes later still refutes it.
 * ``probe_suspects`` (the same round, beside the pings): SWIM's probe of each suspect,
