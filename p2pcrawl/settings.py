@@ -31,6 +31,7 @@ __all__ = [
     "PeerSettings",
     "Policy",
     "PolitenessSettings",
+    "RevisitSettings",
     "ScopeSettings",
     "SettingsError",
     "bounds",
@@ -64,6 +65,7 @@ def option(
     choices: tuple[str, ...] | None = None,
     default_text: str | None = None,
     group: str | None = None,
+    duration: bool | None = None,
 ) -> Any:
     """A settings field that is also a flag and a TOML key.
 
@@ -72,7 +74,8 @@ def option(
     ``bool`` field is a switch (``flag="--no-warc"`` on a field that defaults to True makes the
     switch turn it off); a ``tuple[str, ...]`` field is a repeatable flag; ``flag=False``
     keeps a ranged field out of the command line; ``size`` takes ``500M``, ``2G`` as well as
-    bytes.
+    bytes; a ``duration`` (by default, a field whose metavar is ``S``) takes ``30s``, ``5m``,
+    ``6h``, ``1d`` as well as seconds.
     """
     meta: dict[str, Any] = {"help": help}
     for key, value in (
@@ -89,6 +92,8 @@ def option(
             meta[key] = value
     if size:
         meta["size"] = True
+    if duration or (duration is None and metavar == "S"):
+        meta["duration"] = True
     return field(default=default, metadata=meta)
 
 
@@ -287,6 +292,82 @@ class ScopeSettings:
         validate(self)
 
 
+_CONTINUOUS = "continuous mode"
+
+
+@dataclass(frozen=True, slots=True)
+class RevisitSettings:
+    """Continuous mode: crawled pages are revisited with conditional GETs, each at an
+    interval adapted to how often it changes (docs/freshness.md)."""
+
+    every: float = option(
+        0.0,
+        "continuous mode: revisit each crawled page, first after this long (30s, 6h, 1d), "
+        "then as often as it changes, at most about once per this long",
+        min=0,
+        max=365 * DAY,
+        flag="--revisit",
+        metavar="DURATION",
+        default_text="0: off, one pass",
+        duration=True,
+        group=_CONTINUOUS,
+    )
+    min_interval: float = option(
+        0.0,
+        "the shortest revisit interval",
+        min=0,
+        max=365 * DAY,
+        flag="--revisit-min",
+        metavar="DURATION",
+        default_text="--revisit / 4, at least 1s",
+        duration=True,
+        group=_CONTINUOUS,
+    )
+    max_interval: float = option(
+        0.0,
+        "the longest revisit interval (of a page that does not change)",
+        min=0,
+        max=10 * 365 * DAY,
+        flag="--revisit-max",
+        metavar="DURATION",
+        default_text="16 x --revisit",
+        duration=True,
+        group=_CONTINUOUS,
+    )
+    # A page answering 404/410 (or nothing usable) this many revisits in a row is retired.
+    retire_after: int = option(3, "misses before a page is retired", min=1, max=100, flag=False)
+    # Due revisits held in the frontier at once; the rest wait in the visit history.
+    window: int = option(2_000, "due revisits in RAM", min=1, max=10_000_000, flag=False)
+
+    def __post_init__(self) -> None:
+        validate(self)
+        for name, flag in (("every", "--revisit"), ("min_interval", "--revisit-min")):
+            value = getattr(self, name)
+            if 0 < value < 1:
+                raise SettingsError(f"{flag}: must be 0 (off) or at least 1s: {value!r}")
+        if not self.every and (self.min_interval or self.max_interval):
+            raise SettingsError("--revisit-min and --revisit-max need --revisit (continuous mode)")
+        if self.max_interval and self.max_interval < max(1.0, self.min_interval):
+            raise SettingsError(
+                f"--revisit-max ({self.max_interval:g}s) is shorter than --revisit-min "
+                f"({self.low:g}s)"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.every > 0
+
+    @property
+    def low(self) -> float:
+        """The shortest interval, seconds."""
+        return self.min_interval or max(1.0, self.every / 4)
+
+    @property
+    def high(self) -> float:
+        """The longest interval, seconds (never below the shortest)."""
+        return max(self.max_interval or 16 * self.every, self.low)
+
+
 @dataclass(frozen=True, slots=True)
 class CrawlSettings:
     """Everything the crawl engine needs."""
@@ -315,6 +396,7 @@ class CrawlSettings:
     fetch: FetchLimits = field(default_factory=FetchLimits)
     politeness: PolitenessSettings = field(default_factory=PolitenessSettings)
     scope: ScopeSettings = field(default_factory=ScopeSettings)
+    revisit: RevisitSettings = field(default_factory=RevisitSettings)
     # URLs held in RAM; the rest wait in the task store.
     frontier_window: int = option(100_000, "URLs held in RAM", min=16, max=100_000_000, flag=False)
     host_queue_window: int = option(

@@ -26,6 +26,7 @@ from p2pcrawl.settings import (
     flag_of,
     range_error,
 )
+from p2pcrawl.ui.durations import parse_duration
 
 __all__ = [
     "EXIT_FAILURE",
@@ -76,12 +77,14 @@ def parse_hostport(value: str, *, default_host: str | None = None) -> tuple[str,
 def _number(kind: type[int] | type[float], f: dataclasses.Field[Any]) -> Any:
     """An argparse type: a finite number of ``kind`` within ``f``'s range, if it has one."""
     what = "an integer" if kind is int else "a number"
+    duration = bool(f.metadata.get("duration"))
 
     def convert(v: str) -> int | float:
         try:
-            n = kind(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not {what}: {v!r}") from None
+            n = parse_duration(v) if duration else kind(v)
+        except ValueError as exc:
+            text = str(exc) if duration else f"not {what}: {v!r}"
+            raise argparse.ArgumentTypeError(text) from None
         why = range_error(f, n)
         if why is None and isinstance(n, float) and not math.isfinite(n):
             why = "must be a finite number"
@@ -104,11 +107,11 @@ def _positive_int(v: str) -> int:
 
 
 def _positive_float(v: str) -> float:
-    """An argparse type for flags that are not settings: a finite number above 0."""
+    """An argparse type for flags that are not settings: a finite duration above 0."""
     try:
-        n = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
+        n = parse_duration(v)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     if not (0 < n < math.inf):
         raise argparse.ArgumentTypeError(f"must be a finite number above 0: {v!r}")
     return n
