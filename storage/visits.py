@@ -312,19 +312,22 @@ class VisitStore(CountedStore):
 
         return await self._worker.run(job, write=False)
 
-    async def schedule(self, now: int, limit: int, count_upto: int) -> tuple[int, int, list[Visit]]:
-        """(the earliest due time or 0 when empty, rows due at ``now`` counted up to
-        ``count_upto``, the ``limit`` soonest rows): what the status page shows, in one
-        round trip over the ``due`` index."""
+    async def schedule(
+        self, now: int, limit: int, count_upto: int
+    ) -> tuple[int, int, list[Visit], int]:
+        """(the earliest due time, rows due at ``now`` counted up to ``count_upto``, the
+        ``limit`` soonest rows, the earliest due time after ``now``), times 0 when there is
+        none: what a scheduler and a status page need, in one round trip over the index."""
 
-        def job(conn: sqlite3.Connection) -> tuple[int, int, list[Visit]]:
+        def job(conn: sqlite3.Connection) -> tuple[int, int, list[Visit], int]:
             first = conn.execute("SELECT min(due) FROM visits").fetchone()[0]
             due_now = conn.execute(
                 "SELECT count(*) FROM (SELECT 1 FROM visits WHERE due <= ? LIMIT ?)",
                 (now, count_upto),
             ).fetchone()[0]
             rows = conn.execute(_SELECT + " ORDER BY due LIMIT ?", (limit,)).fetchall()
-            return int(first or 0), int(due_now), [_visit(r) for r in rows]
+            after = conn.execute("SELECT min(due) FROM visits WHERE due > ?", (now,)).fetchone()
+            return int(first or 0), int(due_now), [_visit(r) for r in rows], int(after[0] or 0)
 
         return await self._worker.run(job, write=False)
 

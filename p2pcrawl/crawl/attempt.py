@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from p2pcrawl.crawl import politeness, scheduling
 from p2pcrawl.crawl.fetcher import FetchResult
 from p2pcrawl.crawl.frontier import HostSlot, Task
+from p2pcrawl.crawl.revisit import conditional_headers
 
 if TYPE_CHECKING:
     from p2pcrawl.crawl.engine import Engine
@@ -42,7 +43,9 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         slot.requeue(task)
         slot.after(0.0, BORROWED_WAIT_S)
         return Outcome.WAITING, None
-    if ledger.done.maybe_contains(task.fp) and (await ledger.is_done([task]))[0]:
+    # A due revisit (continuous mode) is done by definition; it is fetched conditionally.
+    visit = engine.revisits.visit_of(task) if engine.revisits is not None else None
+    if visit is None and ledger.done.maybe_contains(task.fp) and (await ledger.is_done([task]))[0]:
         # Finished elsewhere meanwhile (history handed over after a restart or a move).
         return Outcome.DONE_ELSEWHERE, None
     policy = await engine.robots_gate.policy_for(slot, task)
@@ -80,6 +83,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
             borrowed=task.lease != 0,
             leading=engine.frontier.leader is hq,
         ),
+        headers=conditional_headers(visit) if visit is not None else None,
     )
     pset = engine.settings.politeness
     gap = politeness.next_gap(pset, hq.polite.robots_delay, res.elapsed)

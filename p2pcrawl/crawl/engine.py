@@ -32,6 +32,7 @@ from p2pcrawl.crawl.links import LinkFilter
 from p2pcrawl.crawl.pacing import Pacer, response_on_wire
 from p2pcrawl.crawl.parseproc import ParseWorkers
 from p2pcrawl.crawl.refill import WindowRefill
+from p2pcrawl.crawl.revisit import Revisits
 from p2pcrawl.crawl.robots import RobotsCache
 from p2pcrawl.crawl.robotsgate import RobotsGate
 from p2pcrawl.crawl.scope import Scope
@@ -101,6 +102,8 @@ class Engine:
         self.refill = WindowRefill(
             settings, self.frontier, ledger, self.in_flight, partition, lent=self.lent
         )
+        # Continuous mode (--revisit): finished pages come back when due (crawl/revisit.py).
+        self.revisits = Revisits(self) if settings.revisit.enabled else None
         self.paused = False  # no new fetches (leaving)
         # Pages that could hold the loop are parsed in processes, under a deadline.
         self.parsers = ParseWorkers(settings.parse_workers, deadline=settings.parse_deadline)
@@ -136,6 +139,9 @@ class Engine:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.revisits is not None:
+            await self.revisits.start()
+            self._spawn(self.revisits.run(), "revisits")
         await self.fetcher.start()
         self._spawn(self.refill.run(), "refill")
         self._spawn(self._housekeeping_loop(), "housekeeping")
@@ -185,11 +191,13 @@ class Engine:
 
     @property
     def tasks_queued(self) -> int:
-        return max(0, self.ledger.queued + self.borrowed - len(self.in_flight))
+        due = len(self.revisits.pending) if self.revisits else 0
+        return max(0, self.ledger.queued + self.borrowed + due - len(self.in_flight))
 
     @property
     def idle(self) -> bool:
-        return not self.in_flight and self.ledger.queued == 0 and not self.borrowed
+        due = bool(self.revisits and self.revisits.pending)
+        return not self.in_flight and self.ledger.queued == 0 and not self.borrowed and not due
 
     @property
     def exhausted(self) -> bool:
@@ -255,7 +263,7 @@ class Engine:
         out: list[Task] = []
         for h in hosts:
             out += self.frontier.take_tasks(h, lambda t: not t.lease)
-        return out
+        return self.revisits.release(out) if self.revisits else out
 
     def include_keys(self, keys: Iterable[bytes]) -> None:
         self.refill.include(keys)
@@ -286,7 +294,9 @@ class Engine:
 
     # -- the worker ----------------------------------------------------------------------
 
-    async def fetch_page(self, url: str, priority: float = 0.0) -> FetchResult:
+    async def fetch_page(
+        self, url: str, priority: float = 0.0, headers: dict[str, str] | None = None
+    ) -> FetchResult:
         """Fetch a page, reserved against max-pages while under way, paced by --max-rate
         (the smallest ``priority`` first)."""
         self._fetching += 1
@@ -294,7 +304,7 @@ class Engine:
             taken = await self.pacer.start(priority)
             size = 0
             try:
-                res = await self.fetcher.fetch(url)
+                res = await self.fetcher.fetch(url, headers=headers)
                 if self.pacer.enabled:
                     size = response_on_wire(len(res.body), res.headers)
                 return res
@@ -423,6 +433,8 @@ class Engine:
         if task.lease:
             await self._settle_borrowed([task], finished=False)  # its owner may be allowed to
             return
+        if self.revisits is not None and await self.revisits.refused(task):
+            return
         await self.ledger.drop([task.fp])
         if self.on_finished is not None:
             await self.on_finished([task])  # the replicas drop their copies
@@ -433,6 +445,11 @@ class Engine:
         if self.borrowed and any(t.lease for t in tasks):
             await self._settle_borrowed([t for t in tasks if t.lease], finished=True)
             tasks = [t for t in tasks if not t.lease]
+            if not tasks:
+                return
+        if self.revisits is not None:
+            # A due page's history is its record (it is done already); a new one gets one.
+            tasks = await self.revisits.settle(tasks, elsewhere=hurry)
             if not tasks:
                 return
         await self.ledger.finish(tasks)

@@ -148,7 +148,10 @@ class Fetcher:
         except ValueError:
             return self._resolver.addresses.get(host)
 
-    async def fetch(self, url: str, *, max_body: int | None = None) -> FetchResult:
+    async def fetch(
+        self, url: str, *, max_body: int | None = None, headers: dict[str, str] | None = None
+    ) -> FetchResult:
+        """GET ``url`` (``headers`` added to the session's: a revisit's validators)."""
         assert self._session is not None, "Fetcher.start() not called"
         limit = self._settings.fetch.max_body_bytes if max_body is None else max_body
         result = FetchResult(url=url, fetched_at=time.time())
@@ -161,7 +164,7 @@ class Fetcher:
             return result
         started = time.monotonic()
         try:
-            async with self._session.get(url, allow_redirects=False) as resp:
+            async with self._session.get(url, allow_redirects=False, headers=headers) as resp:
                 result.status = resp.status
                 result.reason = resp.reason or ""
                 result.headers = [

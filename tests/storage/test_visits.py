@@ -72,8 +72,8 @@ async def test_due_reads_only_due_rows_oldest_first(store: VisitStore) -> None:
     assert [v.fp for v in await store.due(NOW, 10)] == [4, 2, 3]
     assert [v.fp for v in await store.due(NOW, 2)] == [4, 2]
     assert await store.due(NOW, 0) == []
-    first, due_now, soonest = await store.schedule(NOW, 2, count_upto=100)
-    assert (first, due_now, [v.fp for v in soonest]) == (NOW - 50, 3, [4, 2])
+    first, due_now, soonest, after = await store.schedule(NOW, 2, count_upto=100)
+    assert (first, due_now, [v.fp for v in soonest], after) == (NOW - 50, 3, [4, 2], NOW + 10)
     assert (await store.schedule(NOW, 2, count_upto=2))[1] == 2  # the count is bounded
 
 
