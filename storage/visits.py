@@ -335,6 +335,11 @@ class VisitStore(CountedStore):
         """URLs with a history; answered from a counter kept at commit time, no disk read."""
         return self._count
 
+    @property
+    def rows(self) -> int:
+        """:meth:`count`, for a caller that cannot await (a status page)."""
+        return self._count
+
 
 # -- the wire form -------------------------------------------------------------------------
 # What moves a key's history to another peer: msgpack of [version, base, [[key, rows]...]],

@@ -124,13 +124,16 @@ class Revisits:
         # The store's schedule as last read (Unix seconds; None: no history at all).
         self.next_due_at: float | None = None
         self.due_now = 0
-        self.tracked = 0
         self.upcoming: list[tuple[str, float]] = []
         self._recorded: set[int] = set()  # first visits settled, on their way to the ledger
 
     async def start(self) -> None:
         self.store = await self.engine.ledger.open_visits()
-        self.tracked = await self.store.count()
+
+    @property
+    def tracked(self) -> int:
+        """Pages with a history here."""
+        return self.store.rows if self.store is not None else 0
 
     # -- the scheduler ---------------------------------------------------------------------
 
@@ -186,7 +189,6 @@ class Revisits:
         self.next_due_at = first / 1000 if first else None
         self.due_now = due_now
         self.upcoming = [(v.url, v.due / 1000) for v in soonest]
-        self.tracked = await self.store.count()
         return after / 1000 if after else None
 
     def nothing_due_until(self) -> float | None:

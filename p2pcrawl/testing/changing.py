@@ -16,6 +16,7 @@ over a span of time (Cho and Garcia-Molina's freshness and age) and how many byt
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import functools
 import math
@@ -119,6 +120,9 @@ class ChangingWeb(Service):
                 self._rates[f"{h}{path}"] = rate
         self.robots_txt = "User-agent: *\nAllow: /\n"
         self.robots_counts: list[int] = [0] * config.hosts
+        self.new_requests: collections.Counter[str] = collections.Counter()  # by URL
+        # When each host was asked for anything (robots.txt included): politeness checks.
+        self.host_times: list[list[float]] = [[] for _ in range(config.hosts)]
         self.port = 0
         self.t0 = 0.0  # monotonic time of the start
         self.wall0 = 0.0
@@ -209,6 +213,8 @@ class ChangingWeb(Service):
 
     async def _handle(self, h: int, request: web.BaseRequest) -> web.StreamResponse:
         path = request.path
+        if len(self.host_times[h]) < 100_000:
+            self.host_times[h].append(self.now())
         if path == "/robots.txt":
             self.robots_counts[h] += 1
             return web.Response(text=self.robots_txt, content_type="text/plain")
@@ -279,6 +285,7 @@ class ChangingWeb(Service):
             return web.Response(status=404, text="not found")
         if not 1 <= version <= current:
             return web.Response(status=404, text="not found")
+        self.new_requests[self.bases[h] + path] += 1
         return _html(f"new {index}-{version}", "<p>a page that appeared with a change</p>\n")
 
     # -- the ground truth -----------------------------------------------------------------

@@ -81,10 +81,15 @@ def _number(kind: type[int] | type[float], f: dataclasses.Field[Any]) -> Any:
 
     def convert(v: str) -> int | float:
         try:
-            n = parse_duration(v) if duration else kind(v)
-        except ValueError as exc:
-            text = str(exc) if duration else f"not {what}: {v!r}"
-            raise argparse.ArgumentTypeError(text) from None
+            n = kind(v)
+        except ValueError:
+            try:
+                if not duration:
+                    raise
+                n = parse_duration(v)
+            except ValueError as exc:
+                text = str(exc) if duration else f"not {what}: {v!r}"
+                raise argparse.ArgumentTypeError(text) from None
         why = range_error(f, n)
         if why is None and isinstance(n, float) and not math.isfinite(n):
             why = "must be a finite number"
