@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection, Sequence
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import msgpack
@@ -126,8 +126,27 @@ class Visit:
             raise ValueError("interval must be positive")
 
     def row(self, key_id: int) -> tuple[object, ...]:
-        values = astuple(self)
-        return (key_id, to_sql_fp(self.fp), values[0], *values[3:])
+        """The SQL row (``astuple`` deep-copies, at ten times the cost)."""
+        return (
+            key_id,
+            to_sql_fp(self.fp),
+            self.url,
+            self.depth,
+            self.due,
+            self.fetched,
+            self.status,
+            self.interval,
+            self.captured,
+            self.digest,
+            self.etag,
+            self.lastmod,
+            self.visits,
+            self.changes,
+            self.changed_ms,
+            self.unchanged_ms,
+            self.changes_seen,
+            self.misses,
+        )
 
 
 _INT_FIELDS = tuple(f.name for f in fields(Visit) if f.type == "int" and f.name != "fp")
