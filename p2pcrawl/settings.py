@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from p2pcrawl.continuous import RevisitSettings
 from p2pcrawl.fields import (
     SettingsError,
     bounds,
@@ -39,6 +40,7 @@ __all__ = [
     "PeerSettings",
     "Policy",
     "PolitenessSettings",
+    "RevisitSettings",
     "ScopeSettings",
     "SettingsError",
     "bounds",
@@ -233,6 +235,7 @@ class CrawlSettings:
     fetch: FetchLimits = field(default_factory=FetchLimits)
     politeness: PolitenessSettings = field(default_factory=PolitenessSettings)
     scope: ScopeSettings = field(default_factory=ScopeSettings)
+    revisit: RevisitSettings = field(default_factory=RevisitSettings)
     # URLs held in RAM; the rest wait in the task store.
     frontier_window: int = option(100_000, "URLs held in RAM", min=16, max=100_000_000, flag=False)
     host_queue_window: int = option(

@@ -17,11 +17,12 @@ import os
 import signal
 import sys
 import time
+from dataclasses import astuple
 from pathlib import Path
 
 from p2pcrawl.archive.files import WarcFiles
 from p2pcrawl.archive.framing import frame, next_frame, write_frames_fd
-from p2pcrawl.archive.records import FetchRecord
+from p2pcrawl.archive.records import FetchRecord, RevisitOf
 
 __all__ = ["decode_record", "encode_answer", "encode_record", "main", "serve"]
 
@@ -55,16 +56,31 @@ def encode_record(rec: FetchRecord) -> bytes:
             rec.truncated,
             rec.ip,
             rec.fetched_at,
+            rec.record_id,
+            None if rec.revisit is None else astuple(rec.revisit),
         )
     )
     return frame(payload)
 
 
 def decode_record(payload: bytes | bytearray) -> FetchRecord:
-    url, status, reason, version, req, resp, body, truncated, ip, fetched_at = marshal.loads(
-        payload
+    (url, status, reason, version, req, resp, body, truncated, ip, fetched_at, rid, revisit) = (
+        marshal.loads(payload)
     )
-    return FetchRecord(url, status, reason, version, req, resp, body, truncated, ip, fetched_at)
+    return FetchRecord(
+        url,
+        status,
+        reason,
+        version,
+        req,
+        resp,
+        body,
+        truncated,
+        ip,
+        fetched_at,
+        rid,
+        None if revisit is None else RevisitOf(*revisit),
+    )
 
 
 def encode_answer(*fields: str | int) -> bytes:

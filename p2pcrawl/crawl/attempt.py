@@ -17,6 +17,7 @@ from p2pcrawl.crawl import politeness, scheduling, urls
 from p2pcrawl.crawl.domains import politeness_for
 from p2pcrawl.crawl.fetcher import FetchResult
 from p2pcrawl.crawl.frontier import HostSlot, Task
+from p2pcrawl.crawl.revisit import conditional_headers
 from p2pcrawl.crawl.unreachable import UNREACHABLE_ERRORS
 
 if TYPE_CHECKING:
@@ -46,7 +47,9 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         slot.requeue(task)
         slot.after(0.0, BORROWED_WAIT_S)
         return Outcome.WAITING, None
-    if ledger.done.maybe_contains(task.fp) and (await ledger.is_done([task]))[0]:
+    # A due revisit (continuous mode) is done by definition; it is fetched conditionally.
+    visit = engine.revisits.visit_of(task) if engine.revisits is not None else None
+    if visit is None and ledger.done.maybe_contains(task.fp) and (await ledger.is_done([task]))[0]:
         # Finished elsewhere meanwhile (history handed over after a restart or a move).
         return Outcome.DONE_ELSEWHERE, None
     dead = engine.unreachable
@@ -109,6 +112,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
                 leading=engine.frontier.leader is hq,
             ),
             user_agent=rules.user_agent if rules is not None else None,
+            headers=conditional_headers(visit) if visit is not None else None,
         )
     finally:
         engine.domains.busy[domain] -= 1

@@ -34,6 +34,7 @@ from p2pcrawl.crawl.pacing import Pacer, response_on_wire
 from p2pcrawl.crawl.parseproc import ParseWorkers
 from p2pcrawl.crawl.ports import NO_LOANS, FinishedHook, LoanPort, LocalRouter, Router
 from p2pcrawl.crawl.refill import WindowRefill
+from p2pcrawl.crawl.revisit import Revisits
 from p2pcrawl.crawl.robots import RobotsCache
 from p2pcrawl.crawl.robotsgate import RobotsGate
 from p2pcrawl.crawl.scope import Scope
@@ -99,6 +100,8 @@ class Engine:
         # Why no fetch may start now, by name; each reason is held and released by its
         # owner (a join, a stall, a leave, a failure), so one cannot end another's pause.
         self._pauses: set[str] = set()
+        # Continuous mode (--revisit): finished pages come back when due (crawl/revisit.py).
+        self.revisits = Revisits(self) if settings.revisit.enabled else None
         # Pages that could hold the loop are parsed in processes, under a deadline.
         self.parsers = ParseWorkers(settings.parse_workers, deadline=settings.parse_deadline)
         self._host_pages: collections.Counter[str] = collections.Counter()
@@ -124,6 +127,9 @@ class Engine:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.revisits is not None:
+            await self.revisits.start()
+            self._tasks.spawn(self.revisits.run(), "revisits")
         await self.fetcher.start()
         self._tasks.spawn(self.refill.run(), "refill")
         self._tasks.spawn(every(1.0, self._housekeeping, first=0.0), "housekeeping")
@@ -183,11 +189,15 @@ class Engine:
 
     @property
     def tasks_queued(self) -> int:
-        return max(0, self.ledger.queued + self.loans.borrowed - len(self.in_flight))
+        due = len(self.revisits.pending) if self.revisits else 0
+        return max(0, self.ledger.queued + self.loans.borrowed + due - len(self.in_flight))
 
     @property
     def idle(self) -> bool:
-        return not self.in_flight and self.ledger.queued == 0 and not self.loans.borrowed
+        due = bool(self.revisits and self.revisits.pending)
+        return (
+            not self.in_flight and self.ledger.queued == 0 and not self.loans.borrowed and not due
+        )
 
     @property
     def exhausted(self) -> bool:
@@ -257,7 +267,7 @@ class Engine:
         out: list[Task] = []
         for h in hosts:
             out += self.frontier.take_tasks(h, lambda t: not t.lease)
-        return out
+        return self.revisits.release(out) if self.revisits else out
 
     def include_keys(self, keys: Iterable[bytes]) -> None:
         self.refill.include(keys)
@@ -274,7 +284,11 @@ class Engine:
     # -- the worker ----------------------------------------------------------------------
 
     async def fetch_page(
-        self, url: str, priority: float = 0.0, user_agent: str | None = None
+        self,
+        url: str,
+        priority: float = 0.0,
+        user_agent: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> FetchResult:
         """Fetch a page, reserved against max-pages while under way, paced by --max-rate
         (the smallest ``priority`` first)."""
@@ -283,7 +297,7 @@ class Engine:
             taken = await self.pacer.start(priority)
             size = 0
             try:
-                res = await self.fetcher.fetch(url, user_agent=user_agent)
+                res = await self.fetcher.fetch(url, user_agent=user_agent, headers=headers)
                 if self.pacer.enabled:
                     size = response_on_wire(len(res.body), res.headers)
                 return res
@@ -412,6 +426,8 @@ class Engine:
         if task.lease:
             await self.loans.settle([task], finished=False)  # its owner may be allowed to
             return
+        if self.revisits is not None and await self.revisits.refused(task):
+            return
         await self.ledger.drop([task.fp])
         if self.on_finished is not None:
             await self.on_finished([task])  # the replicas drop their copies
@@ -422,6 +438,11 @@ class Engine:
         if self.loans.borrowed and any(t.lease for t in tasks):
             await self.loans.settle([t for t in tasks if t.lease], finished=True)
             tasks = [t for t in tasks if not t.lease]
+            if not tasks:
+                return
+        if self.revisits is not None:
+            # A due page's history is its record (it is done already); a new one gets one.
+            tasks = await self.revisits.settle(tasks, elsewhere=hurry)
             if not tasks:
                 return
         await self.ledger.finish(tasks)

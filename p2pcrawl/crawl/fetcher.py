@@ -148,8 +148,14 @@ class Fetcher:
             return self._resolver.addresses.get(host)
 
     async def fetch(
-        self, url: str, *, max_body: int | None = None, user_agent: str | None = None
+        self,
+        url: str,
+        *,
+        max_body: int | None = None,
+        user_agent: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> FetchResult:
+        """GET ``url`` (``headers`` added to the session's: a revisit's validators)."""
         assert self._session is not None, "Fetcher.start() not called"
         limit = self._settings.fetch.max_body_bytes if max_body is None else max_body
         result = FetchResult(url=url, fetched_at=time.time())
@@ -162,8 +168,9 @@ class Fetcher:
             return result
         started = time.monotonic()
         try:
-            # A domain's own User-Agent ([domains."…"] user-agent) replaces the session's.
-            headers = {"User-Agent": user_agent} if user_agent else None
+            if user_agent:
+                # A domain's own User-Agent ([domains."…"] user-agent) replaces the session's.
+                headers = {**(headers or {}), "User-Agent": user_agent}
             async with self._session.get(url, allow_redirects=False, headers=headers) as resp:
                 result.status = resp.status
                 result.reason = resp.reason or ""

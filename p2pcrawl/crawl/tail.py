@@ -23,14 +23,18 @@ __all__ = ["page_tail", "to_record"]
 
 async def page_tail(engine: Engine, task: Task, res: FetchResult) -> None:
     warc = engine.warc
-    archived = await warc.submit(to_record(res)) if warc is not None else None
+    record = to_record(res)
+    # Continuous mode: a revisit record for an unchanged page, links only from a new one.
+    plan = await engine.revisits.plan(task, res, record) if engine.revisits else None
+    archived = await warc.submit(plan.record if plan else record) if warc is not None else None
     links = engine.links
     # A redirect target is the same document moved: it keeps the source's depth.
     fresh = links.tasks(_redirect_target(engine, task, res), task.depth, task.hops + 1)
     # A truncated HTML body is parsed too: lexbor closes what was left open, and the links
     # that arrived are as real as those of a whole page.
     if res.is_html and 200 <= res.status < 300:
-        fresh += links.tasks(await _parse(engine, task, res), task.depth + 1, 0)
+        if plan is None or plan.follow:  # an unchanged page's links were routed before
+            fresh += links.tasks(await _parse(engine, task, res), task.depth + 1, 0)
     elif 200 <= res.status < 300:
         engine.stats.non_html += 1
     if fresh:
@@ -40,7 +44,11 @@ async def page_tail(engine: Engine, task: Task, res: FetchResult) -> None:
         await engine.router.route(fresh, urgent=task.key if task.lease else None, found=True)
     if archived is not None:
         await archived
-    await engine.finish([task])
+    if plan is not None:
+        assert engine.revisits is not None
+        await engine.revisits.settle_page(task, plan, res)
+    else:
+        await engine.finish([task])
 
 
 def _redirect_target(engine: Engine, task: Task, res: FetchResult) -> list[str]:

@@ -27,6 +27,7 @@ from p2pcrawl.settings import (
     flag_of,
     range_error,
 )
+from p2pcrawl.ui.durations import parse_duration
 
 __all__ = [
     "EXIT_FAILURE",
@@ -77,12 +78,19 @@ def parse_hostport(value: str, *, default_host: str | None = None) -> tuple[str,
 def _number(kind: type[int] | type[float], f: dataclasses.Field[Any]) -> Any:
     """An argparse type: a finite number of ``kind`` within ``f``'s range, if it has one."""
     what = "an integer" if kind is int else "a number"
+    duration = bool(f.metadata.get("duration"))
 
     def convert(v: str) -> int | float:
         try:
             n = kind(v)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not {what}: {v!r}") from None
+            try:
+                if not duration:
+                    raise
+                n = parse_duration(v)
+            except ValueError as exc:
+                text = str(exc) if duration else f"not {what}: {v!r}"
+                raise argparse.ArgumentTypeError(text) from None
         why = range_error(f, n)
         if why is not None:
             raise argparse.ArgumentTypeError(f"{why}: {v!r}")
@@ -103,11 +111,11 @@ def _positive_int(v: str) -> int:
 
 
 def _positive_float(v: str) -> float:
-    """An argparse type for flags that are not settings: a finite number above 0."""
+    """An argparse type for flags that are not settings: a finite duration above 0."""
     try:
-        n = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
+        n = parse_duration(v)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     if not (0 < n < math.inf):
         raise argparse.ArgumentTypeError(f"must be a finite number above 0: {v!r}")
     return n
@@ -442,6 +450,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument(
         "-o", "--output", type=Path, metavar="FILE", help="write here instead of stdout"
+    )
+    export.add_argument(
+        "--changed-since",
+        metavar="TIME",
+        help="only the URLs whose content changed since TIME (2025-01-31T12:00:00Z, Unix "
+        "seconds, or how long ago: 6h, 2d); a URL first captured since counts as changed",
     )
     export.add_argument(
         "sources", nargs="+", type=Path, metavar="DATA_DIR", help="data directories or WARCs"

@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "Milestones",
+    "add_continuous",
     "extended_status",
     "progress_line",
     "summary",
@@ -47,11 +48,19 @@ def _kinds(counts: Mapping[Any, Any]) -> str:
 
 
 def progress_line(st: Mapping[str, Any]) -> str:
-    return (
+    line = (
         f"[{st['state']}] {st['pages_fetched']:,} pages ({float(st['pages_per_s']):.1f}/s), "
         f"queued {st['tasks_queued']:,}, in flight {st['tasks_in_flight']}, "
         f"errors {st['errors']:,}, backups {st['backups_held']:,}, peers {st['peers']}"
     )
+    rev = st.get("revisit")
+    if rev:
+        share = rev["not_modified_share"]
+        line += (
+            f", revisits {rev['revisits']:,} ({rev['revisits_per_hour']:,}/h, "
+            f"304 {'-' if share is None else f'{share:.0%}'}, changed {rev['changes_detected']:,})"
+        )
+    return line
 
 
 class Milestones:
@@ -178,4 +187,18 @@ def extended_status(peer: Any) -> dict[str, Any]:
     st["page_limit_reached"] = bool(eng is not None and eng.exhausted)
     if eng is not None:
         st.update(eng.unreachable.report())
+    add_continuous(st, eng)
     return st
+
+
+def add_continuous(st: dict[str, Any], engine: Any) -> None:
+    """Continuous mode's part of a status (docs/freshness.md): the revisit counts and
+    ``next_due_at``, and ``waiting`` where a one-pass crawl would say ``finished``: a
+    continuous crawl is never over, only idle until its next page is due."""
+    rev = engine.revisits if engine is not None else None
+    if rev is None:
+        return
+    st["revisit"] = rev.status()
+    st["next_due_at"] = rev.next_due_at
+    if st.get("state") == "finished":
+        st["state"] = "waiting"
