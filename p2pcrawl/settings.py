@@ -11,7 +11,8 @@ field. Every numeric setting has a range (``min``/``max``, ``gt`` for a strict l
 bound), checked by ``__post_init__`` (:func:`validate`) whichever way the settings were made
 (flags, TOML, code): an absurd value (``concurrency = 10**9``, an interval of 0 that would
 spin a core) is refused with one clear :class:`SettingsError`. A ranged field that is not a
-flag says ``flag=False``.
+flag says ``flag=False``. The site-signal settings (``CrawlSettings.signals``) are in
+:mod:`p2pcrawl.signalsettings`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from p2pcrawl.fields import (
     range_error,
     validate,
 )
+from p2pcrawl.signalsettings import Requisites, SignalSettings
 from protocol import MAX_URL_LENGTH, NodeConfig
 
 __all__ = [
@@ -39,10 +41,13 @@ __all__ = [
     "Partition",
     "PeerSettings",
     "Policy",
+    "PolitenessBy",
     "PolitenessSettings",
+    "Requisites",
     "RevisitSettings",
     "ScopeSettings",
     "SettingsError",
+    "SignalSettings",
     "bounds",
     "bounds_text",
     "flag_of",
@@ -52,7 +57,8 @@ __all__ = [
 ]
 
 Policy = Literal["breadth-first", "performance-first", "crawl-capability", "longest-first"]
-Partition = Literal["host", "url"]
+Partition = Literal["host", "url", "domain"]
+PolitenessBy = Literal["host", "ip"]
 
 DEFAULT_USER_AGENT_NAME = "p2pcrawl"
 
@@ -84,6 +90,12 @@ class FetchLimits:
     )
     max_links_per_page: int = option(5000, "links taken per page", min=0, max=1_000_000, flag=False)
     max_header_bytes: int = option(64 * KIB, "header line size", min=KIB, max=16 * MIB, flag=False)
+    resolve: tuple[str, ...] = option(
+        (),
+        "connect to ADDRESS for host NAME, as curl --resolve does (a site before its DNS)",
+        metavar="NAME:ADDRESS",
+        default_text="repeatable",
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -110,6 +122,14 @@ class PolitenessSettings:
         600.0, "failed robots.txt wait", gt=0, max=30 * DAY, flag=False
     )
     max_retries: int = option(3, "retries of a failed fetch", min=0, max=100, flag=False)
+    # BUbiNG's IP delay, Heritrix's IP queues: hosts on one server share its gap and its
+    # connection slot on this peer (docs/signals.md says what holds across peers).
+    politeness_by: PolitenessBy = option(
+        "host",
+        "politeness unit on this peer: each host, or each server address (hosts that resolve "
+        "to one address share one gap and one connection)",
+        choices=("host", "ip"),
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -236,6 +256,7 @@ class CrawlSettings:
     politeness: PolitenessSettings = field(default_factory=PolitenessSettings)
     scope: ScopeSettings = field(default_factory=ScopeSettings)
     revisit: RevisitSettings = field(default_factory=RevisitSettings)
+    signals: SignalSettings = field(default_factory=SignalSettings)
     # URLs held in RAM; the rest wait in the task store.
     frontier_window: int = option(100_000, "URLs held in RAM", min=16, max=100_000_000, flag=False)
     host_queue_window: int = option(
@@ -284,8 +305,9 @@ class PeerSettings:
 
     partition: Partition = option(
         "host",
-        "DHT key: the URL's host or the URL",
-        choices=("host", "url"),
+        "DHT key: the URL's host, the URL, or the host's registrable domain (a.example.org "
+        "and b.example.org on one peer, fetched one request at a time)",
+        choices=("host", "url", "domain"),
         group="crawl options",
     )
     replicas: int = option(

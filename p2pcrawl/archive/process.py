@@ -58,15 +58,28 @@ def encode_record(rec: FetchRecord) -> bytes:
             rec.fetched_at,
             rec.record_id,
             None if rec.revisit is None else astuple(rec.revisit),
+            [(str(k), str(v)) for k, v in rec.warc_fields],
         )
     )
     return frame(payload)
 
 
 def decode_record(payload: bytes | bytearray) -> FetchRecord:
-    (url, status, reason, version, req, resp, body, truncated, ip, fetched_at, rid, revisit) = (
-        marshal.loads(payload)
-    )
+    (
+        url,
+        status,
+        reason,
+        version,
+        req,
+        resp,
+        body,
+        truncated,
+        ip,
+        fetched_at,
+        rid,
+        revisit,
+        extra,
+    ) = marshal.loads(payload)
     return FetchRecord(
         url,
         status,
@@ -80,6 +93,7 @@ def decode_record(payload: bytes | bytearray) -> FetchRecord:
         fetched_at,
         rid,
         None if revisit is None else RevisitOf(*revisit),
+        tuple((k, v) for k, v in extra),
     )
 
 

@@ -97,6 +97,9 @@ class FetchRecord:
     record_id: str = ""
     # Not a response: a revisit of an archived capture (WARC 1.1 §6.7).
     revisit: RevisitOf | None = None
+    # Extra WARC fields of the response record (the crawl's record of a page's robots
+    # directives and canonical URL: p2pcrawl.crawl.signals).
+    warc_fields: tuple[tuple[str, str], ...] = ()
 
 
 PROFILE_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
@@ -167,6 +170,7 @@ def serialize_pair(rec: FetchRecord) -> tuple[bytes, bytes] | None:
             *ip,
             # WARC 1.1 §5.13: why the payload is shorter than the response.
             *([("WARC-Truncated", rec.truncated)] if rec.truncated else []),
+            *[(_clean(k), _clean(v)) for k, v in rec.warc_fields],
             ("WARC-Type", "response"),
             ("WARC-Record-ID", response_id),
             ("WARC-Target-URI", rec.url),
@@ -294,6 +298,8 @@ def warcio_pair(rec: FetchRecord) -> tuple[bytes, bytes]:
     if rec.truncated:
         # WARC 1.1 §5.13: why the payload is shorter than the response.
         warc_headers["WARC-Truncated"] = rec.truncated
+    for name, value in rec.warc_fields:
+        warc_headers[_clean(name)] = _clean(value)
     protocol = f"HTTP/{rec.http_version}"
     status_line = f"{rec.status} {_clean(rec.reason)}".rstrip()
     http_headers = StatusAndHeaders(

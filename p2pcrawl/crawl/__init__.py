@@ -8,11 +8,12 @@ URL's owner. docs/architecture.md follows one URL through these modules.
 
 from __future__ import annotations
 
-from p2pcrawl.crawl import urls
+from p2pcrawl.crawl import hops, urls
 from p2pcrawl.crawl.domains import DomainTable, decode_rules, encode_rules, parse_domain_tables
 from p2pcrawl.crawl.engine import TAILS_PER_FETCH, Engine
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult, ForbiddenAddress
-from p2pcrawl.crawl.frontier import Frontier, HostQueue, HostSlot, Task
+from p2pcrawl.crawl.frontier import Frontier, HostQueue, Task
+from p2pcrawl.crawl.hostslot import HostSlot
 from p2pcrawl.crawl.ledger import Ledger, from_stored, to_stored
 from p2pcrawl.crawl.links import LinkFilter, make_task, repeats_a_segment, strip_session_ids
 from p2pcrawl.crawl.parse import ParsedPage, extract_links
@@ -25,10 +26,13 @@ from p2pcrawl.crawl.runner import CrawlSummary, crawl
 from p2pcrawl.crawl.scope import Scope, is_forbidden_address, normalise_domain
 from p2pcrawl.crawl.seeds import SeedVerdict, check_seed, scheme_hint
 from p2pcrawl.crawl.seen import SeenCache
+from p2pcrawl.crawl.signals import CANONICAL_FIELD, ROBOTS_FIELD
 from p2pcrawl.crawl.stats import CrawlStats, EventLog, Histogram
 
 __all__ = [
+    "CANONICAL_FIELD",
     "NO_LOANS",
+    "ROBOTS_FIELD",
     "TAILS_PER_FETCH",
     "BoundedParse",
     "CrawlStats",
@@ -66,6 +70,7 @@ __all__ = [
     "extract_links",
     "flatten_deep_nesting",
     "from_stored",
+    "hops",
     "is_forbidden_address",
     "make_task",
     "needs_worker",

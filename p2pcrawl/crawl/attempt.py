@@ -13,10 +13,11 @@ import time
 from typing import TYPE_CHECKING
 
 from p2pcrawl.aio import backoff_delay
-from p2pcrawl.crawl import politeness, scheduling, urls
+from p2pcrawl.crawl import hops, politeness, scheduling, urls
 from p2pcrawl.crawl.domains import politeness_for
 from p2pcrawl.crawl.fetcher import FetchResult
-from p2pcrawl.crawl.frontier import HostSlot, Task
+from p2pcrawl.crawl.frontier import Task
+from p2pcrawl.crawl.hostslot import HostSlot
 from p2pcrawl.crawl.revisit import conditional_headers
 from p2pcrawl.crawl.unreachable import UNREACHABLE_ERRORS
 
@@ -65,6 +66,12 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     if rules is not None and not engine.domains.patterns(rules).allows(task.url):
         stats.budget["domain_patterns"] += 1
         return Outcome.FINISH, None
+    if engine.settings.politeness.politeness_by == "ip" and slot.hq.unit is None:
+        # Before the host's first request (robots.txt included): which server it is.
+        address = await engine.fetcher.address_of(urls.hostname_of(task.url))
+        if address is not None and not slot.join_server(address):
+            slot.requeue(task)  # the server is busy with another host's request
+            return Outcome.WAITING, None
     agent = (rules.user_agent if rules is not None else None) or engine.fetcher.user_agent
     policy = await engine.robots_gate.policy_for(slot, task, agent)
     if policy is None:
@@ -80,6 +87,9 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         slot.requeue(task)
         slot.after(0.0, max(0.0, policy.expires_at - time.monotonic()))
         return Outcome.WAITING, None
+    sitemaps = engine.robots_gate.sitemaps
+    if sitemaps.pending(task, policy) and await sitemaps.step(engine, slot, task, policy, agent):
+        return Outcome.WAITING, None  # a sitemap of the host was read first
     if not policy.allowed(task.url, agent):
         stats.robots_disallowed += 1
         return Outcome.FINISH, None
@@ -101,6 +111,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
             return Outcome.WAITING, None
     # The host with the most found goes first when --max-rate makes requests wait.
     hq = slot.hq
+    embedded = hops.embeds(task.hops) > 0
     engine.domains.busy[domain] += 1
     try:
         res = await engine.fetch_page(
@@ -112,6 +123,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
                 leading=engine.frontier.leader is hq,
             ),
             user_agent=rules.user_agent if rules is not None else None,
+            max_body=engine.settings.signals.max_requisite_bytes if embedded else None,
             headers=conditional_headers(visit) if visit is not None else None,
         )
     finally:
@@ -162,6 +174,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         return Outcome.WAITING, None
     slot.after(res.elapsed, gap)
     stats.pages_fetched += 1
+    stats.requisites_fetched += embedded
     stats.bytes_fetched += len(res.body)
     stats.status[res.status] += 1
     engine.count_host_page(task.url)

@@ -27,7 +27,7 @@ from p2pcrawl.crawl.attempt import Outcome, attempt
 from p2pcrawl.crawl.disk import NEAR_EVERY_S, DiskBudget
 from p2pcrawl.crawl.domains import DomainTable
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
-from p2pcrawl.crawl.frontier import Frontier, Task
+from p2pcrawl.crawl.frontier import Frontier, HostQueue, Task
 from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import LinkFilter
 from p2pcrawl.crawl.pacing import Pacer, response_on_wire
@@ -89,7 +89,7 @@ class Engine:
             settings.politeness.max_retries, settings.politeness.robots_error_ttl
         )
         self.robots_gate = RobotsGate(
-            settings, self.fetcher, self.stats, self.pacer, self.unreachable
+            settings, self.fetcher, self.stats, self.pacer, self.unreachable, partition
         )
         self.links = LinkFilter(settings, partition, self.stats)
         self.in_flight: dict[int, Task] = {}
@@ -225,6 +225,16 @@ class Engine:
     def key_of(self, url: str) -> bytes:
         return self.links.key_of(url)
 
+    def queue_of(self, url: str) -> str:
+        return self.links.queue_of(url)
+
+    def requisite_allowed(self, url: str) -> bool:
+        return self.links.requisite_allowed(url)
+
+    def kept_back(self, hq: HostQueue) -> int:
+        """Tasks of ``hq`` a loan leaves here: one while its sitemaps are unread, to read them."""
+        return 0 if self.robots_gate.sitemaps.settled(hq) else 1
+
     def wake(self) -> None:
         """New tasks were stored: refill the frontier window."""
         self.refill.wanted.set()
@@ -261,7 +271,7 @@ class Engine:
         Borrowed tasks of those keys stay: they are their lender's, not ours to hand over
         (a replica hands on the done history of a key it may hold tasks of on loan)."""
         keys = self.refill.exclude(keys)
-        if self.partition != "host":
+        if self.partition == "url":
             return []
         hosts = [h for h, hq in self.frontier.hosts.items() if hq.key in keys]
         out: list[Task] = []
@@ -288,6 +298,7 @@ class Engine:
         url: str,
         priority: float = 0.0,
         user_agent: str | None = None,
+        max_body: int | None = None,
         headers: dict[str, str] | None = None,
     ) -> FetchResult:
         """Fetch a page, reserved against max-pages while under way, paced by --max-rate
@@ -297,7 +308,9 @@ class Engine:
             taken = await self.pacer.start(priority)
             size = 0
             try:
-                res = await self.fetcher.fetch(url, user_agent=user_agent, headers=headers)
+                res = await self.fetcher.fetch(
+                    url, user_agent=user_agent, max_body=max_body, headers=headers
+                )
                 if self.pacer.enabled:
                     size = response_on_wire(len(res.body), res.headers)
                 return res

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -22,7 +23,7 @@ from p2pcrawl.aio import Memo
 from p2pcrawl.crawl.scope import is_forbidden_address
 from p2pcrawl.settings import CrawlSettings
 
-__all__ = ["FetchResult", "Fetcher", "ForbiddenAddress"]
+__all__ = ["FetchResult", "Fetcher", "ForbiddenAddress", "parse_resolve"]
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _READ_CHUNK = 1 << 16
@@ -32,16 +33,40 @@ class ForbiddenAddress(OSError):
     """A host name resolved only to addresses the SSRF guard refuses."""
 
 
+def parse_resolve(entries: tuple[str, ...]) -> dict[str, str]:
+    """``--resolve NAME:ADDRESS`` entries as {name: address}; ValueError names a bad one."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        name, sep, address = entry.strip().partition(":")
+        address = address.strip().strip("[]")
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise ValueError(f"--resolve {entry!r}: not NAME:ADDRESS with an IP address") from None
+        if not sep or not name:
+            raise ValueError(f"--resolve {entry!r}: not NAME:ADDRESS")
+        out[name.lower().rstrip(".")] = address
+    return out
+
+
 class GuardedResolver(AbstractResolver):
     """Drops loopback/private/link-local answers unless private addresses are allowed.
 
     aiohttp never calls the resolver for IP literals, so :meth:`Fetcher.fetch` checks those.
+    Names given with ``--resolve`` answer their address without a lookup (and still pass
+    the guard).
     """
 
-    def __init__(self, allow_private: bool, allow_loopback: bool = False) -> None:
+    def __init__(
+        self,
+        allow_private: bool,
+        allow_loopback: bool = False,
+        overrides: dict[str, str] | None = None,
+    ) -> None:
         self._inner = DefaultResolver()
         self._allow_private = allow_private
         self._allow_loopback = allow_loopback
+        self._overrides = overrides or {}
         # host -> the address aiohttp will try first, for WARC-IP-Address: the connection
         # object is often released before the caller could ask it for its peer.
         self.addresses: Memo[str, str] = Memo(10_000)
@@ -49,7 +74,22 @@ class GuardedResolver(AbstractResolver):
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
-        results = await self._inner.resolve(host, port, family)
+        fixed = self._overrides.get(host.lower().rstrip("."))
+        if fixed is not None:
+            ip = ipaddress.ip_address(fixed)
+            af = socket.AF_INET if ip.version == 4 else socket.AF_INET6
+            results: list[ResolveResult] = [
+                {
+                    "hostname": host,
+                    "host": fixed,
+                    "port": port,
+                    "family": af,
+                    "proto": 0,
+                    "flags": socket.AI_NUMERICHOST,
+                }
+            ]
+        else:
+            results = await self._inner.resolve(host, port, family)
         if not self._allow_private:
             loop_ok = self._allow_loopback
             results = [
@@ -103,7 +143,9 @@ class Fetcher:
         self._settings = settings
         self._session: aiohttp.ClientSession | None = None
         scope = settings.scope
-        self._resolver = GuardedResolver(scope.allow_private, scope.allow_loopback)
+        self._resolver = GuardedResolver(
+            scope.allow_private, scope.allow_loopback, parse_resolve(settings.fetch.resolve)
+        )
         self.user_agent = settings.effective_user_agent()
 
     async def start(self) -> None:
@@ -147,15 +189,37 @@ class Fetcher:
         except ValueError:
             return self._resolver.addresses.get(host)
 
+    async def address_of(self, host: str) -> str | None:
+        """The address a request to ``host`` (a bare host name or IP) connects to first, or
+        None if it cannot be resolved or the guard refuses it (the fetch will say why)."""
+        name = host.strip("[]")
+        try:
+            return str(ipaddress.ip_address(name))
+        except ValueError:
+            pass
+        known = self._resolver.addresses.get(name)
+        if known is not None:
+            return known
+        try:
+            found = await self._resolver.resolve(name, 0, socket.AF_UNSPEC)
+        except (OSError, ValueError, UnicodeError):
+            return None
+        return str(found[0]["host"]) if found else None
+
     async def fetch(
         self,
         url: str,
         *,
         max_body: int | None = None,
+        sink: Sink | None = None,
+        total_timeout: float | None = None,
         user_agent: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> FetchResult:
-        """GET ``url`` (``headers`` added to the session's: a revisit's validators)."""
+        """Fetch ``url`` without following redirects. With ``sink`` the body is not kept:
+        each chunk goes to it as it arrives, and a False answer ends the read ("length").
+        ``total_timeout`` replaces the session's for this request; ``headers`` are added to
+        the session's (a revisit's validators)."""
         assert self._session is not None, "Fetcher.start() not called"
         limit = self._settings.fetch.max_body_bytes if max_body is None else max_body
         result = FetchResult(url=url, fetched_at=time.time())
@@ -171,7 +235,15 @@ class Fetcher:
             if user_agent:
                 # A domain's own User-Agent ([domains."…"] user-agent) replaces the session's.
                 headers = {**(headers or {}), "User-Agent": user_agent}
-            async with self._session.get(url, allow_redirects=False, headers=headers) as resp:
+            # timeout=None would mean none at all: the session's unless one is given.
+            timeout = self._session.timeout
+            if total_timeout is not None:
+                timeout = aiohttp.ClientTimeout(
+                    total=total_timeout, connect=timeout.connect, sock_read=timeout.sock_read
+                )
+            async with self._session.get(
+                url, allow_redirects=False, headers=headers, timeout=timeout
+            ) as resp:
                 result.status = resp.status
                 result.reason = resp.reason or ""
                 result.headers = [
@@ -183,7 +255,7 @@ class Fetcher:
                 result.location = resp.headers.get("Location")
                 result.retry_after = resp.headers.get("Retry-After")
                 result.ip = self._peer_ip(resp)
-                result.body, result.truncated = await _read_body(resp, limit)
+                result.body, result.truncated = await _read_body(resp, limit, sink)
                 if result.truncated == "disconnect":
                     result.error = "disconnect"
         except TimeoutError:
@@ -207,7 +279,12 @@ class Fetcher:
         return result
 
 
-async def _read_body(resp: aiohttp.ClientResponse, limit: int) -> tuple[bytes, str]:
+Sink = Callable[[bytes], Awaitable[bool]]
+
+
+async def _read_body(
+    resp: aiohttp.ClientResponse, limit: int, sink: Sink | None = None
+) -> tuple[bytes, str]:
     """The body, up to ``limit`` bytes, and why it is cut short ("" if whole).
 
     What arrived before a timeout or a broken connection is kept: it is what the server
@@ -222,6 +299,12 @@ async def _read_body(resp: aiohttp.ClientResponse, limit: int) -> tuple[bytes, s
             if not chunk:
                 break
             size += len(chunk)
+            if sink is not None:
+                if not await sink(chunk[: len(chunk) - max(0, size - limit)]) or size > limit:
+                    reason = "length"
+                    resp.close()
+                    break
+                continue
             if size > limit:
                 chunks.append(chunk[: len(chunk) - (size - limit)])
                 reason = "length"

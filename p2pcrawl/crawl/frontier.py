@@ -20,7 +20,9 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 from p2pcrawl.crawl import scheduling
+from p2pcrawl.crawl.hostslot import HostSlot
 from p2pcrawl.crawl.politeness import HostPoliteness
+from p2pcrawl.crawl.servers import Servers
 from p2pcrawl.settings import CrawlSettings
 
 __all__ = ["Frontier", "HostQueue", "HostSlot", "Task"]
@@ -52,6 +54,7 @@ class HostQueue:
         "taken",
         "tasks",
         "ticket",
+        "unit",
     )
 
     def __init__(self, host: str) -> None:
@@ -67,6 +70,9 @@ class HostQueue:
         # Set by Frontier.reserve: the request under way is the host's last here for now
         # (it is about to be lent); the future is set when that request ends.
         self.reserved: asyncio.Future[None] | None = None
+        # --politeness-by ip: the server address whose politeness ``polite`` is (shared with
+        # the other hosts at that address), once known; None: the host's own.
+        self.unit: str | None = None
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -80,50 +86,6 @@ class HostQueue:
     def key(self) -> bytes | None:
         """The DHT key of the host's queued tasks; None while none is queued."""
         return self.tasks[0][1].key if self.tasks else None
-
-
-class HostSlot:
-    """A ready host taken from the frontier by :meth:`Frontier.slot`.
-
-    Whatever a request's outcome (a page, a retry, a robots.txt detour, an exception), the
-    host goes back exactly once, when the ``async with`` that took it ends, with the
-    response time and politeness gap the request set: a branch that forgot to hand it back
-    would leave the host busy for good, and one that handed it back twice would let two
-    requests reach one server at once.
-    """
-
-    __slots__ = ("_frontier", "_released", "gap", "hq", "response_time")
-
-    def __init__(self, frontier: Frontier, hq: HostQueue) -> None:
-        self._frontier = frontier
-        self.hq = hq
-        self.response_time = 0.0
-        self.gap = 0.0
-        self._released = False
-
-    @property
-    def host(self) -> str:
-        return self.hq.host
-
-    def pop(self) -> Task | None:
-        return self._frontier.pop_task(self.hq)
-
-    def requeue(self, task: Task) -> None:
-        """Put ``task`` back on this host's queue (tried again after the gap)."""
-        # Not taken after all: a root requeued behind its host's robots.txt leaves the host
-        # still never fetched from, which longest-first and the pacer serve first.
-        self.hq.taken = max(0, self.hq.taken - 1)
-        self._frontier.push(self.hq.host, task)
-
-    def after(self, response_time: float, gap: float) -> None:
-        """What this request took, and the gap to keep before the host's next one."""
-        self.response_time = response_time
-        self.gap = gap
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self._frontier.release(self.hq, response_time=self.response_time, gap=self.gap)
 
 
 class Frontier:
@@ -140,6 +102,7 @@ class Frontier:
         self._size = 0
         self._waiters: list[asyncio.Future[None]] = []
         self._closed = False
+        self.servers = Servers()  # --politeness-by ip
         # The explored host with the most found, kept until another explored host has more
         # or it has nothing left here: its chain goes ahead of the roots being explored
         # (scheduling.request_priority). One host only, so exploring still has the link.
@@ -297,6 +260,10 @@ class Frontier:
         hq.polite.busy = False
         hq.polite.last_response_time = response_time
         hq.polite.next_allowed = now + gap
+        if hq.unit is not None:
+            # The server is free again: its other hosts with work go back in line.
+            for other in self.servers.waiting(hq):
+                self._schedule(other, now)
         if hq.reserved is not None:
             if not hq.reserved.done():
                 hq.reserved.set_result(None)
@@ -306,6 +273,10 @@ class Frontier:
         if hq.tasks:
             self._schedule(hq, now)
         self._wake_one()
+
+    def join_server(self, hq: HostQueue, address: str) -> bool:
+        """See :meth:`HostSlot.join_server`; ``hq`` is held by a slot (its own state busy)."""
+        return self.servers.join(hq, address, self._clock())
 
     def prune(self) -> int:
         """Forget idle hosts whose gap has elapsed, so the host table is bounded by live work.
@@ -320,7 +291,7 @@ class Frontier:
             if not hq.tasks and not hq.polite.busy and hq.polite.next_allowed <= now
         ]
         for h in idle:
-            del self._hosts[h]
+            self.servers.leave(self._hosts.pop(h))
         return len(idle)
 
     def remove_hosts(self, hosts: Iterable[str]) -> list[Task]:
@@ -330,6 +301,7 @@ class Frontier:
             hq = self._hosts.pop(h, None)
             if hq is None:
                 continue
+            self.servers.leave(hq)
             hq.removed = True
             out.extend(t for _, t in hq.tasks)
             self._size -= len(hq.tasks)

@@ -23,9 +23,12 @@ from collections.abc import Iterable
 from p2pcrawl.aio import Memo
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.frontier import Task
+from p2pcrawl.crawl.parse import PageRules
 from p2pcrawl.crawl.patterns import UrlPatterns
-from p2pcrawl.crawl.scope import Scope
+from p2pcrawl.crawl.robots import ua_token
+from p2pcrawl.crawl.scope import Scope, is_forbidden_address
 from p2pcrawl.crawl.seen import SeenCache
+from p2pcrawl.crawl.sites import queue_of, site_of
 from p2pcrawl.crawl.stats import CrawlStats
 from p2pcrawl.settings import CrawlSettings, Partition
 from protocol import key_for
@@ -94,11 +97,23 @@ class LinkFilter:
         # Host key -> URLs this peer admitted for it (the per-host URL budget). One int per
         # host this peer has seen links to, which the task store holds anyway.
         self.admitted: Counter[str] = Counter()
+        sig = settings.signals
+        self.page_rules = PageRules(
+            agent=ua_token(settings.effective_user_agent()),
+            obey_nofollow=sig.robots_meta,
+            follow_rel_nofollow=sig.follow_rel_nofollow,
+            max_requisites=0 if sig.requisites == "off" else sig.max_requisites_per_page,
+        )
+
+    def queue_of(self, url: str) -> str:
+        """The frontier queue ``url`` waits in (its host, or its site under the domain
+        partition)."""
+        return queue_of(url, self.partition)
 
     def key_of(self, url: str) -> bytes:
         if self.partition == "url":
             return key_for(url)
-        host = urls.host_of(url)
+        host = site_of(url) if self.partition == "domain" else urls.host_of(url)
         k = self._key_cache.get(host)
         if k is None:
             k = self._key_cache.remember(host, key_for(host))
@@ -168,6 +183,57 @@ class LinkFilter:
         self.stats.out_of_scope += outside
         self.stats.seen_cache_hits += repeats
         return out
+
+    def requisite_tasks(self, links: list[str], depth: int, hops: int) -> list[Task]:
+        """Page requisites as tasks (``hops`` marks them embedded): no depth limit, their
+        own scope rule (``--requisites``), the seen cache and the per-host URL budget."""
+        if not links or self.settings.signals.requisites == "off":
+            return []
+        out: list[Task] = []
+        seen = self.seen.check_and_add
+        budget = self.stats.budget
+        per_host = self.settings.scope.max_urls_per_host
+        outside = 0
+        for url in links:
+            if not self.requisite_allowed(url):
+                outside += 1
+                continue
+            fp = urls.fingerprint(url)
+            if seen(fp):
+                continue
+            host = urls.host_of(url)
+            if per_host:
+                if self.admitted[host] >= per_host:
+                    budget["host_urls"] += 1
+                    continue
+                self.admitted[host] += 1
+            out.append(Task(url, fp, self.key_of(url), depth, hops))
+        self.stats.out_of_scope += outside
+        self.stats.requisites_found += len(out)
+        return out
+
+    def in_scope(self, url: str) -> bool:
+        """Whether a link to ``url``'s host would be followed (``--allow-domain``)."""
+        host = urls.host_of(url)
+        ok = self._in_scope.get(host)
+        return self._host_in_scope(host, url) if ok is None else ok
+
+    def requisite_allowed(self, url: str) -> bool:
+        """``--requisites any``: any host the address guard allows, minus ``--exclude``;
+        ``scope``: what a link would need; ``off``: nothing."""
+        mode = self.settings.signals.requisites
+        if mode == "scope":
+            return self.in_scope(url) and (not self.patterns or self.patterns.allows(url))
+        if mode == "off":
+            return False
+        if any(p.search(url) for p in self.patterns.exclude):
+            return False
+        scope = self.scope
+        if scope.allow_private:
+            return True
+        return not is_forbidden_address(
+            urls.hostname_of(url).strip("[]"), allow_loopback=scope.allow_loopback
+        )
 
     def _host_in_scope(self, host: str, url: str) -> bool:
         return self._in_scope.remember(host, self.scope.allows_host(urls.hostname_of(url)))

@@ -7,27 +7,34 @@ once, and the resolver built for the page's base URL takes string fast paths for
 are already canonical (``p2pcrawl.crawl.urls``). ``benchmarks/parse_links.py`` measures it against
 a bare selectolax + urljoin loop.
 
-Robots directives follow the HTML and robots meta conventions: ``<meta name="robots">``
-``nofollow`` (or ``none``) drops every link, ``noindex`` (or ``none``) is reported, and
-``rel="nofollow"`` drops one link. ``<base href>``: the first one with an href sets the base
-(HTML §4.2.3); if it does not resolve to an http(s) URL the page URL stays the base.
+Robots directives follow the HTML and robots meta conventions (:mod:`~p2pcrawl.crawl.directives`):
+``<meta name="robots">`` and ``<meta name="p2pcrawl">`` (our product token) ``nofollow`` (or
+``none``) drops every link unless the crawl ignores it, ``noindex`` and ``noarchive`` are
+reported. ``rel="nofollow"``, ``"ugc"`` and ``"sponsored"`` drop one link only when
+:attr:`PageRules.follow_rel_nofollow` is off: they are hints about endorsement, not about
+crawling, and an archive wants what they point to (docs/signals.md). ``<base href>``: the
+first one with an href sets the base (HTML §4.2.3); if it does not resolve to an http(s) URL
+the page URL stays the base.
+
+Page requisites (:mod:`~p2pcrawl.crawl.requisites`) are taken when the rules ask for them.
 """
 
 from __future__ import annotations
 
 import codecs
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from selectolax.lexbor import LexborHTMLParser
 
+from p2pcrawl.crawl.directives import NONE, Directives, from_meta_content
+from p2pcrawl.crawl.requisites import page_requisites
 from p2pcrawl.crawl.urls import MAX_URL_LENGTH, LinkResolver, canonicalize
 
-__all__ = ["ParsedPage", "extract_links"]
+__all__ = ["DEFAULT_RULES", "PageRules", "ParsedPage", "extract_links"]
 
 DEFAULT_MAX_LINKS = 5000
 
-_DIRECTIVE_SPLIT = re.compile(r"[\s,]+")
+_NOT_ENDORSED = frozenset({"nofollow", "ugc", "sponsored"})
 # Labels that mean windows-1252 to a browser (WHATWG Encoding), which Python would read as
 # strict latin-1 and turn 0x80-0x9F into control characters.
 _WINDOWS_1252 = frozenset({"latin-1", "iso8859-1", "ascii"})
@@ -39,11 +46,12 @@ class ParsedPage:
     """What a page says about where to go next.
 
     ``links`` are canonical absolute URLs, deduplicated, in document order, capped at
-    ``max_links``; empty when the page is ``nofollow``. ``canonical`` is the resolved
-    ``<link rel=canonical>``, recorded only (never followed or substituted). ``hrefs_seen``
-    counts raw ``<a href>`` elements examined (examination stops at the cap); ``rejected``
-    counts those that did not resolve to a crawlable URL. ``rel=nofollow`` links and the
-    links of a ``nofollow`` page are neither resolved nor counted as rejected.
+    ``max_links``; empty when the page is ``nofollow`` and the rules obey that.
+    ``canonical`` is the resolved ``<link rel=canonical>`` (never substituted for the page's
+    URL). ``hrefs_seen`` counts raw ``<a href>`` elements examined (examination stops at the
+    cap); ``rejected`` counts those that did not resolve to a crawlable URL. Dropped
+    ``rel=nofollow`` links and the links of an obeyed ``nofollow`` page are neither resolved
+    nor counted as rejected. ``requisites``: what the page needs to render, when asked for.
     """
 
     links: list[str]
@@ -53,6 +61,28 @@ class ParsedPage:
     noindex: bool
     hrefs_seen: int
     rejected: int
+    noarchive: bool = False
+    requisites: list[str] = field(default_factory=list)
+
+    @property
+    def directives(self) -> Directives:
+        return Directives(self.nofollow, self.noindex, self.noarchive)
+
+
+@dataclass(frozen=True, slots=True)
+class PageRules:
+    """What a crawl asks of a page besides its links (the crawl's settings, per page)."""
+
+    agent: str = "p2pcrawl"  # our product token: <meta name="p2pcrawl"> speaks to us
+    obey_nofollow: bool = True  # a nofollow page's links are dropped
+    follow_rel_nofollow: bool = True  # rel=nofollow, ugc, sponsored links are followed
+    max_requisites: int = 0  # page requisites taken (0: none)
+
+    def as_tuple(self) -> tuple[str, bool, bool, int]:
+        return (self.agent, self.obey_nofollow, self.follow_rel_nofollow, self.max_requisites)
+
+
+DEFAULT_RULES = PageRules()
 
 
 def extract_links(
@@ -62,6 +92,7 @@ def extract_links(
     encoding: str | None = None,
     max_links: int = DEFAULT_MAX_LINKS,
     max_url_length: int = MAX_URL_LENGTH,
+    rules: PageRules = DEFAULT_RULES,
 ) -> ParsedPage:
     """Parse ``body`` fetched from ``url`` (canonical) and return its followable links.
 
@@ -85,17 +116,16 @@ def extract_links(
             break
     base = LinkResolver(base_url)
 
-    nofollow = noindex = False
+    said = NONE
     for node in tree.tags("meta"):
         attributes = node.attributes
         name = attributes.get("name")
-        if name is None or name.strip().lower() != "robots":
+        if name is None:
             continue
-        directives = set(_DIRECTIVE_SPLIT.split((attributes.get("content") or "").lower()))
-        if "none" in directives:
-            nofollow = noindex = True
-        nofollow = nofollow or "nofollow" in directives
-        noindex = noindex or "noindex" in directives
+        name = name.strip().lower()
+        if name == "robots" or name == rules.agent:
+            said |= from_meta_content(attributes.get("content") or "")
+    nofollow, noindex, noarchive = said.nofollow, said.noindex, said.noarchive
 
     canonical = None
     for node in tree.tags("link"):
@@ -105,11 +135,20 @@ def extract_links(
         if rel is not None and href is not None and "canonical" in rel.lower().split():
             canonical = base.resolve(href, max_url_length)
             break
+    requisites = (
+        page_requisites(tree, base, rules.max_requisites, max_url_length)
+        if rules.max_requisites > 0
+        else []
+    )
 
     links: list[str] = []
     hrefs_seen = rejected = 0
     if max_links <= 0:
-        return ParsedPage(links, canonical, base_url, nofollow, noindex, hrefs_seen, rejected)
+        return ParsedPage(
+            links, canonical, base_url, nofollow, noindex, 0, 0, noarchive, requisites
+        )
+    skip_all = nofollow and rules.obey_nofollow
+    drop_rel = not rules.follow_rel_nofollow
     # Raw href -> canonical URL or None: nav bars repeat the same hrefs many times a page.
     resolved_hrefs: dict[str, str | None] = {}
     emitted: set[str] = set()
@@ -119,11 +158,12 @@ def extract_links(
         if href is None:
             continue
         hrefs_seen += 1
-        if nofollow:
+        if skip_all:
             continue
-        rel = attributes.get("rel")
-        if rel is not None and "nofollow" in rel.lower().split():
-            continue
+        if drop_rel:
+            rel = attributes.get("rel")
+            if rel is not None and not _NOT_ENDORSED.isdisjoint(rel.lower().split()):
+                continue
         if href in resolved_hrefs:
             link = resolved_hrefs[href]
         else:
@@ -135,7 +175,9 @@ def extract_links(
             links.append(link)
             if len(links) >= max_links:
                 break
-    return ParsedPage(links, canonical, base_url, nofollow, noindex, hrefs_seen, rejected)
+    return ParsedPage(
+        links, canonical, base_url, nofollow, noindex, hrefs_seen, rejected, noarchive, requisites
+    )
 
 
 def _parse(body: bytes, encoding: str | None) -> LexborHTMLParser:

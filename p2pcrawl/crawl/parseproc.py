@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from p2pcrawl.archive import frame, read_frame, read_frame_fd, write_frames_fd
-from p2pcrawl.crawl.parse import ParsedPage, extract_links
+from p2pcrawl.crawl.parse import DEFAULT_RULES, PageRules, ParsedPage, extract_links
 from p2pcrawl.crawl.parsebound import DEFAULT_MAX_DEPTH, flatten_deep_nesting
 
 __all__ = [
@@ -82,11 +82,17 @@ def parse_bounded(
     max_links: int,
     max_url_length: int,
     max_depth: int = DEFAULT_MAX_DEPTH,
+    rules: PageRules = DEFAULT_RULES,
 ) -> BoundedParse:
     """Flatten nesting beyond ``max_depth``, then extract links (what the process runs)."""
     flat = flatten_deep_nesting(body, max_depth)
     page = extract_links(
-        flat.body, url, encoding=encoding, max_links=max_links, max_url_length=max_url_length
+        flat.body,
+        url,
+        encoding=encoding,
+        max_links=max_links,
+        max_url_length=max_url_length,
+        rules=rules,
     )
     return BoundedParse(page, "depth" if flat.dropped else None, flat.dropped)
 
@@ -158,6 +164,7 @@ class ParseWorkers:
         max_links: int,
         max_url_length: int,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        rules: PageRules = DEFAULT_RULES,
     ) -> BoundedParse:
         """Parse in a process; a page that overruns the deadline gives no links."""
         if self._closed:
@@ -167,7 +174,15 @@ class ParseWorkers:
         try:
             if worker is None:
                 worker = await self._spawn()
-            request = (bytes(body), url, encoding, max_links, max_url_length, max_depth)
+            request = (
+                bytes(body),
+                url,
+                encoding,
+                max_links,
+                max_url_length,
+                max_depth,
+                rules.as_tuple(),
+            )
             try:
                 async with asyncio.timeout(self.deadline):
                     answer = await worker.parse(request)
@@ -192,8 +207,9 @@ class ParseWorkers:
                 worker = None
                 raise
             self.parsed += 1
-            links, canonical, base, nofollow, noindex, seen, rejected, bound, dropped = answer
-            page = ParsedPage(list(links), canonical, base, nofollow, noindex, seen, rejected)
+            *fields, needs, bound, dropped = answer
+            page = ParsedPage(*fields)
+            page.links, page.requisites = list(page.links), list(needs)
             return BoundedParse(page, bound, dropped)
         finally:
             slots.put_nowait(worker)
@@ -257,7 +273,7 @@ def serve(source: int, answers: int) -> None:
         payload = read_frame_fd(source)
         if payload is None:
             return
-        body, url, encoding, max_links, max_url_length, max_depth = marshal.loads(payload)
+        body, url, encoding, max_links, max_url_length, max_depth, rules = marshal.loads(payload)
         result = parse_bounded(
             body,
             url,
@@ -265,6 +281,7 @@ def serve(source: int, answers: int) -> None:
             max_links=max_links,
             max_url_length=max_url_length,
             max_depth=max_depth,
+            rules=PageRules(*rules),
         )
         p = result.page
         answer = (
@@ -275,6 +292,8 @@ def serve(source: int, answers: int) -> None:
             p.noindex,
             p.hrefs_seen,
             p.rejected,
+            p.noarchive,
+            p.requisites,
             result.bound,
             result.dropped,
         )

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection, Iterable
 
-from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.frontier import Frontier, Task
 from p2pcrawl.crawl.ledger import Ledger
+from p2pcrawl.crawl.sites import queue_of
 from p2pcrawl.settings import CrawlSettings, Partition
 
 __all__ = ["WindowRefill"]
@@ -95,7 +95,7 @@ class WindowRefill:
                     upto = self._loaded_upto.get(t.key)
                     if upto is not None and seq <= upto:
                         continue  # loaded by its own cursor already
-                    host = urls.host_of(t.url)
+                    host = queue_of(t.url, self.partition)
                     if self._host_full(host):
                         self._overflow[t.key] = (host, seq - 1)
                         continue
@@ -136,7 +136,7 @@ class WindowRefill:
         return loaded
 
     def _host_full(self, host: str) -> bool:
-        if self.partition != "host":
+        if self.partition == "url":
             return False  # a key per URL: nothing to read by host
         hq = self.frontier.hosts.get(host)
         return hq is not None and len(hq.tasks) >= self._host_window

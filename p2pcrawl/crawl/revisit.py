@@ -96,15 +96,25 @@ class RevisitStats:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What a fetched page's tail does in continuous mode: the record to write, whether to
+    """What a fetched page's tail does in continuous mode: how to archive it, whether to
     follow its links, and what the schedule makes of it."""
 
-    record: FetchRecord
     seen: Seen
     follow: bool
     previous: Visit | None
     digest: bytes  # SHA-1 of the payload (2xx), else b""
     at: int  # the fetch's time, ms (the capture's name when the record is a response)
+    revisit: RevisitOf | None = None  # archived as a revisit of the previous capture
+    capture: bool = False  # archived as a capture later revisits refer to
+
+    def archive(self, record: FetchRecord) -> FetchRecord:
+        """The page's plain ``record`` as this plan archives it."""
+        if self.revisit is not None:
+            return dataclasses.replace(record, revisit=self.revisit)
+        if self.capture:
+            rid = capture_record_id(record.url, self.at)
+            return dataclasses.replace(record, fetched_at=self.at / 1000, record_id=rid)
+        return record
 
 
 class Revisits:
@@ -207,9 +217,9 @@ class Revisits:
         """The history of a due page being revisited (None for a first fetch)."""
         return None if task.lease else self.pending.get(task.fp)
 
-    async def plan(self, task: Task, res: FetchResult, record: FetchRecord) -> Plan | None:
-        """How to archive ``res`` (whose plain record is ``record``); None for a page
-        fetched on loan (its owner keeps the history)."""
+    async def plan(self, task: Task, res: FetchResult) -> Plan | None:
+        """How to archive ``res``; None for a page fetched on loan (its owner keeps the
+        history)."""
         if task.lease:
             return None
         prev = self.pending.get(task.fp)
@@ -218,33 +228,19 @@ class Revisits:
         if 200 <= status < 300:
             digest = await _sha1(res.body)
             if prev is not None and prev.captured and prev.digest == digest:
-                rec = self._revisit(record, prev, PROFILE_IDENTICAL, digest)
-                return Plan(rec, Seen.UNCHANGED, False, prev, digest, at)
+                ref = _revisit_of(task.url, prev, PROFILE_IDENTICAL, digest)
+                return Plan(Seen.UNCHANGED, False, prev, digest, at, revisit=ref)
             seen = Seen.NEW if prev is None else Seen.CHANGED
-            rec = dataclasses.replace(
-                record, fetched_at=at / 1000, record_id=capture_record_id(task.url, at)
-            )
-            return Plan(rec, seen, True, prev, digest, at)
+            return Plan(seen, True, prev, digest, at, capture=True)
         if status == 304 and prev is not None and prev.captured:
-            rec = self._revisit(record, prev, PROFILE_NOT_MODIFIED, prev.digest)
-            return Plan(rec, Seen.UNCHANGED, False, prev, b"", at)
+            ref = _revisit_of(task.url, prev, PROFILE_NOT_MODIFIED, prev.digest)
+            return Plan(Seen.UNCHANGED, False, prev, b"", at, revisit=ref)
         if 300 <= status < 400 and status != 304:
             same = prev is not None and prev.status == status
             seen = Seen.NEW if prev is None else Seen.UNCHANGED if same else Seen.CHANGED
-            return Plan(record, seen, True, prev, b"", at)
+            return Plan(seen, True, prev, b"", at)
         seen = Seen.GONE if status in _GONE else Seen.FAILED
-        return Plan(record, seen, False, prev, b"", at)
-
-    @staticmethod
-    def _revisit(record: FetchRecord, prev: Visit, profile: str, digest: bytes) -> FetchRecord:
-        ref = RevisitOf(
-            profile,
-            refers_to_uri=record.url,
-            refers_to_date=warc_date(prev.captured / 1000),
-            refers_to=capture_record_id(record.url, prev.captured),
-            payload_digest=payload_digest_label(digest) if digest else "",
-        )
-        return dataclasses.replace(record, revisit=ref)
+        return Plan(seen, False, prev, b"", at)
 
     async def settle_page(self, task: Task, plan: Plan, res: FetchResult) -> None:
         """The page's record is on disk: write its next visit (durable on return), then,
@@ -465,6 +461,16 @@ class Revisits:
             "retired": st.retired,
             "first_visits": st.first_visits,
         }
+
+
+def _revisit_of(url: str, prev: Visit, profile: str, digest: bytes) -> RevisitOf:
+    return RevisitOf(
+        profile,
+        refers_to_uri=url,
+        refers_to_date=warc_date(prev.captured / 1000),
+        refers_to=capture_record_id(url, prev.captured),
+        payload_digest=payload_digest_label(digest) if digest else "",
+    )
 
 
 def conditional_headers(visit: Visit) -> dict[str, str]:

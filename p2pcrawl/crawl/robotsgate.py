@@ -12,12 +12,14 @@ import time
 
 from p2pcrawl.crawl import politeness, urls
 from p2pcrawl.crawl.fetcher import Fetcher
-from p2pcrawl.crawl.frontier import HostQueue, HostSlot, Task
+from p2pcrawl.crawl.frontier import HostQueue, Task
+from p2pcrawl.crawl.hostslot import HostSlot
 from p2pcrawl.crawl.pacing import Pacer, response_on_wire
 from p2pcrawl.crawl.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsPolicy, policy_from_response
+from p2pcrawl.crawl.sitemapgate import SitemapReader
 from p2pcrawl.crawl.stats import CrawlStats
 from p2pcrawl.crawl.unreachable import UNREACHABLE_ERRORS, Unreachable
-from p2pcrawl.settings import CrawlSettings
+from p2pcrawl.settings import CrawlSettings, Partition
 
 __all__ = ["ROBOTS_MAX_REDIRECTS", "RobotsGate"]
 
@@ -34,6 +36,7 @@ class RobotsGate:
         stats: CrawlStats,
         pacer: Pacer,
         unreachable: Unreachable | None = None,
+        partition: Partition = "host",
     ) -> None:
         self.settings = settings
         self.fetcher = fetcher
@@ -49,6 +52,8 @@ class RobotsGate:
             settings.politeness.max_retries, settings.politeness.robots_error_ttl
         )
         self._failures: dict[str, int] = {}  # origin -> consecutive robots.txt failures
+        # Told of each robots.txt fetched: the host's sitemaps are read next.
+        self.sitemaps = SitemapReader(settings, fetcher, stats, self.cache, pacer, partition)
 
     def unreachable_too_long(self, url: str) -> bool:
         """robots.txt of ``url``'s origin failed more often than a page may be retried."""
@@ -123,6 +128,7 @@ class RobotsGate:
         else:
             policy = policy_from_response(status, body, time.monotonic(), self.settings.politeness)
         self.cache.put(origin, policy)
+        self.sitemaps.found_robots(origin, policy, task)
         hq = slot.hq
         self._read_delay(hq, policy, user_agent)
         gap = politeness.next_gap(self.settings.politeness, hq.polite.robots_delay, elapsed)

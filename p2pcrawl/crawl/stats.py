@@ -54,6 +54,19 @@ class CrawlStats:
     retries: int = 0
     nofollow_pages: int = 0
     skipped_done: int = 0  # queued URLs found already done before fetching
+    # Site signals (docs/signals.md): robots directives met, canonical URLs routed, page
+    # requisites routed and fetched (pages_fetched counts the latter too), sitemaps.
+    noindex_pages: int = 0
+    noarchive_pages: int = 0
+    headers_only: int = 0  # noarchive responses archived without their body
+    canonical_links: int = 0
+    requisites_found: int = 0
+    requisites_fetched: int = 0
+    sitemaps_read: int = 0  # sitemap files fetched and parsed (indexes included)
+    sitemap_urls: int = 0  # page URLs they listed that were taken (before the link filter)
+    # Why sitemap content was cut or dropped (malformed, entities, too_large, too_many_urls,
+    # cross_host, depth, files, fetch) -> count; never fatal.
+    sitemap_bounded: Counter[str] = field(default_factory=Counter)
     status: Counter[int] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     # WARC-Truncated reason (length, time, disconnect) -> pages archived so.
@@ -73,6 +86,21 @@ class CrawlStats:
     history: deque[tuple[float, int, int, int]] = field(default_factory=lambda: deque(maxlen=600))
     # The last fetches: (unix time, URL, HTTP status or 0, error kind or "").
     recent: deque[tuple[float, str, int, str]] = field(default_factory=lambda: deque(maxlen=25))
+
+    def signals(self) -> dict[str, object]:
+        """The site-signals section of the status API."""
+        return {
+            "sitemaps_read": self.sitemaps_read,
+            "sitemap_urls": self.sitemap_urls,
+            "sitemap_bounded": dict(self.sitemap_bounded),
+            "requisites_found": self.requisites_found,
+            "requisites_fetched": self.requisites_fetched,
+            "nofollow_pages": self.nofollow_pages,
+            "noindex_pages": self.noindex_pages,
+            "noarchive_pages": self.noarchive_pages,
+            "headers_only": self.headers_only,
+            "canonical_links": self.canonical_links,
+        }
 
     @property
     def error_total(self) -> int:

@@ -421,11 +421,16 @@ def hostname_of(url: str) -> str:
 
 
 def partition_key(url: str, partition: str) -> str:
-    """What a canonical URL contributes to its DHT key: its host key, or the URL itself."""
+    """What a canonical URL contributes to its DHT key: its host key, the URL itself, or its
+    host's registrable domain (``p2pcrawl.crawl.sites``)."""
     if partition == "host":
         return host_of(url)
     if partition == "url":
         return url
+    if partition == "domain":
+        from p2pcrawl.crawl.sites import site_of  # it builds on this module
+
+        return site_of(url)
     raise ValueError(f"unknown partition {partition!r}")
 
 

@@ -67,6 +67,8 @@ class BorrowingCrawl(FrontierView, Protocol):
 
     def adopt_hosts(self, hostnames: list[str]) -> None: ...
 
+    def queue_of(self, url: str) -> str: ...
+
 
 class Borrower:
     def __init__(
@@ -85,7 +87,7 @@ class Borrower:
         """``lend``: LEND to a peer (``CrawlNode.lend``); ``decode``: a loan's tasks, checked
         as any sent to us (``handlers.PeerHandler.decode``); ``trusted``: we trust the
         network with our scope (a keyed network, or one on loopback), and so with a
-        lender's robots.txt; ``enabled``: not ``--no-lend``, and the host partition."""
+        lender's robots.txt; ``enabled``: not ``--no-lend``, and not the URL partition."""
         self.crawl = crawl
         self.book = book
         self.loans = book.loans
@@ -224,7 +226,7 @@ class Borrower:
             await self.reports.report(Borrowed(loan.lease, lender, "", batch.key, set()))
             return
         crawl = self.crawl
-        host = urls.host_of(tasks[0].url)
+        host = crawl.queue_of(tasks[0].url)
         crawl.adopt_hosts([urls.hostname_of(tasks[0].url)])  # links within it are in scope
         if loan.robots is not None:
             self._adopt_robots(loan.robots, tasks[0].url)

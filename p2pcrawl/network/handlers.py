@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from p2pcrawl.crawl import Task, urls
+from p2pcrawl.crawl import Task, hops, urls
 from p2pcrawl.network.intake import AcceptTasks
 from p2pcrawl.network.known import Advertised
 from p2pcrawl.network.ports import Ownership, ScopeView
@@ -37,6 +37,8 @@ class HandlerCrawl(ScopeView, Protocol):
     """What the checks ask of our crawler (``crawl.Engine``): our own scope and limits."""
 
     def key_of(self, url: str) -> bytes: ...
+
+    def requisite_allowed(self, url: str) -> bool: ...
 
 
 class ScopeRefresh(Protocol):
@@ -121,7 +123,13 @@ class PeerHandler:
         scope = crawl.scope
 
         def allowed(ts: list[Task]) -> list[Task]:
-            return [t for t in ts if scope.allows_host(urls.hostname_of(t.url))]
+            # A page requisite has its own scope rule (--requisites) and no depth limit.
+            return [
+                t
+                for t in ts
+                if scope.allows_host(urls.hostname_of(t.url))
+                or (hops.embeds(t.hops) and crawl.requisite_allowed(t.url))
+            ]
 
         ok = allowed(tasks)
         now = time.monotonic()
@@ -137,7 +145,7 @@ class PeerHandler:
             ok = allowed(tasks)
         self.rejected["scope"] += len(tasks) - len(ok)
         max_depth = crawl.settings.scope.max_depth
-        shallow = [t for t in ok if t.depth <= max_depth]
+        shallow = [t for t in ok if t.depth <= max_depth or hops.embeds(t.hops)]
         self.rejected["depth"] += len(ok) - len(shallow)
         return shallow
 

@@ -71,6 +71,8 @@ class LendingCrawl(FrontierView, Protocol):
 
     def excludes(self, key: bytes) -> bool: ...
 
+    def kept_back(self, hq: HostQueue) -> int: ...
+
     async def finish(self, tasks: list[Task], *, hurry: bool = False) -> None: ...
 
     def after_lent(self, key: bytes) -> None: ...
@@ -102,7 +104,7 @@ class Lender:
     ) -> None:
         """``queued``: tasks in our store (lent and under way included); ``is_member``: only
         members borrow; ``active``: lending only while the peer is; ``enabled``: not
-        ``--no-lend``, and the host partition (with the URL one there is nothing to lend)."""
+        ``--no-lend``, and not the URL partition (there is nothing to lend with it)."""
         self.crawl = crawl
         self.lent = book.lent
         self._queued = queued
@@ -166,11 +168,12 @@ class Lender:
         """Lend up to ``want`` of ``hq``'s queued tasks (as many as one reply chunk holds);
         the rest of the host waits here for the lease to end."""
         frontier = self.crawl.frontier
+        # A host whose sitemaps we have not read keeps one task here, which reads them.
+        first = self.crawl.kept_back(hq)
         tasks = frontier.lend_host(hq)
         key = tasks[0].key
-        payload, held = one_chunk(
-            KeyBatch(key, [TaskItem(t.url, t.depth, t.hops) for t in tasks[: min(want, MAX_WANT)]])
-        )
+        chunk = tasks[first : first + min(want, MAX_WANT)]
+        payload, held = one_chunk(KeyBatch(key, [TaskItem(t.url, t.depth, t.hops) for t in chunk]))
         lent_urls = {item.url for item in held.tasks}
         lease = Lease(
             lease=secrets.randbits(62) + 1,
@@ -225,8 +228,8 @@ class Lender:
         here, and ended the crawl)."""
         key = hq.key
         return (
-            self.crawl.frontier.lendable(hq, least)
-            and key is not None
+            key is not None
+            and self.crawl.frontier.lendable(hq, least + self.crawl.kept_back(hq))
             and not self.crawl.excludes(key)
         )
 
@@ -256,6 +259,7 @@ class Lender:
                 key is None
                 or self.crawl.excludes(key)
                 or id(hq) in lent  # busy because it is lent: its rest waits for that
+                or len(hq.tasks) < least + self.crawl.kept_back(hq)
             )
 
         return self.crawl.frontier.largest_lendable(busy=busy, least=least, most=most, skip=skip)

@@ -1,11 +1,12 @@
 """Lending hosts: idle fetchers crawl part of a busy owner's queue (``protocol.lending``).
 
-With the host partition every owner crawls whole hosts, and hosts differ in size by orders
-of magnitude (Zipf), so however evenly the node IDs split the key space, some owner ends up
-with more pages than the others and the crawl lasts as long as that owner needs. Here the
-work moves instead of the keys: a peer whose fetchers would otherwise idle asks a peer with a
-backlog for one host's queued tasks; the owner stops fetching that host while the lease
-runs, so a server is still fetched by one peer at a time (docs/membership.md, "Lending").
+With the host (or domain) partition every owner crawls whole hosts (or sites), and hosts
+differ in size by orders of magnitude (Zipf), so however evenly the node IDs split the key
+space, some owner ends up with more pages than the others and the crawl lasts as long as
+that owner needs. Here the work moves instead of the keys: a peer whose fetchers would
+otherwise idle asks a peer with a backlog for one host's queued tasks; the owner stops
+fetching that host while the lease runs, so a server is still fetched by one peer at a time
+(docs/membership.md, "Lending").
 The owner's side is ``network.lender``; the borrower's is ``network.borrower`` (asking),
 ``network.reporting`` (telling the lender what it finished) and ``network.loanbook`` (what
 the engine sees of loans: ``crawl.LoanPort``); this module runs them together, one loop and

@@ -142,7 +142,7 @@ def assemble(
     roster = Roster(node, events)
     advertised = Advertised()
     rebalance_due = asyncio.Event()
-    lending_on = ps.lend and ps.partition == "host"
+    lending_on = ps.lend and ps.partition != "url"
 
     # -- the engine, and what it sends through ------------------------------------------
     replica_book = ReplicaBook(enroll_new=ledger.queued == 0 and ledger.done_count == 0)

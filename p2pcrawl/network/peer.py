@@ -366,6 +366,7 @@ class Peer:
             "truncated_by": dict(stats.truncated_by) if stats else {},
             "parse_bounded": dict(stats.parse_bounded) if stats else {},
             "budget": dict(stats.budget) if stats else {},
+            "signals": stats.signals() if stats else {},
             "disk_full": bool(p and p.engine.disk.full),
         }
 

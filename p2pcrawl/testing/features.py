@@ -78,7 +78,11 @@ def build_features(plan: SitePlan) -> tuple[Link, ...]:
     head = f'<meta charset="utf-8">\n<link rel="canonical" href="{canonical_to}">\n'
     link(
         "/meta/canonical.html",
-        add("/meta/canonical.html", replace(leaf(), head=head), "canonical"),
+        add(
+            "/meta/canonical.html",
+            replace(leaf(), head=head, canonical_target=canonical_to),
+            "canonical",
+        ),
     )
     add("/meta/noindex-child.html", leaf(), "noindex_child")
     head = '<meta charset="utf-8">\n<meta name="robots" content="noindex">\n'

@@ -30,6 +30,8 @@ The cases, and what a well-behaved crawler does with each:
 ``slowrobots``
     ``/robots.txt`` answers after ``slow_robots_delay`` seconds; the host's pages wait for
     it (RFC 9309 §2.3.1.4) while the rest of the crawl goes on.
+``sitemapbomb``, ``sitemapcross``, ``otherbot``
+    Site signals turned against the crawler: :mod:`p2pcrawl.testing.hostilesignals`.
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from p2pcrawl.aio import Service
+from p2pcrawl.testing.hostilesignals import SIGNAL_CASES, SignalCases
 
 __all__ = ["CASES", "GUARD_TARGETS", "RESET_LINKS", "HostileConfig", "HostileWeb"]
 
-CASES = ("tarpit", "reset", "bomb", "trap", "guard", "slowrobots")
+CASES = ("tarpit", "reset", "bomb", "trap", "guard", "slowrobots", *SIGNAL_CASES)
 RESET_LINKS = 20
 # Where the guard host's redirects point. No test may connect to any of them.
 GUARD_TARGETS = {
@@ -84,7 +87,7 @@ class HostileConfig:
             raise ValueError("reset_after >= 1024, bomb_depth and trap_fanout >= 1")
 
 
-class HostileWeb(Service):
+class HostileWeb(SignalCases, Service):
     """The hostile hosts: one server per case, all on one port."""
 
     __test__ = False
@@ -127,6 +130,9 @@ class HostileWeb(Service):
             self.url("trap", "/trap/"),
             self.url("guard", "/guard/index.html"),
             self.url("slowrobots", "/index.html"),
+            self.url("sitemapbomb", "/index.html"),
+            self.url("sitemapcross", "/index.html"),
+            self.url("otherbot", "/index.html"),
         ]
 
     def followed_links(self) -> dict[str, list[str]]:
@@ -153,6 +159,7 @@ class HostileWeb(Service):
                     raise
                 continue
             self.port = port
+            self.prepare_sitemaps()
             return
         raise OSError("no free port for the hostile hosts")
 
@@ -198,7 +205,7 @@ class HostileWeb(Service):
             return web.Response(status=302, headers={"Location": location})
         if case == "slowrobots":
             await asyncio.sleep(self.config.slow_robots_delay)
-        return web.Response(text="User-agent: *\nDisallow: /private/\n")
+        return web.Response(text=self.signal_robots(case))
 
     async def _tarpit(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
         if path != "/tarpit.html":

@@ -33,7 +33,8 @@ NOT_FOUND: Answer = (404, (("Content-Type", HTML),), _NOT_FOUND)
 class Link:
     href: str  # as written in the HTML
     target: str | None  # canonical absolute URL; None for mailto: and javascript:
-    nofollow: bool = False
+    nofollow: bool = False  # marked rel=nofollow (or ``rel``, one of ugc, sponsored)
+    rel: str = "nofollow"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,13 @@ class Resource:
     title: str = ""
     head: str = '<meta charset="utf-8">\n'
     links: tuple[Link, ...] = ()
-    meta_nofollow: bool = False
+    meta_nofollow: bool = False  # robots nofollow for us (meta tag or X-Robots-Tag)
+    canonical_target: str = ""  # the canonical URL it names (<link> or Link header)
+    headers: tuple[tuple[str, str], ...] = ()  # extra response headers
+    # Page requisites (canonical URLs) its markup or stylesheet names, and the markup that
+    # names the images among them (rendered at the top of the body).
+    requisites: tuple[str, ...] = ()
+    body_top: str = ""
     location: str = ""  # Location header as sent (may be relative)
     location_target: str = ""  # its canonical absolute form
     pad_to: int = -1  # -1 = the config's page_bytes
@@ -89,16 +96,21 @@ class Renderer:
             )
             headers = (("Content-Type", HTML), ("Location", resource.location))
             return resource.status, headers, moved.encode()
+        extra = resource.headers
         if not resource.is_html:
-            return resource.status, (("Content-Type", resource.content_type),), resource.body
+            return (
+                resource.status,
+                (("Content-Type", resource.content_type), *extra),
+                resource.body,
+            )
         body = self.html(resource, title).encode(resource.encoding)
         if resource.gzip:
             return (
                 200,
-                (("Content-Type", HTML), ("Content-Encoding", "gzip")),
+                (("Content-Type", HTML), ("Content-Encoding", "gzip"), *extra),
                 gzip.compress(body, mtime=0),
             )
-        return 200, (("Content-Type", resource.content_type),), body
+        return 200, (("Content-Type", resource.content_type), *extra), body
 
     def html(self, resource: Resource, title: str) -> str:
         title = resource.title or title
@@ -106,11 +118,12 @@ class Renderer:
             '<!DOCTYPE html>\n<html lang="en">\n<head>\n',
             resource.head,
             f"<title>{title}</title>\n</head>\n<body>\n<h1>{title}</h1>\n",
+            resource.body_top,
             self._paragraphs(resource.text_at, 2),
             '<ul class="links">\n',
         ]
         for k, link in enumerate(resource.links):
-            rel = ' rel="nofollow"' if link.nofollow else ""
+            rel = f' rel="{link.rel}"' if link.nofollow else ""
             href = link.href.replace("&", "&amp;")  # as real HTML escapes it in attributes
             parts.append(f'<li><a href="{href}"{rel}>link {k}</a></li>\n')
         parts.append("</ul>\n")

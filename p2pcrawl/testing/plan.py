@@ -12,20 +12,27 @@ Every link is planned as its canonical URL first and only then spelt (relative, 
 segments, a fragment, ``HTTP://``...), so the ground truth never depends on a URL
 canonicaliser.
 
-Ground truth (what a correct crawl from ``hub_url`` requests, ``/robots.txt`` aside):
+Ground truth (what a correct crawl from ``hub_url`` at the default settings requests,
+``/robots.txt`` and sitemaps aside):
 
 - URLs in canonical form: ``http://127.0.0.N:PORT/path?query``, lowercase scheme, dot
   segments resolved (RFC 3986 §5.2.4), no fragment, query parameters sorted by name then
   value, unreserved percent-escapes decoded and the others upper-cased.
 - Breadth-first from the hub along every ``<a href>`` (after ``<base href>``, stripped of
-  surrounding whitespace, ``&amp;`` decoded), limited to the test hosts (``allow_domains``).
-- Not followed: ``rel="nofollow"`` links, every link of a ``<meta name="robots"
-  content="nofollow">`` page, ``<link rel="canonical">``, non-HTTP links, and links inside
-  non-HTML bodies or 3xx/4xx/5xx bodies. ``noindex`` pages are followed.
+  surrounding whitespace, ``&amp;`` decoded), ``rel="nofollow"`` ones included (the default;
+  ``rel_nofollow=False`` for ``--drop-rel-nofollow``), and every ``<link rel="canonical">``,
+  limited to the test hosts (``allow_domains``).
+- Not followed: every link of a ``<meta name="robots" content="nofollow">`` page, non-HTTP
+  links, and links inside non-HTML bodies or 3xx/4xx/5xx bodies. ``noindex`` pages are
+  followed.
 - Every fetched URL counts, whatever it answers: 200 pages and PDF/PNG, 404, 500, and each
   301/302 source; a ``Location`` (resolved against the request URL) is a new discovery.
 - robots.txt (RFC 9309): ``Disallow: /private/`` everywhere except :attr:`no_robots_host`,
   whose robots.txt answers 404, which allows all, so its ``/private/`` pages are fetched.
+- With ``signals`` (:mod:`p2pcrawl.testing.signals`): every page's requisites (stylesheets,
+  what they reference, scripts, images; some on the CDN host, which is outside the scope),
+  what the sitemaps of a host list for it once the crawl reaches it, and the pages the robots
+  directives let a crawl follow.
 """
 
 from __future__ import annotations
@@ -34,15 +41,23 @@ import collections
 import functools
 import posixpath
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from p2pcrawl.testing.canonical import canonical_target
 from p2pcrawl.testing.content import LINK_CAP, LINK_SIGMA, lognormal_mu
 from p2pcrawl.testing.features import build_features
 from p2pcrawl.testing.hostile import HostileConfig
 from p2pcrawl.testing.pages import Answer, Link, Renderer, Resource
+from p2pcrawl.testing.signals import CDN_IP, build_signals, page_requisites, robots_lines
 
-__all__ = ["SitePlan", "TestWebConfig"]
+__all__ = ["SitePlan", "TestWebConfig", "is_sitemap_target"]
+
+
+def is_sitemap_target(target: str) -> bool:
+    """A request target a crawler fetches as a sitemap: ``/sitemap.xml`` (which it tries on
+    every host whose robots.txt names none) and what ``/sitemaps/`` holds."""
+    return target == "/sitemap.xml" or target.startswith("/sitemaps/")
+
 
 _RENDER_CACHE = 512  # rendered answers kept; a crawl fetches each page once, so keep it small
 _ROBOTS_CRAWL_DELAY = 0.05
@@ -69,6 +84,9 @@ class TestWebConfig:
     # are outside the ground truth; crawl them by putting crawl_domains in scope.
     hostile: bool = False
     hostile_config: HostileConfig | None = None
+    # Site signals (p2pcrawl.testing.signals): page requisites on every page and a CDN host,
+    # sitemaps, robots headers and meta tags, a canonical Link header.
+    signals: bool = False
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.pages_per_host < 1:
@@ -77,6 +95,8 @@ class TestWebConfig:
         if self.first_ip < 1 or self.first_ip + self.hosts > 250:
             raise ValueError("hosts must fit in 127.0.0.1 .. 127.0.0.249")
         hostile_ip = (self.hostile_config or HostileConfig()).first_ip
+        if self.signals and self.hosts < 2:
+            raise ValueError("signals need at least 2 hosts")
         if self.hostile and self.first_ip + self.hosts > hostile_ip:
             raise ValueError(f"with hostile hosts, hosts must end below 127.0.0.{hostile_ip}")
 
@@ -108,7 +128,12 @@ class SitePlan:
         self._cap = max(1, min(LINK_CAP, round(10 * config.mean_links)))
         self._pages = Renderer(config.seed, config.page_bytes)
         self.bases: list[str] = []
-        self._authority_index: dict[str, int] = {}
+        self._authority_index: dict[str, int] = {}  # the web's own hosts (in scope)
+        self._index_of: dict[str, int] = {}  # those and the CDN host
+        self.cdn_index = n  # the CDN host's index (signals only)
+        self.cdn_base = ""
+        # Host index -> the page URLs its sitemaps list for it (signals only).
+        self.sitemap_pages: dict[int, list[str]] = {}
         self._special: dict[tuple[int, str], Resource] = {}
         self._hub_extras: tuple[Link, ...] = ()
         self._root_extras: tuple[str, ...] = ()
@@ -120,19 +145,28 @@ class SitePlan:
 
     # -- ground truth ---------------------------------------------------------------------
 
-    def ground_truth(self) -> set[str]:
+    def ground_truth(self, *, rel_nofollow: bool = True) -> set[str]:
         """Canonical URLs a correct breadth-first crawl from :attr:`hub_url` requests."""
-        return set(self.expected_status())
+        return set(self.expected_status(rel_nofollow=rel_nofollow))
 
-    def expected_status(self) -> dict[str, int]:
-        """Status each ground-truth URL answers (200, 301, 302, 404 or 500)."""
+    def expected_status(self, *, rel_nofollow: bool = True) -> dict[str, int]:
+        """Status each ground-truth URL answers (200, 301, 302, 404 or 500); with
+        ``rel_nofollow`` False, as a crawl with ``--drop-rel-nofollow`` would find it."""
         self._require_port()
         seen = {self.hub_url}
         queue = collections.deque([self.hub_url])
         status: dict[str, int] = {}
+        reached: set[int] = set()
         while queue:
             url = queue.popleft()
             index, target = self._split(url)
+            if index not in reached:
+                # The host's robots.txt is read before its first page: its sitemaps too.
+                reached.add(index)
+                for new in self.sitemap_pages.get(index, ()):
+                    if new not in seen and self._crawlable(new):
+                        seen.add(new)
+                        queue.append(new)
             resource = self._resource(index, target)
             if resource is None:
                 status[url] = 404
@@ -142,10 +176,19 @@ class SitePlan:
                 found = [resource.location_target]
             elif resource.is_html and not resource.meta_nofollow:
                 found = [
-                    link.target for link in resource.links if link.target and not link.nofollow
+                    link.target
+                    for link in resource.links
+                    if link.target and (rel_nofollow or not link.nofollow)
                 ]
             else:
                 found = []
+            if resource.is_html and resource.canonical_target:
+                found.append(resource.canonical_target)
+            if resource.status == 200:
+                for need in resource.requisites:
+                    if need not in seen and self._requisite_ok(need):
+                        seen.add(need)
+                        queue.append(need)
             for new in found:
                 if new not in seen and self._crawlable(new):
                     seen.add(new)
@@ -162,16 +205,23 @@ class SitePlan:
             return False
         return not ("/" + path).startswith("/private/") or not self._robots_blocks_private(index)
 
+    def _requisite_ok(self, url: str) -> bool:
+        """A page requisite is fetched from any host (``--requisites any``), robots.txt
+        permitting: the CDN's allows all."""
+        authority = url[7:].partition("/")[0]
+        return self._index_of.get(authority) == self.cdn_index or self._crawlable(url)
+
     def _robots_blocks_private(self, index: int) -> bool:
         return self.config.features and index != self._no_robots_index
 
     def robots_txt(self, index: int) -> str | None:
         """Host ``index``'s robots.txt; None means it answers 404 (RFC 9309 §2.3.1.3: allow all)."""
-        if not self.config.features:
-            return "User-agent: *\nDisallow:\n"
+        sitemaps = robots_lines(self, index) if self.config.signals else ""
+        if not self.config.features or index == self.cdn_index:
+            return "User-agent: *\nDisallow:\n" + sitemaps
         if index == self._no_robots_index:
             return None
-        text = "User-agent: *\nDisallow: /private/\n"
+        text = "User-agent: *\nDisallow: /private/\n" + sitemaps
         if index == self._crawl_delay_index:
             text += f"Crawl-delay: {_ROBOTS_CRAWL_DELAY}\n"
         return text
@@ -180,7 +230,7 @@ class SitePlan:
         """What the server answers for ``url`` (any spelling), without any I/O."""
         self._require_port()
         authority, _, rest = url.partition("://")[2].partition("/")
-        index = self._authority_index[authority]
+        index = self._index_of[authority]
         target = canonical_target("/" + rest)
         if target == "/robots.txt":
             status, headers, body = self._robots_answer(index)
@@ -203,9 +253,15 @@ class SitePlan:
         self.hosts = [f"{ip}:{port}" for ip in self.allow_domains]
         self.bases = [f"http://{h}" for h in self.hosts]
         self._authority_index = {h: i for i, h in enumerate(self.hosts)}
+        self._index_of = dict(self._authority_index)
         self.hub_url = self.bases[0] + "/"
         self._answer.cache_clear()
+        self.sitemap_pages.clear()
         roots = tuple(Link(b + "/", b + "/") for b in self.bases) + self._extra_roots()
+        if self.config.signals:
+            self.cdn_base = f"http://{CDN_IP}:{port}"
+            self._index_of[self.cdn_base[7:]] = self.cdn_index
+            roots += build_signals(self)
         if not self.config.features:
             self._hub_extras = roots
             return
@@ -219,8 +275,11 @@ class SitePlan:
             self.add(i, "/private/0.html", self.leaf(i, "/private/1.html", "/"))
             self.add(i, "/private/1.html", self.leaf(i, "/"))
 
+    def base_of(self, index: int) -> str:
+        return self.cdn_base if index == self.cdn_index else self.bases[index]
+
     def add(self, index: int, target: str, resource: Resource, name: str = "") -> str:
-        url = self.bases[index] + target
+        url = self.base_of(index) + target
         self._special[(index, target)] = resource
         if name:
             self.feature_urls[name] = url
@@ -238,7 +297,7 @@ class SitePlan:
 
     def _split(self, url: str) -> tuple[int, str]:
         authority, _, rest = url[7:].partition("/")
-        return self._authority_index[authority], "/" + rest
+        return self._index_of[authority], "/" + rest
 
     def _resource(self, index: int, target: str) -> Resource | None:
         page = self._page_index.get(target)
@@ -284,11 +343,15 @@ class SitePlan:
             links.extend(Link(t, base + t) for t in self._root_extras)
         if cfg.features:
             self._sprinkle(index, page, links)
-        return Resource(
+        resource = Resource(
             title=f"{self.hosts[index]} page {page}",
             links=tuple(links),
             text_at=int(draw() * self._pages.paragraphs),
         )
+        if cfg.signals:
+            head, body, needs = page_requisites(self, index)
+            resource = replace(resource, head=resource.head + head, body_top=body, requisites=needs)
+        return resource
 
     def _sprinkle(self, index: int, page: int, links: list[Link]) -> None:
         """Robots-disallowed, broken, nofollow and non-HTTP links on some regular pages."""
@@ -353,4 +416,5 @@ class SitePlan:
         return self._pages.robots(self.robots_txt(index))
 
     def _render(self, index: int, target: str) -> Answer:
-        return self._pages.answer(self._resource(index, target), f"{self.hosts[index]}{target}")
+        host = self.cdn_base[7:] if index == self.cdn_index else self.hosts[index]
+        return self._pages.answer(self._resource(index, target), f"{host}{target}")

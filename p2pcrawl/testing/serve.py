@@ -37,6 +37,9 @@ def _parse_args(argv: list[str] | None) -> TestWebConfig:
     parser.add_argument(
         "--hostile", action="store_true", help="also serve the hostile hosts (crawl_domains)"
     )
+    parser.add_argument(
+        "--signals", action="store_true", help="site signals: requisites, sitemaps, directives"
+    )
     a = parser.parse_args(argv)
     return TestWebConfig(
         hosts=a.hosts,
@@ -51,6 +54,7 @@ def _parse_args(argv: list[str] | None) -> TestWebConfig:
         port=a.port,
         first_ip=a.first_ip,
         hostile=a.hostile,
+        signals=a.signals,
     )
 
 

@@ -21,7 +21,8 @@ from p2pcrawl.aio import Service
 from p2pcrawl.testing.canonical import canonical_target
 from p2pcrawl.testing.hostile import HostileConfig, HostileWeb
 from p2pcrawl.testing.pages import Link
-from p2pcrawl.testing.plan import SitePlan, TestWebConfig
+from p2pcrawl.testing.plan import SitePlan, TestWebConfig, is_sitemap_target
+from p2pcrawl.testing.signals import CDN_IP
 
 __all__ = ["TestWeb", "TestWebConfig", "canonical_target"]
 
@@ -45,6 +46,9 @@ class TestWeb(SitePlan, Service):
         self.request_log: collections.deque[tuple[float, str, str]] = collections.deque(
             maxlen=REQUEST_LOG_MAX
         )
+        # Sitemap requests (/sitemap.xml, /sitemaps/...), outside the ground truth as
+        # robots.txt is: a crawl reads them, it does not archive them.
+        self.sitemap_counts: collections.Counter[str] = collections.Counter()
         self._runners: list[web.ServerRunner] = []
         self.hostile: HostileWeb | None = None
         if config.hostile:
@@ -70,6 +74,7 @@ class TestWeb(SitePlan, Service):
             self.request_counts.clear()
             self.request_log.clear()
             self.robots_counts.clear()
+            self.sitemap_counts.clear()
         super()._set_port(port)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -83,6 +88,8 @@ class TestWeb(SitePlan, Service):
             try:
                 for i, ip in enumerate(self.allow_domains):
                     port = await self._bind(i, ip, port)
+                if self.config.signals:
+                    port = await self._bind(self.cdn_index, CDN_IP, port)
             except OSError:
                 await self.aclose()
                 if self.config.port:
@@ -114,11 +121,15 @@ class TestWeb(SitePlan, Service):
 
     async def _handle(self, index: int, request: web.BaseRequest) -> web.StreamResponse:
         target = canonical_target(request.raw_path)
+        base = self.base_of(index)
         if target == "/robots.txt":
-            self.robots_counts[self.hosts[index]] += 1
+            self.robots_counts[base[7:]] += 1
             status, headers, body = self._robots_answer(index)
+        elif is_sitemap_target(target):
+            self.sitemap_counts[base + target] += 1
+            status, headers, body = self._answer(index, target)
         else:
-            url = self.bases[index] + target
+            url = base + target
             self.request_counts[url] += 1
             self.request_log.append((time.monotonic(), url, request.headers.get("User-Agent", "")))
             status, headers, body = self._answer(index, target)

@@ -7,10 +7,14 @@ Three formats:
 
 - ``urls``: each distinct fetched URL once, one per line, in file order.
 - ``jsonl``: one JSON object per response record (a capture): url, HTTP status, content
-  type, payload length, fetch time, whether the payload was truncated, and where the record
-  is (WARC file, byte offset and length of its gzip member), so a script can seek to it. A
-  revisit record of continuous mode (docs/freshness.md) is a line too, with a ``revisit``
-  object: its WARC profile and the capture it refers to (URI, date, record ID).
+  type, payload length, fetch time, whether the payload was truncated, the robots
+  directives that applied (``robots``: ``noarchive``, ``nofollow``, ``noindex``, from the
+  meta tags and the ``X-Robots-Tag`` header), the canonical URL the page named
+  (``canonical``), and where the record is (WARC file, byte offset and length of its gzip
+  member), so a script can seek to it. ``robots`` and ``canonical`` are the crawler's own
+  WARC fields (docs/signals.md). A revisit record of continuous mode (docs/freshness.md)
+  is a line too, with a ``revisit`` object: its WARC profile and the capture it refers to
+  (URI, date, record ID).
 - ``cdxj``: a sorted CDXJ index written by ``cdxj-indexer`` (the indexer pywb's own
   ``wb-manager`` uses), so pywb and other wayback tools can replay the WARCs. It is not
   written by hand here: the SURT keys and field names are the indexer's.
@@ -37,6 +41,8 @@ from cdxj_indexer import CDXJIndexer
 from cdxj_indexer.main import SortingWriter
 from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
+
+from p2pcrawl.crawl import CANONICAL_FIELD, ROBOTS_FIELD
 
 __all__ = [
     "FORMATS",
@@ -76,6 +82,8 @@ class Capture:
     length: int  # payload bytes as stored (decoded, after the HTTP headers)
     fetched_at: str  # WARC-Date, W3C-ISO8601 UTC
     truncated: bool
+    robots: list[str]  # directives that applied: noarchive, nofollow, noindex
+    canonical: str | None  # the canonical URL the page or its Link header named
     warc_file: str
     warc_offset: int  # of the record's gzip member in warc_file
     warc_length: int  # bytes of that gzip member
@@ -137,13 +145,14 @@ def iter_captures(files: Iterable[Path], warn: Warn) -> Iterator[Capture]:
                     offset = it.get_record_offset()
                     http = record.http_headers
                     status = http.get_statuscode() if http is not None else None
-                    head = record.rec_headers
+                    warc = record.rec_headers
+                    robots = warc.get_header(ROBOTS_FIELD) or ""
                     revisit = (
                         {
-                            "profile": head.get_header("WARC-Profile") or "",
-                            "refers_to_uri": head.get_header("WARC-Refers-To-Target-URI") or "",
-                            "refers_to_date": head.get_header("WARC-Refers-To-Date") or "",
-                            "refers_to": head.get_header("WARC-Refers-To") or "",
+                            "profile": warc.get_header("WARC-Profile") or "",
+                            "refers_to_uri": warc.get_header("WARC-Refers-To-Target-URI") or "",
+                            "refers_to_date": warc.get_header("WARC-Refers-To-Date") or "",
+                            "refers_to": warc.get_header("WARC-Refers-To") or "",
                         }
                         if record.rec_type == "revisit"
                         else None
@@ -155,12 +164,14 @@ def iter_captures(files: Iterable[Path], warn: Warn) -> Iterator[Capture]:
                         length=length,
                         fetched_at=record.rec_headers.get_header("WARC-Date") or "",
                         # A revisit's payload is left out by design, not cut short.
-                        truncated=revisit is None and bool(head.get_header("WARC-Truncated")),
+                        truncated=revisit is None and bool(warc.get_header("WARC-Truncated")),
+                        robots=[d.strip() for d in robots.split(",") if d.strip()],
+                        canonical=warc.get_header(CANONICAL_FIELD),
                         warc_file=str(path),
                         warc_offset=offset,
                         warc_length=it.get_record_length(),
                         revisit=revisit,
-                        digest=head.get_header("WARC-Payload-Digest") or "",
+                        digest=warc.get_header("WARC-Payload-Digest") or "",
                     )
                 _check_tail(it, fh)
             except _DAMAGE as exc:

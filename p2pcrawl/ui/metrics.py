@@ -59,6 +59,11 @@ _CRAWL_COUNTERS = (
     ("p2pcrawl_truncated", "Pages archived with a cut body (WARC-Truncated)", "truncated"),
     ("p2pcrawl_parsed_in_worker", "Pages parsed in a parse process", "parsed_in_worker"),
     ("p2pcrawl_non_html", "Responses that were not HTML", "non_html"),
+    ("p2pcrawl_sitemaps_read", "Sitemap files read", "sitemaps_read"),
+    ("p2pcrawl_sitemap_urls", "Page URLs taken from sitemaps", "sitemap_urls"),
+    ("p2pcrawl_requisites_fetched", "Page requisites fetched", "requisites_fetched"),
+    ("p2pcrawl_nofollow_pages", "Responses marked nofollow for us", "nofollow_pages"),
+    ("p2pcrawl_canonical_links", "Canonical URLs routed", "canonical_links"),
 )
 
 # (metric name, help, key in CrawlNode.stats()) for {method: count} maps

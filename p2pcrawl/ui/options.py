@@ -442,7 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read the WARC files of one or more data directories (or WARC folders or "
         "files) and print what was crawled: 'urls' (each distinct URL once), 'jsonl' (one "
         "object per capture: url, status, content_type, length, fetched_at, truncated, "
-        "warc_file, warc_offset, warc_length) or 'cdxj' (a sorted CDXJ index for pywb and "
+        "robots, canonical, warc_file, warc_offset, warc_length) or 'cdxj' (a sorted CDXJ "
+        "index for pywb and "
         "other wayback tools, written by cdxj-indexer).",
     )
     export.add_argument(

@@ -252,7 +252,8 @@ async def test_max_pages_stops_at_exactly_n(
 
 
 def expected_within_depth(web: TestWeb, max_depth: int) -> set[str]:
-    """Ground-truth URLs within ``max_depth`` links of the hub; a redirect keeps its depth."""
+    """Ground-truth URLs within ``max_depth`` links of the hub; a redirect and a canonical
+    URL keep their page's depth."""
     truth = web.ground_truth()
     best: dict[str, int] = {}
     heap = [(0, web.hub_url)]
@@ -270,7 +271,10 @@ def expected_within_depth(web: TestWeb, max_depth: int) -> set[str]:
         elif status == 200 and headers["Content-Type"].startswith("text/html"):
             if headers.get("Content-Encoding") == "gzip":
                 body = gzip.decompress(body)
-            found.extend((depth + 1, u) for u in extract_links(body, url).links)
+            page = extract_links(body, url)
+            found.extend((depth + 1, u) for u in page.links)
+            if page.canonical is not None:
+                found.append((depth, page.canonical))  # the same document: its depth
         for d, u in found:
             if d <= max_depth and u in truth and u not in best:
                 heapq.heappush(heap, (d, u))
@@ -578,7 +582,8 @@ async def test_a_long_host_queue_does_not_fill_the_window(tmp_path: Path) -> Non
         finally:
             await engine.aclose()
             await ledger.aclose()
-    assert long_host.paths == Counter({"/robots.txt": 1, **{f"/p{i}": 1 for i in range(300)}})
+    control = {"/robots.txt": 1, "/sitemap.xml": 1}  # each host's robots.txt names no sitemap
+    assert long_host.paths == Counter({**control, **{f"/p{i}": 1 for i in range(300)}})
     for s in short_hosts:
-        assert s.paths == Counter({"/robots.txt": 1, **{f"/p{i}": 1 for i in range(10)}})
+        assert s.paths == Counter({**control, **{f"/p{i}": 1 for i in range(10)}})
     assert ledger.queued == 0 and ledger.done_count == 340

@@ -243,7 +243,8 @@ def test_link_trap_is_bounded_by_the_host_budgets(crawled: Crawled) -> None:
     assert budget["repeating_path"] > 0
     assert budget["session_id"] > 0
     assert not any("sid=" in u or "jsessionid" in u for u in crawled.records)
-    assert sum(h.requests["trap"].values()) - h.requests["trap"]["/robots.txt"] <= PAGES_PER_HOST
+    control = h.requests["trap"]["/robots.txt"] + h.requests["trap"]["/sitemap.xml"]
+    assert sum(h.requests["trap"].values()) - control <= PAGES_PER_HOST
 
 
 def test_guard_redirects_never_reach_a_refused_address(crawled: Crawled) -> None:
@@ -285,3 +286,34 @@ async def test_the_fetcher_refuses_shared_and_embedded_addresses_without_connect
             assert res.elapsed == 0.0  # refused before any connection was tried
     finally:
         await fetcher.aclose()
+
+
+def test_sitemap_bombs_are_cut_counted_and_never_fatal(crawled: Crawled) -> None:
+    """Entity bombs and XXE refused, a gzip bomb cut at 50 MB inflated, a file of 60,000
+    URLs cut at 50,000, malformed XML cut where it breaks, an index chain cut at two levels:
+    each counted, the peer kept answering (test above), the good URLs crawled."""
+    bounded = crawled.stats.sitemap_bounded
+    assert bounded["entities"] >= 2, dict(bounded)  # laughs.xml and xxe.xml
+    for why in ("too_large", "too_many_urls", "malformed", "depth"):
+        assert bounded[why] >= 1, (why, dict(bounded))
+    req = crawled.hostile.requests["sitemapbomb"]
+    for name in ("laughs.xml", "xxe.xml", "huge.xml.gz", "many.xml", "broken.xml", "deep-0.xml"):
+        assert req[f"/sitemaps/{name}"] == 1, name
+    assert req["/from-broken/1.html"] == req["/from-broken/2.html"] == 1
+    assert req["/from-deep/0.html"] == req["/from-deep/1.html"] == 1
+    assert req["/from-deep/2.html"] == 0 and req["/sitemaps/deep-3.xml"] == 0
+    assert not any(p.startswith("/many/") for p in crawled.hostile.requests["otherbot"])
+
+
+def test_a_sitemap_lists_only_its_own_host(crawled: Crawled) -> None:
+    h = crawled.hostile
+    assert h.requests["sitemapcross"]["/listed.html"] == 1
+    assert h.requests["otherbot"]["/listed-by-another.html"] == 0
+    assert crawled.stats.sitemap_bounded["cross_host"] >= 1
+
+
+def test_a_nofollow_header_for_another_crawler_does_not_apply(crawled: Crawled) -> None:
+    req = crawled.hostile.requests["otherbot"]
+    assert req["/child.html"] == 1  # X-Robots-Tag: otherbot: nofollow
+    assert req["/ours.html"] == 1
+    assert req["/never.html"] == 0  # X-Robots-Tag: p2pcrawl: nofollow

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from p2pcrawl.crawl import ParsedPage, extract_links
+from p2pcrawl.crawl.parse import PageRules
 from p2pcrawl.crawl.urls import hostname_of, resolve
 from p2pcrawl.testing import TestWeb, TestWebConfig
 
@@ -46,8 +47,28 @@ def test_base_href_with_javascript_falls_back_to_the_page_url() -> None:
     assert page.links == ["http://example.com/blog/next.html", "http://example.com/top.html"]
 
 
-def test_rel_nofollow_is_a_case_insensitive_token() -> None:
+def test_rel_nofollow_links_are_followed_by_default() -> None:
     page = parse("nofollow_rel.html")
+    assert page.links == [
+        "http://example.com/followed-1.html",
+        "http://example.com/skipped-1.html",
+        "http://example.com/skipped-2.html",
+        "http://example.com/skipped-3.html",
+        "http://example.com/followed-2.html",
+        "http://example.com/followed-3.html",
+    ]
+
+
+def test_rel_nofollow_ugc_and_sponsored_are_dropped_when_asked() -> None:
+    drop = PageRules(follow_rel_nofollow=False)
+    body = b"""<a href=/a rel=ugc>a</a><a href=/b rel="Sponsored noopener">b</a>
+    <a href=/c rel=nofollow>c</a><a href=/d rel=noopener>d</a>"""
+    assert extract_links(body, PAGE, rules=drop).links == ["http://example.com/d"]
+    assert len(extract_links(body, PAGE).links) == 4
+
+
+def test_rel_nofollow_is_a_case_insensitive_token() -> None:
+    page = parse("nofollow_rel.html", rules=PageRules(follow_rel_nofollow=False))
     assert page.links == [
         "http://example.com/followed-1.html",
         "http://example.com/followed-2.html",
@@ -221,7 +242,8 @@ def test_crawling_the_test_web_reaches_its_ground_truth() -> None:
     """A breadth-first walk by extract_links alone finds what the test web says a crawl must.
 
     The test web plans every link as its canonical URL before spelling it (dot segments,
-    fragments, whitespace, "HTTP://", escapes, <base href>, nofollow, meta robots), so this
+    fragments, whitespace, "HTTP://", escapes, <base href>, rel=nofollow (followed by
+    default), meta robots, rel=canonical (followed)), so this
     checks our rules against an independent statement of them. robots.txt is not consulted
     here, so the walk may also reach /private/ pages, and nothing else beyond the truth.
     """
@@ -239,7 +261,8 @@ def test_crawling_the_test_web_reaches_its_ground_truth() -> None:
                 body = gzip.decompress(body)
             charset = re.search(r"charset=([\w-]+)", headers["Content-Type"])
             encoding = charset.group(1) if charset else None
-            found = list(extract_links(body, url, encoding=encoding).links)
+            page = extract_links(body, url, encoding=encoding)
+            found = [*page.links, *([page.canonical] if page.canonical else [])]
         else:
             found = []
         for link in found:

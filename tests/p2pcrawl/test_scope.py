@@ -156,6 +156,7 @@ async def test_ssrf_guard_refuses_loopback_seed(tmp_path: Path, host_form: str) 
 async def test_allow_private_lets_loopback_through(tmp_path: Path) -> None:
     async with serve(_page, "127.0.0.7") as server:
         summary = await crawl([server.base + "/"], fast_settings([]), tmp_path)
-        assert server.paths == {"/robots.txt": 1, "/": 1, "/next.html": 1}
+        # robots.txt names no sitemap, so /sitemap.xml is tried, once.
+        assert server.paths == {"/robots.txt": 1, "/sitemap.xml": 1, "/": 1, "/next.html": 1}
     assert summary.pages_fetched == 2
     assert summary.errors == {}

@@ -86,10 +86,11 @@ def extract_links(html: str, page_url: str) -> list[str]:
     if base_tag is not None:
         base = urljoin(page_url, (base_tag.attributes.get("href") or "").strip())
     found = []
-    for a in tree.css("a[href]"):
-        if "nofollow" in (a.attributes.get("rel") or "").split():
-            continue
-        url = urljoin(base, (a.attributes.get("href") or "").strip())
+    # rel=nofollow links are followed (the crawler's default); so is rel=canonical.
+    hrefs = [a.attributes.get("href") or "" for a in tree.css("a[href]")]
+    hrefs += [link.attributes.get("href") or "" for link in tree.css('link[rel="canonical"]')]
+    for href in hrefs:
+        url = urljoin(base, href.strip())
         if urlsplit(url).scheme in ("http", "https"):
             found.append(canonical(url))
     return found
@@ -186,15 +187,18 @@ def test_ground_truth_rules() -> None:
         h0 + "/big/after-large.html": 200,
         h2 + "/private/0.html": 200,  # its host answers robots.txt with 404: allow all
         h2 + "/private/1.html": 200,
+        # Followed by default: rel=nofollow links (an archive wants them) and rel=canonical.
+        h0 + "/nofollow/hub.html": 200,
+        h0 + "/nofollow/5.html": 200,
+        h0 + "/meta/canonical-target.html": 200,
     }
     assert {url: truth.get(url) for url in expected} == expected
+    dropped = web.ground_truth(rel_nofollow=False)
+    assert {u for u in truth if "/nofollow/" in u} and not {u for u in dropped if "/nofollow/" in u}
     never = [
         h0 + "/private/0.html",
         h1 + "/private/0.html",
         h0 + "/meta/nofollow-target-0.html",
-        h0 + "/meta/canonical-target.html",
-        h0 + "/nofollow/hub.html",
-        h0 + "/nofollow/5.html",
         h0 + "/base/b1.html",
         "http://example.invalid/away",
         "http://example.invalid/page.html",

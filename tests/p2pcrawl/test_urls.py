@@ -251,8 +251,10 @@ def test_helpers_on_canonical_urls() -> None:
         "::1",
         "http://[::1]:8080",
     )
+    assert partition_key("http://a.b.example.co.uk:81/x", "domain") == "example.co.uk"
+    assert partition_key(url, "domain") == "127.0.0.3"
     with pytest.raises(ValueError):
-        partition_key(url, "domain")
+        partition_key(url, "site")
 
 
 def test_fingerprint_is_unsigned_xxh3_of_utf8() -> None:
