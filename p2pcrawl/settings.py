@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from p2pcrawl.continuous import RevisitSettings
 from p2pcrawl.fields import (
     SettingsError,
     bounds,
@@ -30,6 +29,7 @@ from p2pcrawl.fields import (
     range_error,
     validate,
 )
+from p2pcrawl.revisitsettings import RevisitSettings
 from p2pcrawl.signalsettings import Requisites, SignalSettings
 from protocol import MAX_URL_LENGTH, NodeConfig
 

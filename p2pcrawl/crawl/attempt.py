@@ -9,22 +9,25 @@ slot is released keeps the host busy only for the request itself.
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from typing import TYPE_CHECKING
 
 from p2pcrawl.aio import backoff_delay
 from p2pcrawl.crawl import hops, politeness, scheduling, urls
+from p2pcrawl.crawl.conditional import conditional_headers
 from p2pcrawl.crawl.domains import politeness_for
 from p2pcrawl.crawl.fetcher import FetchResult
 from p2pcrawl.crawl.frontier import Task
 from p2pcrawl.crawl.hostslot import HostSlot
-from p2pcrawl.crawl.revisit import conditional_headers
 from p2pcrawl.crawl.unreachable import UNREACHABLE_ERRORS
 
 if TYPE_CHECKING:
     from p2pcrawl.crawl.engine import Engine
 
-__all__ = ["RETRYABLE_ERRORS", "Outcome", "attempt"]
+__all__ = ["RETRYABLE_ERRORS", "Outcome", "RefusedHosts", "attempt"]
+
+log = logging.getLogger(__name__)
 
 RETRYABLE_ERRORS = frozenset({"timeout", "connect", "protocol", "disconnect"})
 # A borrowed task held back (its loan is too far ahead of its lender's word) is tried again
@@ -151,7 +154,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
             # Refused by this peer's own configuration (the SSRF guard, --allow-private).
             # Recorded done, the URL would never be crawled once the operator allows it.
             slot.after(res.elapsed, gap)
-            engine.note_refused(task.url)
+            engine.refused_hosts.note(task.url)
             return Outcome.REFUSED, None
         if res.error in RETRYABLE_ERRORS and task.tries < pset.max_retries:
             task.tries += 1
@@ -184,3 +187,26 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         stats.truncated += 1
         stats.truncated_by[res.truncated] += 1
     return Outcome.PAGE, res
+
+
+class RefusedHosts:
+    """Hosts the address guard refused: each is said once, with how to allow it."""
+
+    LIMIT = 1000  # hosts remembered; past it the memory starts again
+
+    def __init__(self) -> None:
+        self.hosts: set[str] = set()
+
+    def note(self, url: str) -> None:
+        host = urls.hostname_of(url)
+        if host in self.hosts:
+            return
+        if len(self.hosts) >= self.LIMIT:
+            self.hosts.clear()
+        self.hosts.add(host)
+        log.warning(
+            "refused %s: %s is a loopback, private or link-local address "
+            "(start the peer with --allow-private to crawl it)",
+            url,
+            host,
+        )

@@ -23,7 +23,7 @@ from pathlib import Path
 from p2pcrawl.aio import TaskSet, every
 from p2pcrawl.archive import WarcWriteError, WarcWriter
 from p2pcrawl.crawl import urls
-from p2pcrawl.crawl.attempt import Outcome, attempt
+from p2pcrawl.crawl.attempt import Outcome, RefusedHosts, attempt
 from p2pcrawl.crawl.disk import NEAR_EVERY_S, DiskBudget
 from p2pcrawl.crawl.domains import DomainTable
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 # Page tails (archive, parse, route, finish) allowed per fetch slot. Each holds one fetched
 # body, so this bounds the pages in memory at (1 + TAILS_PER_FETCH) x concurrency.
 TAILS_PER_FETCH = 2
-MAX_REFUSED_HOSTS_NOTED = 1000
 
 
 class Engine:
@@ -112,7 +111,7 @@ class Engine:
         self._tasks = TaskSet("engine")
         self._progress = asyncio.Event()
         self._fetching = 0  # page fetches under way, reserved against max_pages
-        self._refused_hosts: set[str] = set()
+        self.refused_hosts = RefusedHosts()  # said once each, with how to allow them
         # Set by whoever watches the network's total (--max-network-pages).
         self.network_limit_reached = False
         # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
@@ -194,10 +193,8 @@ class Engine:
 
     @property
     def idle(self) -> bool:
-        due = bool(self.revisits and self.revisits.pending)
-        return (
-            not self.in_flight and self.ledger.queued == 0 and not self.loans.borrowed and not due
-        )
+        busy = self.in_flight or self.ledger.queued or self.loans.borrowed
+        return not busy and not (self.revisits and self.revisits.pending)
 
     @property
     def exhausted(self) -> bool:
@@ -417,21 +414,6 @@ class Engine:
         self._progress.set()
         if self.on_failure is not None:
             self.on_failure(exc)
-
-    def note_refused(self, url: str) -> None:
-        """Say once per host that the address guard refused it, and how to allow it."""
-        host = urls.hostname_of(url)
-        if host in self._refused_hosts:
-            return
-        if len(self._refused_hosts) >= MAX_REFUSED_HOSTS_NOTED:
-            self._refused_hosts.clear()
-        self._refused_hosts.add(host)
-        log.warning(
-            "refused %s: %s is a loopback, private or link-local address "
-            "(start the peer with --allow-private to crawl it)",
-            url,
-            host,
-        )
 
     async def refuse(self, task: Task) -> None:
         """Drop a task this peer's configuration refuses, without recording it done: the

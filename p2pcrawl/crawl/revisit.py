@@ -6,16 +6,9 @@ duplicate) and gets a row in the visit history (:class:`storage.VisitStore`), wh
 the durable queue of revisits. :meth:`Revisits.run` reads due rows into the frontier as
 tasks, like any other: politeness, robots.txt (fetched again once its cache expires, RFC
 9309 §2.4: at most 24 h), the per-host budgets and ``--max-disk`` hold for them as for a
-first fetch. A revisit sends ``If-None-Match`` and ``If-Modified-Since`` from the archived
-capture (RFC 9110 §13.1); what comes back decides the WARC record (:meth:`Revisits.plan`):
-
-* 304: a ``revisit`` record, profile server-not-modified;
-* 200 whose payload's SHA-1 is the capture's: a ``revisit`` record, identical-payload-digest;
-* a changed 200: a full ``response``, whose links are routed as usual (new pages are found);
-* 404 or 410: the response, and a miss; a page gone ``retire_after`` times in a row is
-  retired (its row goes; it stays done).
-
-and :mod:`~p2pcrawl.crawl.refresh` decides when the page is due next. A revisit leaves
+first fetch. A revisit is a conditional GET, and its answer decides its WARC record
+(:mod:`~p2pcrawl.crawl.conditional`); :mod:`~p2pcrawl.crawl.refresh` decides when the page
+is due next. A revisit leaves
 the engine only once its next row is written (:meth:`Revisits.settle_page`); a crash in
 between leaves the old row due, so the page is revisited after the restart.
 """
@@ -25,39 +18,49 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from email.utils import formatdate, parsedate_to_datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from p2pcrawl.archive import (
-    PROFILE_IDENTICAL,
-    PROFILE_NOT_MODIFIED,
-    FetchRecord,
-    RevisitOf,
-    capture_record_id,
-    payload_digest_label,
-    warc_date,
-)
 from p2pcrawl.crawl import urls
+from p2pcrawl.crawl.conditional import Plan, plan_page, validators
 from p2pcrawl.crawl.fetcher import FetchResult
-from p2pcrawl.crawl.frontier import Task
+from p2pcrawl.crawl.frontier import Frontier, Task
+from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import make_task
+from p2pcrawl.crawl.refill import WindowRefill
 from p2pcrawl.crawl.refresh import Bounds, Estimate, Seen, next_visit
-from storage import MAX_VALIDATOR, Visit, VisitStore
+from p2pcrawl.settings import CrawlSettings, Partition
+from storage import Visit, VisitStore
 
-if TYPE_CHECKING:
-    from p2pcrawl.crawl.engine import Engine
+__all__ = ["EngineSide", "RevisitStats", "Revisits"]
 
-__all__ = ["Plan", "RevisitStats", "Revisits", "conditional_headers"]
-
-HASH_IN_THREAD = 1 << 20  # bodies from this size on are hashed off the event loop
 IDLE_WAKE_S = 5.0  # the longest the scheduler sleeps without looking at the store
 UPCOMING = 10  # the soonest due pages the status page lists
 DUE_COUNT_UPTO = 100_000  # "due now" is counted up to this (a bounded index scan)
-_GONE = frozenset({404, 410})
+
+
+class EngineSide(Protocol):
+    """What of its engine the revisit side uses (the engine itself, typed here so the two
+    modules do not import each other)."""
+
+    settings: CrawlSettings
+    ledger: Ledger
+    frontier: Frontier
+    refill: WindowRefill
+    in_flight: dict[int, Task]
+    partition: Partition
+
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def exhausted(self) -> bool: ...
+    @property
+    def idle(self) -> bool: ...
+    async def finish(self, tasks: list[Task], *, hurry: bool = False) -> None: ...
+    def over_host_budget(self, url: str) -> bool: ...
+    def key_of(self, url: str) -> bytes: ...
 
 
 def _ms(seconds: float) -> int:
@@ -94,34 +97,11 @@ class RevisitStats:
         return sum(n for minute, n in self.minutes if minute >= since)
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What a fetched page's tail does in continuous mode: how to archive it, whether to
-    follow its links, and what the schedule makes of it."""
-
-    seen: Seen
-    follow: bool
-    previous: Visit | None
-    digest: bytes  # SHA-1 of the payload (2xx), else b""
-    at: int  # the fetch's time, ms (the capture's name when the record is a response)
-    revisit: RevisitOf | None = None  # archived as a revisit of the previous capture
-    capture: bool = False  # archived as a capture later revisits refer to
-
-    def archive(self, record: FetchRecord) -> FetchRecord:
-        """The page's plain ``record`` as this plan archives it."""
-        if self.revisit is not None:
-            return dataclasses.replace(record, revisit=self.revisit)
-        if self.capture:
-            rid = capture_record_id(record.url, self.at)
-            return dataclasses.replace(record, fetched_at=self.at / 1000, record_id=rid)
-        return record
-
-
 class Revisits:
     """The revisit side of one engine: its scheduler loop, and the hooks the fetch path
     calls for a page whose URL has (or will have) a visit history."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineSide) -> None:
         s = engine.settings.revisit
         self.engine = engine
         self.bounds = Bounds(_ms(s.every), _ms(s.low), _ms(s.high), s.retire_after)
@@ -220,35 +200,15 @@ class Revisits:
     async def plan(self, task: Task, res: FetchResult) -> Plan | None:
         """How to archive ``res``; None for a page fetched on loan (its owner keeps the
         history)."""
-        if task.lease:
-            return None
-        prev = self.pending.get(task.fp)
-        at = _ms(res.fetched_at)
-        status = res.status
-        if 200 <= status < 300:
-            digest = await _sha1(res.body)
-            if prev is not None and prev.captured and prev.digest == digest:
-                ref = _revisit_of(task.url, prev, PROFILE_IDENTICAL, digest)
-                return Plan(Seen.UNCHANGED, False, prev, digest, at, revisit=ref)
-            seen = Seen.NEW if prev is None else Seen.CHANGED
-            return Plan(seen, True, prev, digest, at, capture=True)
-        if status == 304 and prev is not None and prev.captured:
-            ref = _revisit_of(task.url, prev, PROFILE_NOT_MODIFIED, prev.digest)
-            return Plan(Seen.UNCHANGED, False, prev, b"", at, revisit=ref)
-        if 300 <= status < 400 and status != 304:
-            same = prev is not None and prev.status == status
-            seen = Seen.NEW if prev is None else Seen.UNCHANGED if same else Seen.CHANGED
-            return Plan(seen, True, prev, b"", at)
-        seen = Seen.GONE if status in _GONE else Seen.FAILED
-        return Plan(seen, False, prev, b"", at)
+        return None if task.lease else await plan_page(self.pending.get(task.fp), task.url, res)
 
     async def settle_page(self, task: Task, plan: Plan, res: FetchResult) -> None:
         """The page's record is on disk: write its next visit (durable on return), then,
         for a first fetch, record it done."""
         prev = plan.previous
         captured = plan.seen in (Seen.NEW, Seen.CHANGED) and bool(plan.digest)
-        validators = (
-            _validators(res.headers, None if captured else prev)
+        kept = (
+            validators(res.headers, None if captured else prev)
             if captured or plan.seen is Seen.UNCHANGED
             else (prev.etag, prev.lastmod)
             if prev
@@ -275,7 +235,7 @@ class Revisits:
             plan.at,
             res.status,
             capture=(plan.at, plan.digest) if captured else None,
-            validators=validators,
+            validators=kept,
         )
         if prev is None:
             self._recorded.add(task.fp)
@@ -461,48 +421,3 @@ class Revisits:
             "retired": st.retired,
             "first_visits": st.first_visits,
         }
-
-
-def _revisit_of(url: str, prev: Visit, profile: str, digest: bytes) -> RevisitOf:
-    return RevisitOf(
-        profile,
-        refers_to_uri=url,
-        refers_to_date=warc_date(prev.captured / 1000),
-        refers_to=capture_record_id(url, prev.captured),
-        payload_digest=payload_digest_label(digest) if digest else "",
-    )
-
-
-def conditional_headers(visit: Visit) -> dict[str, str]:
-    """The validators of the archived capture, as RFC 9110 §13.1 sends them."""
-    headers: dict[str, str] = {}
-    if not visit.captured:
-        return headers
-    if visit.etag:
-        headers["If-None-Match"] = visit.etag
-    if visit.lastmod:
-        headers["If-Modified-Since"] = formatdate(visit.lastmod, usegmt=True)
-    return headers
-
-
-def _validators(headers: list[tuple[str, str]], prev: Visit | None) -> tuple[str, int]:
-    """The ETag and Last-Modified (Unix seconds) a response carries, bounded: an ETag too
-    long to keep, or a date that does not parse, is left out (a 304 may leave them out too,
-    and then the capture's stand)."""
-    etag, lastmod = (prev.etag, prev.lastmod) if prev else ("", 0)
-    for name, value in headers:
-        lower = name.lower()
-        if lower == "etag":
-            etag = value.strip() if len(value.strip()) <= MAX_VALIDATOR else ""
-        elif lower == "last-modified":
-            try:
-                lastmod = max(0, int(parsedate_to_datetime(value).timestamp()))
-            except (TypeError, ValueError, IndexError, OverflowError):
-                lastmod = 0
-    return etag, lastmod
-
-
-async def _sha1(body: bytes) -> bytes:
-    if len(body) < HASH_IN_THREAD:
-        return hashlib.sha1(body).digest()
-    return await asyncio.to_thread(lambda: hashlib.sha1(body).digest())

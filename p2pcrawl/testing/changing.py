@@ -27,7 +27,7 @@ from email.utils import formatdate, parsedate_to_datetime
 
 from aiohttp import web
 
-from p2pcrawl.aio.service import Service
+from p2pcrawl.aio import Service
 
 __all__ = ["ChangingConfig", "ChangingWeb", "Freshness"]
 
