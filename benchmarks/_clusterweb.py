@@ -35,6 +35,9 @@ _PAD = (
 )
 
 
+_SITE_FILES = frozenset({"/robots.txt", "/sitemap.xml"})
+
+
 class ClusterWeb:
     def __init__(self, zweb: ZipfWeb, page_bytes: int, lat_min: float, lat_max: float) -> None:
         self.web = zweb
@@ -71,7 +74,9 @@ class ClusterWeb:
         now = time.monotonic() - self.t0
         if len(self.log) < MAX_LOG:
             self.log.append((round(now, 4), index, request.remote or "", path))
-        if path == "/robots.txt":
+        if path in _SITE_FILES:
+            # A host's own files (robots.txt, and the sitemap a crawler tries where robots.txt
+            # names none) are not pages of the web: counted apart, absent here.
             self.robots += 1
             return web.Response(status=404)
         self.requests[f"{host}{path}"] += 1

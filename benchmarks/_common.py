@@ -181,8 +181,10 @@ def measure_children(result: Result) -> Iterator[None]:
     result.cpu_s = children_cpu_s() - cpu0
 
 
-def is_robots(url: str) -> bool:
-    return url.split("?", 1)[0].endswith("/robots.txt")
+def is_site_file(url: str) -> bool:
+    """A host's own file (robots.txt, a sitemap), not a page of the web being crawled."""
+    path = url.split("?", 1)[0]
+    return path.endswith("/robots.txt") or path.endswith("/sitemap.xml")
 
 
 def compare(result: Result, truth: set[str] | None) -> str:

@@ -47,7 +47,7 @@ from _common import (
     compare,
     format_table,
     ground_truth,
-    is_robots,
+    is_site_file,
     measure_children,
     process_cpu_s,
     serve_test_web,
@@ -163,7 +163,7 @@ def run_engine(web: TestWebInfo, concurrency: int) -> Result:
         result.cpu_s = time.process_time() - cpu0 + writer_cpu_s
         warc_urls = read_warc_urls(data_dir / "warc")
         warc_bytes = sum(p.stat().st_size for p in summary.warc_files)
-    pages = [u for u in warc_urls if not is_robots(u)]
+    pages = [u for u in warc_urls if not is_site_file(u)]
     result.urls = set(pages)
     result.pages = len(pages)
     result.note = (
@@ -292,7 +292,7 @@ def run_scrapy(web: TestWebInfo, concurrency: int) -> Result:
             result.note = f"scrapy exited {proc.returncode}"
             return result
         data = json.loads(out.read_text())
-    urls = [u for u in data["urls"] if not is_robots(u)]
+    urls = [u for u in data["urls"] if not is_site_file(u)]
     result.urls = set(urls)
     result.pages = len(urls)
     stats = data["stats"]
@@ -339,7 +339,7 @@ def run_wget(web: TestWebInfo) -> Result:
         log = Path(tmp, "wget.log").read_text(errors="replace").splitlines()
     fetched = [m.group(1) for line in log if (m := WGET_URL.search(line))]
     errors = [m.group(1) for line in log if (m := WGET_HTTP_ERROR.match(line))]
-    urls = [u for u in fetched + errors if not is_robots(u)]
+    urls = [u for u in fetched + errors if not is_site_file(u)]
     result.urls = set(urls)
     result.pages = len(urls)
     result.note = (

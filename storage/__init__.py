@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from storage.backups import BackupStore
 from storage.bloom import SplittableBloom, false_positive_rate, optimal_k
-from storage.db import StoreClosed, StoreCorrupt, StoreUnwritable
 from storage.done import DoneRecord
+from storage.failures import StoreClosed, StoreCorrupt, StoreUnwritable
 from storage.lock import DataDirLocked, DirLock
 from storage.records import StoredTask
 from storage.tasks import TaskStore

@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
-import os
 import queue
-import shutil
 import sqlite3
 import threading
 from collections import deque
@@ -31,6 +28,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
+
+from storage.failures import (
+    StoreClosed,
+    StoreCorrupt,
+    StoreUnwritable,
+    check_synchronous,
+    unwritable,
+)
 
 __all__ = [
     "BackgroundStep",
@@ -47,65 +52,11 @@ T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
 
-_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 # A unit of work the worker runs between client batches, on its own thread; it returns the
 # next step, or None when done. Used for long scans (the done record's rehash) that must not
 # hold up writers.
 BackgroundStep = Callable[[sqlite3.Connection], "BackgroundStep | None"]
-
-
-class StoreCorrupt(Exception):
-    """The file is not a usable store: not SQLite, damaged, or another store's file."""
-
-    def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-
-class StoreUnwritable(OSError):
-    """The store cannot be created or written: the disk is full, the file system is
-    read-only, or permissions forbid it. Not damage: the same files work with room."""
-
-    def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"cannot write {path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-
-# SQLite primary result codes that mean "cannot write here" rather than "damaged file".
-_UNWRITABLE_CODES = frozenset({3, 8, 10, 13, 14})  # PERM, READONLY, IOERR, FULL, CANTOPEN
-
-
-def _unwritable(path: Path, exc: sqlite3.Error) -> StoreUnwritable | None:
-    """A :class:`StoreUnwritable` saying why, if ``exc`` is a write failure, else None."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is None or code & 0xFF not in _UNWRITABLE_CODES:
-        return None
-    directory = path.parent
-    reason = str(exc)
-    with contextlib.suppress(OSError):
-        free = shutil.disk_usage(directory).free
-        if free < 1 << 20:
-            reason = f"the disk is full ({free} bytes free on {directory})"
-    if not os.access(directory, os.W_OK):
-        reason = f"{directory} is not writable ({errno.errorcode[errno.EACCES]})"
-    with contextlib.suppress(OSError):
-        if os.statvfs(directory).f_flag & os.ST_RDONLY:
-            reason = f"{directory} is on a read-only file system"
-    return StoreUnwritable(path, reason)
-
-
-class StoreClosed(RuntimeError):
-    """The store was used after ``aclose()``."""
-
-
-def check_synchronous(value: str) -> str:
-    mode = value.upper()
-    if mode not in _SYNCHRONOUS:
-        raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got {value!r}")
-    return mode
 
 
 @dataclass(slots=True)
@@ -224,7 +175,7 @@ class SqliteWorker:
             # isolation_level=None: we issue BEGIN/COMMIT ourselves, one per batch.
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
         except sqlite3.Error as exc:
-            raise _unwritable(self.path, exc) or StoreCorrupt(
+            raise unwritable(self.path, exc) or StoreCorrupt(
                 self.path, f"cannot open: {exc}"
             ) from exc
         try:
@@ -243,7 +194,7 @@ class SqliteWorker:
                 raise StoreCorrupt(self.path, f"cannot switch to WAL (journal_mode={mode})")
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise _unwritable(self.path, exc) or StoreCorrupt(self.path, str(exc)) from exc
+            raise unwritable(self.path, exc) or StoreCorrupt(self.path, str(exc)) from exc
         except BaseException:
             conn.close()
             raise
@@ -265,7 +216,7 @@ class SqliteWorker:
                 raise
         except sqlite3.Error as exc:
             conn.close()
-            raise _unwritable(self.path, exc) or StoreCorrupt(self.path, str(exc)) from exc
+            raise unwritable(self.path, exc) or StoreCorrupt(self.path, str(exc)) from exc
         except BaseException:
             conn.close()
             raise

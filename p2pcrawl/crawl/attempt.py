@@ -33,8 +33,6 @@ RETRYABLE_ERRORS = frozenset({"timeout", "connect", "protocol", "disconnect"})
 # A borrowed task held back (its loan is too far ahead of its lender's word) is tried again
 # after this long: about half a report interval (network/reporting.py).
 BORROWED_WAIT_S = 0.05
-# A host whose domain has all its requests in flight (its "concurrency") is tried again after.
-DOMAIN_WAIT_S = 0.05
 
 
 class Outcome(enum.Enum):
@@ -66,9 +64,11 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     # The rules of the host's domain ([domains."…"] tables), if any cover it.
     ruled = engine.domains.for_host(urls.hostname_of(task.url)) if engine.domains else None
     domain, rules = ruled if ruled is not None else ("", None)
-    if rules is not None and not engine.domains.patterns(rules).allows(task.url):
+    if rules is not None and not engine.domains.patterns(domain, rules).allows(task.url):
+        # Found by a peer that had not read the domain's rules yet, or seeded without the
+        # check: refused by this peer's rules, not recorded done, as the address guard does.
         stats.budget["domain_patterns"] += 1
-        return Outcome.FINISH, None
+        return Outcome.REFUSED, None
     if engine.settings.politeness.politeness_by == "ip" and slot.hq.unit is None:
         # Before the host's first request (robots.txt included): which server it is.
         address = await engine.fetcher.address_of(urls.hostname_of(task.url))
@@ -103,34 +103,25 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     if engine.over_host_budget(task.url):
         stats.budget["host_pages"] += 1
         return Outcome.FINISH, None
-    if rules is not None:
-        if rules.max_pages is not None and engine.domains.pages[domain] >= rules.max_pages:
-            stats.budget["domain_pages"] += 1
-            return Outcome.FINISH, None
-        if rules.concurrency is not None and engine.domains.busy[domain] >= rules.concurrency:
-            # Another host of the domain holds its last slot: this one waits its turn.
-            slot.requeue(task)
-            slot.after(0.0, DOMAIN_WAIT_S)
-            return Outcome.WAITING, None
+    most = rules.max_pages if rules is not None else None
+    if most is not None and engine.domains.pages[domain] >= most:
+        stats.budget["domain_pages"] += 1
+        return Outcome.FINISH, None
     # The host with the most found goes first when --max-rate makes requests wait.
     hq = slot.hq
     embedded = hops.embeds(task.hops) > 0
-    engine.domains.busy[domain] += 1
-    try:
-        res = await engine.fetch_page(
-            task.url,
-            priority=scheduling.request_priority(
-                len(hq.tasks),
-                hq.taken,
-                borrowed=task.lease != 0,
-                leading=engine.frontier.leader is hq,
-            ),
-            user_agent=rules.user_agent if rules is not None else None,
-            max_body=engine.settings.signals.max_requisite_bytes if embedded else None,
-            headers=conditional_headers(visit) if visit is not None else None,
-        )
-    finally:
-        engine.domains.busy[domain] -= 1
+    res = await engine.fetch_page(
+        task.url,
+        priority=scheduling.request_priority(
+            len(hq.tasks),
+            hq.taken,
+            borrowed=task.lease != 0,
+            leading=engine.frontier.leader is hq,
+        ),
+        user_agent=rules.user_agent if rules is not None else None,
+        max_body=engine.settings.signals.max_requisite_bytes if embedded else None,
+        headers=conditional_headers(visit) if visit is not None else None,
+    )
     pset = politeness_for(engine.settings.politeness, rules)
     gap = politeness.next_gap(pset, hq.polite.robots_delay, res.elapsed)
     hq.est.observe(None, res.elapsed)

@@ -16,7 +16,10 @@ they have no table of their own for (``p2pcrawl.network.scopesync``).
   peer counts its own; with the default host partition one domain's hosts may be on several
   peers).
 * ``include`` / ``exclude``: regular expressions, as ``--include`` / ``--exclude``, for the
-  domain's URLs only; the global ones apply too.
+  domain's URLs only; the global ones apply too. Like those, they are applied where links
+  are found and seeds checked; the peer that fetches a URL checks them again (a link found
+  by a peer that had not yet read the network's rules) and drops a refused URL without
+  recording it done, so widening the rules later crawls it.
 * ``user-agent``: the User-Agent sent to the domain's hosts, and the one its robots.txt rules
   are matched against.
 """
@@ -28,15 +31,31 @@ import functools
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, Protocol, TypeVar
 
+from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.patterns import UrlPatterns
 from p2pcrawl.crawl.scope import normalise_domain
 from p2pcrawl.settings import DomainRules, PolitenessSettings
 
+
+class Parkable(Protocol):
+    """What the gate needs of a frontier host (``p2pcrawl.crawl.frontier.HostQueue``),
+    named here so that the frontier's module and this one do not import each other."""
+
+    host: str
+    queued: bool
+
+    @property
+    def startable(self) -> bool: ...
+
+
+H = TypeVar("H", bound=Parkable)
+
 __all__ = [
     "MAX_DOMAIN_RULES",
+    "DomainGate",
     "DomainRules",
     "DomainTable",
     "decode_rules",
@@ -90,10 +109,7 @@ def _rules(domain: str, table: Mapping[str, Any]) -> DomainRules:
         or not ua.isascii()
     ):
         raise ValueError(f"{where}: user-agent must be printable ASCII, 1 to 256 characters")
-    try:
-        UrlPatterns(lists["include"], lists["exclude"])
-    except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+    UrlPatterns(lists["include"], lists["exclude"], _where(domain))
     return DomainRules(
         delay=None if delay is None else float(delay),
         concurrency=ints["concurrency"],
@@ -102,6 +118,11 @@ def _rules(domain: str, table: Mapping[str, Any]) -> DomainRules:
         exclude=lists["exclude"],
         user_agent=ua,
     )
+
+
+def _where(domain: str) -> str:
+    """How messages name a table's patterns: as the config file spells the table."""
+    return f'[domains."{domain}"] '
 
 
 def parse_domain_tables(doc: object) -> tuple[tuple[str, DomainRules], ...]:
@@ -155,18 +176,61 @@ class DomainTable:
         self.own = dict(own)
         self._adopted: dict[str, DomainRules] = {}
         self._memo: dict[str, tuple[str, DomainRules] | None] = {}
-        self._patterns: dict[DomainRules, UrlPatterns] = {}
+        self._patterns: dict[tuple[str, DomainRules], UrlPatterns] = {}
+        # Host key ("host[:port]") -> its table's include/exclude, or None: asked for every
+        # link found, so one lookup per link.
+        self._by_host_key: dict[str, UrlPatterns | None] = {}
+        self._limits: dict[str, tuple[str, int] | None] = {}  # host key -> its concurrency
         self.pages: Counter[str] = Counter()  # pages fetched per domain with max-pages
-        self.busy: Counter[str] = Counter()  # requests in flight per domain
 
-    def patterns(self, rules: DomainRules) -> UrlPatterns:
+    def patterns(self, domain: str, rules: DomainRules) -> UrlPatterns:
         """The domain's include/exclude patterns, compiled once."""
-        compiled = self._patterns.get(rules)
+        compiled = self._patterns.get((domain, rules))
         if compiled is None:
             if len(self._patterns) >= MAX_DOMAIN_RULES * 2:
                 self._patterns = {}
-            compiled = self._patterns[rules] = UrlPatterns(rules.include, rules.exclude)
+            compiled = UrlPatterns(rules.include, rules.exclude, _where(domain))
+            self._patterns[(domain, rules)] = compiled
         return compiled
+
+    def patterns_at(self, host: str, url: str) -> UrlPatterns | None:
+        """The include/exclude of the table covering ``url`` (whose host key is ``host``),
+        or None when no table with patterns covers it."""
+        try:
+            return self._by_host_key[host]
+        except KeyError:
+            pass
+        ruled = self.for_host(urls.hostname_of(url))
+        found = None
+        if ruled is not None and (ruled[1].include or ruled[1].exclude):
+            found = self.patterns(*ruled)
+        if len(self._by_host_key) >= _MEMO:
+            self._by_host_key = {}
+        self._by_host_key[host] = found
+        return found
+
+    def limit_at(self, host: str) -> tuple[str, int] | None:
+        """(domain, its concurrency) for a frontier host key, or None for no such limit."""
+        if not self:
+            return None
+        try:
+            return self._limits[host]
+        except KeyError:
+            pass
+        name = host[1 : host.find("]")] if host.startswith("[") else host.partition(":")[0]
+        ruled = self.for_host(name)
+        found = None
+        if ruled is not None and ruled[1].concurrency is not None:
+            found = (ruled[0], ruled[1].concurrency)
+        if len(self._limits) >= _MEMO:
+            self._limits = {}
+        self._limits[host] = found
+        return found
+
+    def refusal(self, url: str) -> str | None:
+        """Why the include/exclude of the URL's domain table leave it out, or None."""
+        found = self.patterns_at(urls.host_of(url), url) if self else None
+        return found.refusal(url) if found is not None else None
 
     def __bool__(self) -> bool:
         return bool(self.own or self._adopted)
@@ -179,6 +243,8 @@ class DomainTable:
             return False
         self._adopted = taken
         self._memo = {}
+        self._by_host_key = {}
+        self._limits = {}
         return True
 
     def for_host(self, host: str) -> tuple[str, DomainRules] | None:
@@ -213,3 +279,52 @@ def politeness_for(base: PolitenessSettings, rules: DomainRules | None) -> Polit
 @functools.lru_cache(maxsize=1024)
 def _with_delay(base: PolitenessSettings, delay: float) -> PolitenessSettings:
     return dataclasses.replace(base, delay=delay)
+
+
+class DomainGate(Generic[H]):
+    """A domain's ``concurrency``, kept by the frontier: a ready host whose domain has all
+    its requests under way is parked, out of the frontier's heaps, until one of them ends;
+    then the first parked host that can start goes back. No host waits on a timer for a
+    turn, and a host of another domain is never held up."""
+
+    def __init__(self, limit_at: Callable[[str], tuple[str, int] | None]) -> None:
+        self.limit_at = limit_at  # DomainTable.limit_at
+        self._busy: Counter[str] = Counter()  # requests under way per domain
+        self._counted: dict[H, str] = {}  # host under way -> the domain it counts in
+        # Per domain, its parked hosts in the order they came (a dict as an ordered set:
+        # a host re-ranked while parked is not parked twice).
+        self._parked: dict[str, dict[H, None]] = {}
+
+    def enter(self, hq: H) -> bool:
+        """Whether a request to ``hq`` may start now (counted if so); parked if not."""
+        limit = self.limit_at(hq.host)
+        if limit is None:
+            return True
+        domain, most = limit
+        if self._busy[domain] >= most:
+            hq.queued = True  # kept off the heaps by the frontier while parked
+            self._parked.setdefault(domain, {})[hq] = None
+            return False
+        self._busy[domain] += 1
+        self._counted[hq] = domain
+        return True
+
+    def leave(self, hq: H) -> H | None:
+        """``hq``'s request ended: the parked host of its domain to schedule now, if any."""
+        domain = self._counted.pop(hq, None)
+        if domain is None:
+            return None
+        self._busy[domain] -= 1
+        if self._busy[domain] <= 0:
+            del self._busy[domain]
+        parked = self._parked.get(domain)
+        while parked:
+            nxt = next(iter(parked))
+            del parked[nxt]
+            nxt.queued = False
+            # One that was handed away, emptied or taken meanwhile is passed over, or the
+            # rest would wait for a request that never comes.
+            if nxt.startable:
+                return nxt
+        self._parked.pop(domain, None)
+        return None

@@ -25,7 +25,7 @@ from p2pcrawl.archive import WarcWriteError, WarcWriter
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.attempt import Outcome, RefusedHosts, attempt
 from p2pcrawl.crawl.disk import NEAR_EVERY_S, DiskBudget
-from p2pcrawl.crawl.domains import DomainTable
+from p2pcrawl.crawl.domains import DomainGate, DomainTable
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
 from p2pcrawl.crawl.frontier import Frontier, HostQueue, Task
 from p2pcrawl.crawl.ledger import Ledger
@@ -90,7 +90,9 @@ class Engine:
         self.robots_gate = RobotsGate(
             settings, self.fetcher, self.stats, self.pacer, self.unreachable, partition
         )
-        self.links = LinkFilter(settings, partition, self.stats)
+        self.domains = DomainTable(settings.domains)
+        self.frontier.gate = DomainGate(self.domains.limit_at)
+        self.links = LinkFilter(settings, partition, self.stats, self.domains)
         self.in_flight: dict[int, Task] = {}
         self.loans = loans
         self.refill = WindowRefill(
@@ -99,12 +101,10 @@ class Engine:
         # Why no fetch may start now, by name; each reason is held and released by its
         # owner (a join, a stall, a leave, a failure), so one cannot end another's pause.
         self._pauses: set[str] = set()
-        # Continuous mode (--revisit): finished pages come back when due (crawl/revisit.py).
-        self.revisits = Revisits(self) if settings.revisit.enabled else None
+        self.revisits = Revisits(self) if settings.revisit.enabled else None  # --revisit
         # Pages that could hold the loop are parsed in processes, under a deadline.
         self.parsers = ParseWorkers(settings.parse_workers, deadline=settings.parse_deadline)
         self._host_pages: collections.Counter[str] = collections.Counter()
-        self.domains = DomainTable(settings.domains)
         # --max-disk: measured, and estimated between measurements.
         self.disk = DiskBudget(settings.scope.max_disk_bytes, lambda: self.stats.bytes_fetched)
         self.data_dir = data_dir  # measured against max_disk_bytes

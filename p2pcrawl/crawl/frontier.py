@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 from p2pcrawl.crawl import scheduling
+from p2pcrawl.crawl.domains import DomainGate
 from p2pcrawl.crawl.hostslot import HostSlot
 from p2pcrawl.crawl.politeness import HostPoliteness
 from p2pcrawl.crawl.servers import Servers
@@ -78,6 +79,11 @@ class HostQueue:
         return len(self.tasks)
 
     @property
+    def startable(self) -> bool:
+        """A request to it may start: it has work, none under way, and is still ours."""
+        return bool(self.tasks) and not (self.removed or self.polite.busy or self.reserved)
+
+    @property
     def borrowed(self) -> bool:
         """Its queue was lent to this peer by the host's owner (a host is lent whole)."""
         return bool(self.tasks) and self.tasks[0][1].lease != 0
@@ -107,6 +113,8 @@ class Frontier:
         # or it has nothing left here: its chain goes ahead of the roots being explored
         # (scheduling.request_priority). One host only, so exploring still has the link.
         self.leader: HostQueue | None = None
+        # Per-domain concurrency ([domains."…"] tables): which hosts may start a request.
+        self.gate: DomainGate[HostQueue] | None = None
 
     def __len__(self) -> int:
         return self._size
@@ -206,8 +214,10 @@ class Frontier:
             if ticket != hq.ticket:
                 continue  # re-ranked since: its later entry counts
             hq.queued = False
-            if hq.removed or not hq.tasks or hq.polite.busy or hq.reserved is not None:
+            if not hq.startable:
                 continue
+            if self.gate is not None and not self.gate.enter(hq):
+                continue  # parked until a request to its domain ends
             hq.polite.start(now)
             return hq
         return None
@@ -248,13 +258,7 @@ class Frontier:
         finally:
             slot.release()
 
-    def release(
-        self,
-        hq: HostQueue,
-        *,
-        response_time: float,
-        gap: float,
-    ) -> None:
+    def release(self, hq: HostQueue, *, response_time: float, gap: float) -> None:
         """Hand a host back after a request; ``gap`` is the politeness gap to honour."""
         now = self._clock()
         hq.polite.busy = False
@@ -264,6 +268,9 @@ class Frontier:
             # The server is free again: its other hosts with work go back in line.
             for other in self.servers.waiting(hq):
                 self._schedule(other, now)
+        if self.gate is not None and (parked := self.gate.leave(hq)) is not None:
+            self._schedule(parked, now)
+            self._wake_one()
         if hq.reserved is not None:
             if not hq.reserved.done():
                 hq.reserved.set_result(None)

@@ -1,4 +1,5 @@
-"""Which discovered links become tasks: depth, scope, the recently-seen cache, budgets.
+"""Which discovered links become tasks: depth, scope, patterns, the recently-seen cache,
+budgets.
 
 This runs for each of the ~50 links of every page, most of them repeats, so the depth test
 (the same for all of a page's links) is made once, scope is looked up by host key, and only
@@ -22,6 +23,7 @@ from collections.abc import Iterable
 
 from p2pcrawl.aio import Memo
 from p2pcrawl.crawl import urls
+from p2pcrawl.crawl.domains import DomainTable
 from p2pcrawl.crawl.frontier import Task
 from p2pcrawl.crawl.parse import PageRules
 from p2pcrawl.crawl.patterns import UrlPatterns
@@ -79,13 +81,21 @@ def make_task(url: str, depth: int, partition: Partition, hops: int = 0) -> Task
 class LinkFilter:
     """The scope, the seen cache and the key of every URL this engine handles."""
 
-    def __init__(self, settings: CrawlSettings, partition: Partition, stats: CrawlStats) -> None:
+    def __init__(
+        self,
+        settings: CrawlSettings,
+        partition: Partition,
+        stats: CrawlStats,
+        domains: DomainTable | None = None,
+    ) -> None:
         self.settings = settings
         self.partition: Partition = partition
         self.stats = stats
         self.seen = SeenCache(settings.seen_cache_size)
         sc = settings.scope
         self.patterns = UrlPatterns(sc.include, sc.exclude)
+        # The [domains."…"] tables: their include/exclude apply beside the flags'.
+        self.domains = domains if domains is not None else DomainTable(settings.domains)
         self.scope = Scope(
             sc.allow_domains, allow_private=sc.allow_private, allow_loopback=sc.allow_loopback
         )
@@ -150,6 +160,7 @@ class LinkFilter:
         fingerprint = urls.fingerprint
         seen = self.seen.check_and_add
         patterns = self.patterns if self.patterns else None
+        domains = self.domains if self.domains else None
         outside = repeats = 0
         budget = self.stats.budget
         admitted = self.admitted
@@ -162,6 +173,11 @@ class LinkFilter:
             if not ok or (patterns is not None and not patterns.allows(url)):
                 outside += 1
                 continue
+            if domains is not None:
+                own = domains.patterns_at(host, url)
+                if own is not None and not own.allows(url):
+                    outside += 1
+                    continue
             if url.count("/") > _DEEP_PATH_SLASHES and repeats_a_segment(url):
                 budget["repeating_path"] += 1
                 continue

@@ -30,9 +30,14 @@ def compile_patterns(patterns: Sequence[str], flag: str) -> list[re.Pattern[str]
 
 
 class UrlPatterns:
-    def __init__(self, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> None:
-        self.include = compile_patterns(include, "--include")
-        self.exclude = compile_patterns(exclude, "--exclude")
+    def __init__(
+        self, include: Sequence[str] = (), exclude: Sequence[str] = (), where: str = "--"
+    ) -> None:
+        # ``where`` names the patterns' origin in messages: "--" for the flags, or a
+        # config table ('[domains."example.org"] ').
+        self.where = where
+        self.include = compile_patterns(include, f"{where}include")
+        self.exclude = compile_patterns(exclude, f"{where}exclude")
 
     def __bool__(self) -> bool:
         return bool(self.include or self.exclude)
@@ -41,9 +46,9 @@ class UrlPatterns:
         """Why ``url`` is left out, or None when the patterns let it through."""
         for p in self.exclude:
             if p.search(url):
-                return f"matches --exclude {p.pattern!r}"
+                return f"matches {self.where}exclude {p.pattern!r}"
         if self.include and not any(p.search(url) for p in self.include):
-            return "matches no --include pattern"
+            return f"matches no {self.where}include pattern"
         return None
 
     def allows(self, url: str) -> bool:

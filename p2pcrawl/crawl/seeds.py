@@ -1,9 +1,10 @@
 """What becomes of a seed URL, said per URL before it is routed.
 
 A seed can be refused for a reason the operator can fix (no scheme, a host outside
-``--allow-domain``, an ``--exclude`` pattern, an address the SSRF guard refuses without
-``--allow-private``); each is reported with that reason instead of being dropped later out
-of sight. What the owner then says (new, or already queued or done) is added by the peer.
+``--allow-domain``, an ``--exclude`` pattern or a ``[domains."…"]`` table's, an address the
+SSRF guard refuses without ``--allow-private``); each is reported with that reason instead
+of being dropped later out of sight. What the owner then says (new, or already queued or
+done) is added by the peer.
 
 Host names are compared as they are spelled: ``localhost`` and ``127.0.0.1`` are two hosts
 (two owners, two robots.txt, two entries in the WARC index), as in the WARC and CDX
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from p2pcrawl.crawl import urls
+from p2pcrawl.crawl.domains import DomainTable
 from p2pcrawl.crawl.patterns import UrlPatterns
 from p2pcrawl.crawl.scope import Scope, is_forbidden_address
 
@@ -102,6 +104,7 @@ async def check_seed(
     scope_from_seeds: bool,
     patterns: UrlPatterns,
     max_url_length: int,
+    domains: DomainTable | None = None,
     resolve: Resolve = resolve_addresses,
 ) -> SeedVerdict:
     """The verdict on one seed by this peer's own configuration (not yet the owner's).
@@ -133,6 +136,8 @@ async def check_seed(
             raw, OUT_OF_SCOPE, f"host {host} is not in --allow-domain ({allowed})", url
         )
     refusal = patterns.refusal(url)
+    if refusal is None and domains:
+        refusal = domains.refusal(url)  # names the [domains."…"] table
     if refusal is not None:
         return SeedVerdict(raw, OUT_OF_SCOPE, refusal, url)
     return SeedVerdict(raw, ACCEPTED, "", url)

@@ -108,6 +108,7 @@ class Seeder:
                     scope=crawl.scope,
                     scope_from_seeds=crawl.scope_from_seeds,
                     patterns=crawl.links.patterns,
+                    domains=crawl.links.domains,
                     max_url_length=settings.fetch.max_url_length,
                 )
 

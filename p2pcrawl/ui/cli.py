@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sqlite3
 import sys
-import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +15,7 @@ from p2pcrawl.network import DataDirError
 from p2pcrawl.settings import SettingsError
 from p2pcrawl.ui.client import run_client
 from p2pcrawl.ui.join import run_join
-from p2pcrawl.ui.logs import setup_logging
+from p2pcrawl.ui.logs import say, setup_logging
 from p2pcrawl.ui.options import EXIT_FAILURE, EXIT_USAGE, UsageError, build_parser, merge_config
 
 __all__ = ["describe", "main"]
@@ -37,9 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        if args.debug:
-            traceback.print_exc()
-        print(f"p2pcrawl: error: {describe(exc)}", file=sys.stderr)
+        # --debug adds the traceback: printed, or the record's "exc" with JSON logs.
+        say(f"p2pcrawl: error: {describe(exc)}", logging.ERROR, exc if args.debug else None)
         return EXIT_USAGE if isinstance(exc, UsageError | SettingsError) else EXIT_FAILURE
 
 

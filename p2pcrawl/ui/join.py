@@ -16,7 +16,7 @@ from typing import Any
 
 from p2pcrawl.aio import TaskSet
 from p2pcrawl.crawl import scheme_hint, urls
-from p2pcrawl.ui.logs import set_node_id
+from p2pcrawl.ui.logs import json_lines, say, set_node_id
 from p2pcrawl.ui.options import EXIT_FAILURE, UsageError, parse_hostport, settings_from
 from p2pcrawl.ui.progress import (
     Milestones,
@@ -108,11 +108,13 @@ async def run_join(opts: dict[str, Any]) -> int:
     server = StatusServer(peer, *status_addr, token=token)
     loop = asyncio.get_running_loop()
     interrupts = 0
+    # A progress line redrawn in place is for a person at a terminal, never for JSON lines.
+    tty = sys.stderr.isatty() and not json_lines()
 
     def on_signal(signame: str) -> None:
         nonlocal interrupts
         interrupts += 1
-        if sys.stderr.isatty():
+        if tty:
             sys.stderr.write("\n")  # off the progress line
         if interrupts == 1:
             log.info("%s: leaving gracefully (again to force an immediate exit)", signame)
@@ -160,18 +162,17 @@ async def run_join(opts: dict[str, Any]) -> int:
             ready["join"] = command
             where = Path(opts["data"]) / "network.key"
             made = "generated this network's key" if key.generated else "using the key"
-            sys.stderr.write(
+            say(
                 f"{made} in {where} (keep it secret). To add a peer, run on the next "
-                f"machine:\n\n    {command}\n\n"
+                f"machine:\n\n    {command}\n"
             )
-            sys.stderr.flush()
         # One JSON line on stdout with the bound addresses, so scripts can use port 0.
         print(json.dumps(ready), flush=True)
         interval = float(opts.get("progress_interval") or 0) or (
-            TTY_PROGRESS_S if sys.stderr.isatty() else LOG_PROGRESS_S
+            TTY_PROGRESS_S if tty else LOG_PROGRESS_S
         )
         progress = TaskSet("join")
-        progress.spawn(_progress_loop(peer, interval, sys.stderr.isatty()), "progress")
+        progress.spawn(_progress_loop(peer, interval, tty), "progress")
         running = asyncio.ensure_future(peer.run())
         finished = (
             asyncio.ensure_future(peer.finished.wait()) if opts.get("exit_when_finished") else None
@@ -189,13 +190,13 @@ async def run_join(opts: dict[str, Any]) -> int:
                 if not t.done():
                     t.cancel()
             await asyncio.gather(*owned, return_exceptions=True)
-        if sys.stderr.isatty():
+        if tty:
             sys.stderr.write("\n")  # end the progress line
         warc_dir = config.data_dir / "warc"
         warc = await asyncio.to_thread(warc_output, warc_dir, started_wall)
         done = summary(extended_status(peer), time.monotonic() - peer.started, warc)
         for line in summary_lines(done, str(warc_dir), str(config.data_dir)):
-            print(line, file=sys.stderr, flush=True)
+            say(line)
         if ended_by_finish:
             log.info("the network is finished; exiting")
             # Nothing to hand off, but the others should not spend a suspicion timeout

@@ -10,15 +10,18 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import traceback
 
 from p2pcrawl.aio import Throttle
 
-__all__ = ["RateLimitFilter", "set_node_id", "setup_logging"]
+__all__ = ["RateLimitFilter", "json_lines", "say", "set_node_id", "setup_logging"]
 
 LOG_FORMATS = ("text", "json")
 # The node ID of the peer this process runs, for JSON lines: a log shipper collecting many
 # peers' lines tells them apart by it (set once the ID is known, again once it is chosen).
 _node_id = ""
+# Whether stderr carries JSON lines: then nothing else may be written there (see ``say``).
+_json_lines = False
 
 
 def set_node_id(node_id: str) -> None:
@@ -47,9 +50,33 @@ class RateLimitFilter(logging.Filter):
         return True
 
 
+def say(text: str, level: int = logging.INFO, exc: BaseException | None = None) -> None:
+    """A message for the operator (the exit summary, the join command, a failure), after
+    the traceback of ``exc`` if given.
+
+    Written to stderr as it is for people; with JSON logs it is a log record instead, so a
+    log shipper reading stderr finds one JSON object on every line and loses none of it.
+    """
+    if _json_lines:
+        # The text is the template (no arguments, so no %-formatting): the rate limit keys
+        # on it, and the summary's lines are each their own.
+        logging.getLogger("p2pcrawl").log(level, text.strip("\n"), exc_info=exc)
+        return
+    if exc is not None:
+        traceback.print_exception(exc)
+    print(text, file=sys.stderr, flush=True)
+
+
+def json_lines() -> bool:
+    """Whether stderr is JSON lines (no progress redraws, no plain text there)."""
+    return _json_lines
+
+
 def setup_logging(level: str, fmt: str = "text") -> None:
+    global _json_lines
     if fmt not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, not {fmt!r}")
+    _json_lines = fmt == "json"
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(_JsonFormatter())

@@ -37,7 +37,7 @@ def test_a_table_is_checked_and_a_subdomain_takes_its_nearest_table() -> None:
     domain, r = table.for_host("a.docs.example.org") or ("", None)
     # A table of its own is taken whole: nothing of the parent's carries over.
     assert domain == "docs.example.org" and r is not None and r.delay is None
-    assert not table.patterns(r).allows("http://a.docs.example.org/private/x")
+    assert not table.patterns(domain, r).allows("http://a.docs.example.org/private/x")
     assert table.for_host("example.com") is None and table.for_host("xexample.org") is None
     for bad, why in (
         ({"a.org": {"delay": -1}}, "delay must be a number of seconds"),
@@ -120,3 +120,46 @@ async def test_a_domains_rules_travel_to_the_peer_that_owns_its_hosts(
     assert not any(
         re.search(r"/p1[0-9]?\.html$", u) for _, u, _ in web.request_log if hosts[2] in u
     )
+
+
+async def test_a_domains_patterns_hold_where_links_are_found_and_its_refusals_stay_open(
+    make_web: WebFactory, make_peer: PeerFactory, tmp_path: Path
+) -> None:
+    from p2pcrawl.network import Peer, PeerConfig
+
+    web = await make_web(hosts=2, pages_per_host=10, features=False)
+    ruled = web.allow_domains[0]
+    refused = [u for u in web.ground_truth() if ruled in u and "/s1/" in u]
+    assert refused
+    tables = {ruled: {"exclude": ["/s1/"]}}
+    base = crawl_settings_for(web)
+    peer = await make_peer(crawl=replace(base, domains=parse_domain_tables(tables)))
+    assert peer.engine is not None
+    verdicts = await peer.seed([web.hub_url, refused[0]])
+    assert verdicts[1].result == "out_of_scope"
+    assert verdicts[1].reason == f"matches [domains.\"{ruled}\"] exclude '/s1/'"
+    async with asyncio.timeout(30):
+        await peer.finished.wait()
+    assert not set(refused) & set(web.request_counts)
+    # Dropped where found: none of them was queued to be refused at the fetch.
+    assert peer.engine.stats.budget["domain_patterns"] == 0
+    # A URL that reaches the fetching peer unchecked (found by a peer that had not read the
+    # rules yet) is refused there, and not recorded done.
+    await peer.engine.add_seeds(refused)
+    async with asyncio.timeout(10):
+        while peer.engine.stats.budget["domain_patterns"] < len(refused):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    assert not set(refused) & set(web.request_counts)
+    data_dir = peer.config.data_dir
+    await peer.aclose()
+    # Restarted without the table: the refused pages were never done, so they are crawled.
+    again = Peer(PeerConfig(data_dir=data_dir, listen=("127.0.0.1", 0), crawl=base))
+    try:
+        await again.start()
+        verdicts = await again.seed(refused)
+        assert {v.result for v in verdicts} == {"accepted"}, verdicts
+        async with asyncio.timeout(30):
+            while not set(refused) <= set(web.request_counts):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+    finally:
+        await again.aclose()

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from p2pcrawl.testing import TestWeb, TestWebConfig
+from p2pcrawl.ui.logs import say, setup_logging
 from tests.p2pcrawl.loopback import free_port
 from tests.p2pcrawl.test_cli import CLI, run_cli
 
@@ -124,9 +126,38 @@ async def test_json_logs_carry_level_logger_message_and_node(
     )
     assert code == 0, err
     node = json.loads(out.splitlines()[0])["node_id"]
-    records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    # Nothing else on stderr: the key message and the exit summary are records too.
+    records = [json.loads(line) for line in err.splitlines()]
     assert records and all({"ts", "level", "logger", "message"} <= set(r) for r in records)
     assert any(r.get("node") == node and "network is finished" in r["message"] for r in records)
-    # The summary is for people and is written after the logs: those are the only other lines.
-    others = [line for line in err.splitlines() if not line.startswith("{")]
-    assert others and others[0].startswith("summary:")
+    messages = [r["message"] for r in records]
+    summary = [m for m in messages if m.startswith("summary:")]
+    assert len(summary) == 1 and "pages" in summary[0]
+    assert any(m.lstrip().startswith("WARC:") for m in messages)
+
+
+async def test_json_logs_hold_for_a_failure_and_the_key_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A failure after the logs are set up (a data directory that is a file), with --debug.
+    data = tmp_path / "data"
+    data.write_text("not a directory")
+    argv = ["join", "--listen", "127.0.0.1:0", "--status", "127.0.0.1:0", "--data", str(data)]
+    code, _, err = await run_cli("--log-format", "json", "--debug", *argv)
+    assert code != 0
+    (record,) = [json.loads(line) for line in err.splitlines()]
+    assert record["level"] == "error" and record["message"].startswith("p2pcrawl: error:")
+    assert "Traceback" in record["exc"]
+    # The founder's key message (printed only off loopback, so said here directly) spans
+    # several lines for people; as a record it is one line.
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        setup_logging("info", "json")
+        say("generated this network's key in D (keep it secret). Next:\n\n    p2pcrawl join\n")
+    finally:
+        setup_logging("info", "text")
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert json.loads(line)["message"].endswith("Next:\n\n    p2pcrawl join")

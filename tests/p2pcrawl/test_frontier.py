@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from p2pcrawl.crawl import Frontier, HostQueue, Task
+from p2pcrawl.crawl import DomainTable, Frontier, HostQueue, Task, parse_domain_tables
+from p2pcrawl.crawl.domains import DomainGate
 from p2pcrawl.crawl.frontier import HostSlot
 from p2pcrawl.crawl.scheduling import ServerEstimate
 from p2pcrawl.settings import CrawlSettings, Policy
@@ -378,3 +379,31 @@ def test_a_borrowed_hosts_queue_goes_before_the_borrowers_own_roots() -> None:
     f.push("lent", lent)
     hq, t = take(f)
     assert hq.host == "lent" and t is lent
+
+
+async def test_a_domains_concurrency_parks_its_hosts_until_one_of_its_requests_ends() -> None:
+    table = DomainTable(parse_domain_tables({"example.org": {"concurrency": 2}}))
+    f, _ = make()
+    f.gate = DomainGate(table.limit_at)
+    for host in ("a.example.org", "b.example.org:8080", "c.example.org", "d.example.org"):
+        f.push(host, task(f"http://{host}/"))
+    f.push("other.net", task("http://other.net/"))
+    got = [take(f)[0] for _ in range(3)]
+    # Two of the domain's hosts at once; the others are parked, and no other domain waits.
+    assert {hq.host for hq in got} == {"a.example.org", "b.example.org:8080", "other.net"}
+    assert f.acquire_nowait() is None and f.next_delay() is None  # parked, not on a timer
+    waiter = asyncio.ensure_future(f.acquire())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    # A parked host handed to another peer meanwhile is passed over for the next one.
+    assert f.remove_hosts(["c.example.org"])
+    f.release(got[0], response_time=0.1, gap=0.0)
+    async with asyncio.timeout(1):
+        woken = await waiter  # woken by the release, not by polling
+    assert woken.host == "d.example.org"
+    assert f.acquire_nowait() is None  # two under way again (b and d)
+    f.push("e.example.org", task("http://e.example.org/"))
+    f.release(got[2], response_time=0.1, gap=0.0)  # another domain's end frees nothing here
+    assert f.acquire_nowait() is None
+    f.release(woken, response_time=0.1, gap=0.0)
+    assert take(f)[0].host == "e.example.org"
