@@ -21,8 +21,6 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from p2pcrawl.ui.progress import add_continuous
-
 if TYPE_CHECKING:
     from p2pcrawl.network import Peer
 
@@ -82,7 +80,6 @@ class _Collector:
     def collect(self) -> Iterator[Metric]:
         peer = self.peer
         st = dict(peer.status())
-        add_continuous(st, peer.engine)
         info = InfoMetricFamily("p2pcrawl_peer", "This peer's identity")
         info.add_metric([], {"node_id": peer.node_id.hex(), "version": str(st["version"])})
         yield info

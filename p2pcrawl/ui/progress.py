@@ -14,7 +14,6 @@ from typing import Any
 
 __all__ = [
     "Milestones",
-    "add_continuous",
     "extended_status",
     "progress_line",
     "summary",
@@ -187,18 +186,4 @@ def extended_status(peer: Any) -> dict[str, Any]:
     st["page_limit_reached"] = bool(eng is not None and eng.exhausted)
     if eng is not None:
         st.update(eng.unreachable.report())
-    add_continuous(st, eng)
     return st
-
-
-def add_continuous(st: dict[str, Any], engine: Any) -> None:
-    """Continuous mode's part of a status (docs/freshness.md): the revisit counts and
-    ``next_due_at``, and ``waiting`` where a one-pass crawl would say ``finished``: a
-    continuous crawl is never over, only idle until its next page is due."""
-    rev = engine.revisits if engine is not None else None
-    if rev is None:
-        return
-    st["revisit"] = rev.status()
-    st["next_due_at"] = rev.next_due_at
-    if st.get("state") == "finished":
-        st["state"] = "waiting"

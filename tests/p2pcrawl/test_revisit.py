@@ -177,6 +177,11 @@ async def test_a_peer_with_nothing_due_reports_waiting_and_never_finished(
             if st["state"] == "waiting" or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.1)
+        # The network view and the progress line (Peer.status) say the same.
+        async with s.get(server.url + "api/network") as resp:
+            net = await resp.json()
+    assert net["state"] == "waiting" and net["revisit"]["tracked"] == 3, net
+    assert peer.status()["state"] == "waiting"
     assert st["state"] == "waiting", st
     assert "finished" not in states
     assert st["next_due_at"] > time.time() + 20
