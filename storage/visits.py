@@ -350,6 +350,15 @@ class VisitStore(CountedStore):
 
         return await self._worker.run(job, write=False)
 
+    async def keys(self) -> list[bytes]:
+        """The keys that have rows here."""
+
+        def job(conn: sqlite3.Connection) -> list[bytes]:
+            sql = "SELECT key FROM hosts WHERE id IN (SELECT DISTINCT key_id FROM visits)"
+            return [bytes(r[0]) for r in conn.execute(sql)]
+
+        return await self._worker.run(job, write=False)
+
     async def count(self) -> int:
         """URLs with a history; answered from a counter kept at commit time, no disk read."""
         return self._count

@@ -19,8 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from p2pcrawl.crawl import urls
@@ -31,14 +30,16 @@ from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import make_task
 from p2pcrawl.crawl.refill import WindowRefill
 from p2pcrawl.crawl.refresh import Bounds, Estimate, Seen, next_visit
+from p2pcrawl.crawl.stats import RevisitStats
 from p2pcrawl.settings import CrawlSettings, Partition
 from storage import Visit, VisitStore
 
-__all__ = ["EngineSide", "RevisitStats", "Revisits"]
+__all__ = ["EngineSide", "Revisits"]
 
 IDLE_WAKE_S = 5.0  # the longest the scheduler sleeps without looking at the store
 UPCOMING = 10  # the soonest due pages the status page lists
 DUE_COUNT_UPTO = 100_000  # "due now" is counted up to this (a bounded index scan)
+DIRTY_LIMIT = 50_000  # rows held for the replicas between two sends
 
 
 class EngineSide(Protocol):
@@ -67,36 +68,6 @@ def _ms(seconds: float) -> int:
     return int(seconds * 1000)
 
 
-@dataclass(slots=True)
-class RevisitStats:
-    """What the revisits did, for the status page and /metrics."""
-
-    revisits: int = 0  # revisits fetched (any answer)
-    not_modified: int = 0  # answered 304
-    unchanged: int = 0  # a 200 with the same payload
-    changed: int = 0  # a 200 with a new payload: changes detected
-    gone: int = 0  # 404 or 410
-    failed: int = 0  # no usable answer (errors, robots.txt, refused)
-    postponed: int = 0  # due but not fetched this time (a budget, a loan)
-    retired: int = 0
-    first_visits: int = 0  # histories started (pages finished in continuous mode)
-    # Revisits per minute over the last hour: (minute, count), oldest first.
-    minutes: list[list[int]] = field(default_factory=list)
-
-    def count_revisit(self, now: float) -> None:
-        self.revisits += 1
-        minute = int(now // 60)
-        if self.minutes and self.minutes[-1][0] == minute:
-            self.minutes[-1][1] += 1
-        else:
-            self.minutes.append([minute, 1])
-            del self.minutes[:-60]
-
-    def per_hour(self, now: float) -> int:
-        since = int(now // 60) - 59
-        return sum(n for minute, n in self.minutes if minute >= since)
-
-
 class Revisits:
     """The revisit side of one engine: its scheduler loop, and the hooks the fetch path
     calls for a page whose URL has (or will have) a visit history."""
@@ -116,6 +87,13 @@ class Revisits:
         self.due_now = 0
         self.upcoming: list[tuple[str, float]] = []
         self._recorded: set[int] = set()  # first visits settled, on their way to the ledger
+        # Whether a key is this peer's to revisit (a networked peer holds its replicas'
+        # copies of other owners' rows too); a lone peer owns every key.
+        self.owns: Callable[[bytes], bool] = lambda key: True
+        # Rows written since the replicas last heard (network/history.py sends them), at
+        # most DIRTY_LIMIT: past it the oldest go unsent, and a replica that takes the key
+        # over revisits those pages early. None: nobody listens (a lone peer).
+        self.dirty: dict[int, Visit] | None = None
 
     async def start(self) -> None:
         self.store = await self.engine.ledger.open_visits()
@@ -160,8 +138,9 @@ class Revisits:
                 continue
             if len(self.pending) >= self.window:
                 return False
-            if v.key in excluded:
-                # Its key moved to another peer: the row waits here, out of the way.
+            if v.key in excluded or not self.owns(v.key):
+                # Its key moved to another peer, or this is a replica's copy: the row waits
+                # here, out of the way, for the day the key is ours (a crash takeover).
                 moved.append(dataclasses.replace(v, due=_ms(now) + v.interval))
                 continue
             self.pending[v.fp] = v
@@ -275,6 +254,7 @@ class Revisits:
             assert self.store is not None
             self.stats.first_visits += await self.store.add_missing(bare)
             self._woken_by(bare)
+            self._note_dirty(bare)
         return first
 
     async def refused(self, task: Task) -> bool:
@@ -309,6 +289,17 @@ class Revisits:
             self.wake.set()
         return bool(moved)
 
+    async def merge(self, rows: Sequence[Visit]) -> int:
+        """Rows from another peer (a key handed over, a replica's copy); returns how many
+        were new here."""
+        assert self.store is not None
+        new = await self.store.merge(rows)
+        if rows:
+            # A key handed to us (no task of it need come first) is ours to crawl again.
+            self.engine.refill.include({v.key for v in rows if self.owns(v.key)})
+            self._woken_by(rows)
+        return new
+
     # -- writing the history ---------------------------------------------------------------
 
     async def _write(
@@ -331,6 +322,7 @@ class Revisits:
             else:
                 await self.store.record([row])
                 self._woken_by([row])
+                self._note_dirty([row])
         finally:
             if self.pending.pop(task.fp, None) is not None and len(self.pending) < self.window // 2:
                 self.wake.set()
@@ -386,6 +378,24 @@ class Revisits:
             changes_seen=(prev.changes_seen if prev else 0) + (seen is Seen.CHANGED),
             misses=nxt.misses,
         )
+
+    def _note_dirty(self, rows: Sequence[Visit]) -> None:
+        dirty = self.dirty
+        if dirty is None:
+            return
+        for row in rows:
+            dirty.pop(row.fp, None)
+            dirty[row.fp] = row
+        while len(dirty) > DIRTY_LIMIT:
+            del dirty[next(iter(dirty))]
+
+    def take_dirty(self) -> list[Visit]:
+        """The rows written since the last call (for the replicas)."""
+        if not self.dirty:
+            return []
+        rows = list(self.dirty.values())
+        self.dirty.clear()
+        return rows
 
     def _woken_by(self, rows: Sequence[Visit]) -> None:
         """A new row due before the scheduler's next look wakes it."""

@@ -211,6 +211,8 @@ class Peer:
             self.spawn(loop(), name)
         if parts.scope_sync.needed:
             self.spawn(parts.scope_sync.run(), "scope")
+        if parts.engine.revisits is not None:
+            self.spawn(parts.visit_history.run(), "visit-history")
         if joined:
             await parts.join.refresh()
         self.state = "active"

@@ -22,14 +22,16 @@ from warcio.archiveiterator import ArchiveIterator
 
 from p2pcrawl.archive import PROFILE_IDENTICAL, PROFILE_NOT_MODIFIED
 from p2pcrawl.crawl import Engine, crawl
+from p2pcrawl.network import Peer, save_identity
 from p2pcrawl.settings import (
     CrawlSettings,
+    PeerSettings,
     PolitenessSettings,
     RevisitSettings,
     ScopeSettings,
 )
 from p2pcrawl.testing import ChangingConfig, ChangingWeb
-from tests.conftest import PeerFactory, StatusFactory
+from tests.conftest import TEST_MIN_PEER_AGE, PeerFactory, StatusFactory, id_next_to
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -244,3 +246,61 @@ async def test_budgets_and_sitemap_hints_apply_to_revisits(
     await asyncio.gather(*tasks)
     assert hinted == [True, False]  # a lastmod older than the last visit moves nothing
     assert statuses(other, target) == [200, 304]
+
+
+async def test_the_history_moves_with_its_key_on_join_crash_and_leave(
+    changing_web: WebMaker, make_peer: PeerFactory, tmp_path: Path
+) -> None:
+    """A host's pages are revisited with the validators of their last visit (answered 304)
+    by whichever peer owns the host: B, which took it by a join; A, after B crashed; C,
+    which took it by a join; A, after C left gracefully. A peer that got the done range
+    without the visit history would never revisit them at all."""
+    web: ChangingWeb = await changing_web(hosts=2, pages_per_host=2)
+    settings = settings_for(web, RevisitSettings(every=1, max_interval=2))
+    fast = PeerSettings(
+        rpc_timeout=0.3, ping_interval=0.3, suspicion_timeout=1.0, min_peer_age=TEST_MIN_PEER_AGE
+    )
+    a = await make_peer(crawl=settings, peer=fast)
+    assert a.engine is not None and a.engine.revisits is not None
+    host = [u for u in web.page_urls() if u.startswith(web.bases[0] + "/")]  # and its hub
+    key = a.engine.key_of(host[0])
+    a_rows = a.engine.revisits
+
+    async def joiner(name: str) -> Peer:
+        (tmp_path / name).mkdir()
+        save_identity(tmp_path / name, id_next_to(key))  # the host's owner once it joins
+        return await make_peer(crawl=settings, peer=fast, bootstrap=(a.me.addr,))
+
+    def answered_304_since(marks: dict[str, int]) -> bool:
+        return all(304 in statuses(web, u)[marks[u] :] for u in host)
+
+    def mark() -> dict[str, int]:
+        return {u: len(statuses(web, u)) for u in host}
+
+    b = await joiner("peer1")
+    await a.add_seeds([web.hub_url])
+    await until(lambda: answered_304_since(dict.fromkeys(host, 0)), 20, "B revisits its host")
+    # A is one of B's replicas: B's rows reach it within a round.
+    assert a_rows.store is not None
+    for _ in range(40):
+        copies = {v.url: v for v in await a_rows.store.visits_for_keys([key])}
+        if all(u in copies and copies[u].etag for u in host):
+            break
+        await asyncio.sleep(0.1)
+    assert all(u in copies and copies[u].etag for u in host), copies
+    since = mark()
+    await b.aclose()  # a crash: no goodbye, nothing handed over
+    await until(lambda: answered_304_since(since), 20, "A revisits the host after B's crash")
+
+    since = mark()
+    c = await joiner("peer2")
+    assert c.engine is not None and c.engine.revisits is not None
+    await until(lambda: answered_304_since(since), 20, "C revisits the host it joined for")
+    assert c.engine.revisits.stats.not_modified >= len(host)
+    assert c.engine.revisits.stats.first_visits == 0  # nothing fetched in full: it knew them
+    since = mark()
+    await c.leave()
+    await c.aclose()  # as `p2pcrawl leave` does: the process exits
+    await until(lambda: answered_304_since(since), 20, "A revisits the host after C's leave")
+    assert all(s in (200, 304) for u in host for s in statuses(web, u))
+    assert all(statuses(web, u).count(200) == 1 for u in host)  # never fetched in full again
