@@ -277,17 +277,22 @@ class Revisits:
         self.wake.set()
         return out
 
-    async def hint_changed(self, url: str, changed_at: float) -> bool:
-        """A sitemap's ``<lastmod>`` (or any other word) says ``url`` changed at
-        ``changed_at`` (Unix time): if its last visit was before that, it is due now.
-        Returns whether it was moved."""
+    async def hint_changed(self, changed: Sequence[tuple[str, float]]) -> int:
+        """A sitemap's ``<lastmod>`` (or any other word) says each ``(url, changed_at)``
+        changed at that Unix time: a page last visited before it is due now. Returns how
+        many were moved."""
         assert self.store is not None
-        t = make_task(url, 0, self.engine.partition)
-        now = _ms(time.time())
-        moved = await self.store.advance([(self.engine.key_of(url), t.fp, now, _ms(changed_at))])
+        engine, now = self.engine, _ms(time.time())
+        moved = await self.store.advance(
+            [
+                (engine.key_of(url), make_task(url, 0, engine.partition).fp, now, _ms(at))
+                for url, at in changed
+            ]
+        )
+        self.stats.hinted += moved
         if moved:
             self.wake.set()
-        return bool(moved)
+        return moved
 
     async def merge(self, rows: Sequence[Visit]) -> int:
         """Rows from another peer (a key handed over, a replica's copy); returns how many
@@ -430,4 +435,5 @@ class Revisits:
             "postponed": st.postponed,
             "retired": st.retired,
             "first_visits": st.first_visits,
+            "sitemap_hints": st.hinted,
         }

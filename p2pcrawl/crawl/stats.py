@@ -154,6 +154,7 @@ class RevisitStats:
     postponed: int = 0  # due but not fetched this time (a budget, a loan)
     retired: int = 0
     first_visits: int = 0  # histories started (pages finished in continuous mode)
+    hinted: int = 0  # made due early by a sitemap's <lastmod>
     # Revisits per minute over the last hour: (minute, count), oldest first.
     minutes: list[list[int]] = field(default_factory=list)
 

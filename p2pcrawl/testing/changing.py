@@ -23,6 +23,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from email.utils import formatdate, parsedate_to_datetime
 
 from aiohttp import web
@@ -66,6 +67,7 @@ class ChangingConfig:
     new_links: bool = True  # a page's version v > 0 links to /new/<page>-<v>.html
     etag: bool = True
     last_modified: bool = True
+    sitemap: bool = False  # /sitemap.xml lists each host's pages with their <lastmod>
     port: int = 0
     first_ip: int = 200  # hosts are 127.0.0.{first_ip + i}
 
@@ -120,6 +122,7 @@ class ChangingWeb(Service):
                 self._rates[f"{h}{path}"] = rate
         self.robots_txt = "User-agent: *\nAllow: /\n"
         self.robots_counts: list[int] = [0] * config.hosts
+        self.sitemap_counts: list[int] = [0] * config.hosts
         self.new_requests: collections.Counter[str] = collections.Counter()  # by URL
         # When each host was asked for anything (robots.txt included): politeness checks.
         self.host_times: list[list[float]] = [[] for _ in range(config.hosts)]
@@ -218,6 +221,9 @@ class ChangingWeb(Service):
         if path == "/robots.txt":
             self.robots_counts[h] += 1
             return web.Response(text=self.robots_txt, content_type="text/plain")
+        if path == "/sitemap.xml" and self.config.sitemap:
+            self.sitemap_counts[h] += 1
+            return self._sitemap(h)
         if path == "/" and h == 0:
             links = "".join(f'<a href="{u}">{u}</a>\n' for u in self.page_urls())
             return _html("hub", links)
@@ -244,6 +250,23 @@ class ChangingWeb(Service):
         return web.Response(
             body=self._page(h, path, version), content_type="text/html", headers=headers
         )
+
+    def _sitemap(self, h: int) -> web.Response:
+        t = self.now()
+        entries = []
+        for path in self.paths:
+            changes = self.pages[f"{h}{path}"].changes
+            version = bisect.bisect_right(changes, t)
+            at = self.wall0 + (changes[version - 1] if version else 0.0)
+            when = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+            entries.append(f"<url><loc>{self.bases[h]}{path}</loc><lastmod>{when}</lastmod></url>")
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n'
+            '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            + "".join(entries)
+            + "</urlset>\n"
+        )
+        return web.Response(text=body, content_type="application/xml")
 
     def _page(self, h: int, path: str, version: int) -> bytes:
         return _document(f"page {h}{path} version {version}", self._body(h, path, version))

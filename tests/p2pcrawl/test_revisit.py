@@ -9,6 +9,7 @@ Intervals of 1 s keep this quick.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 import uuid
@@ -227,25 +228,45 @@ async def test_budgets_and_sitemap_hints_apply_to_revisits(
     assert summary.pages_fetched == 6
     assert engines[0].revisits is not None and engines[0].revisits.stats.postponed > 0
 
-    # A sitemap's lastmod newer than the last visit makes a page due now.
-    other: ChangingWeb = await changing_web(hosts=1, pages_per_host=2, first_ip=210)
-    slow = settings_for(other, RevisitSettings(every=60))
-    target = other.page_urls()[1]
-    hinted: list[bool] = []
+    # A sitemap's <lastmod> newer than a page's last visit makes it due now: the sitemap is
+    # read again with robots.txt, once its cache expired (here after 1 s), when the host's
+    # other pages come up for their revisits.
+    other: ChangingWeb = await changing_web(hosts=1, pages_per_host=2, first_ip=210, sitemap=True)
+    slow = settings_for(other, RevisitSettings(every=2, min_interval=2), robots_ttl=1.0)
+    target, still = other.page_urls()
+    hinted: list[int] = []
 
     async def hint(engine: Engine) -> None:
         await until(lambda: bool(statuses(other, target)), 10, "first fetch")
-        await asyncio.sleep(0.2)  # its visit is recorded once its record is written
-        assert engine.revisits is not None
-        hinted.append(await engine.revisits.hint_changed(target, time.time()))
-        hinted.append(await engine.revisits.hint_changed(other.page_urls()[0], 0.0))
+        rev = engine.revisits
+        assert rev is not None and rev.store is not None
+        await asyncio.sleep(0.3)  # its visit is recorded once its record is written
+        # Not due within this run: only the sitemap can bring it back.
+        (row,) = [v for v in await rev.store.due(1 << 62, 10) if v.url == target]
+        await rev.store.record([dataclasses.replace(row, due=row.due + 3_600_000)])
+        await asyncio.sleep(1.0)  # <lastmod> is later than the visit, to the millisecond
+        other.change(target)
+        hinted.append(rev.stats.hinted)
 
     tasks: list[asyncio.Task[None]] = []
-    await crawl([other.hub_url], slow, tmp_path / "b", run_for=3.0,
-                on_engine=lambda e: tasks.append(asyncio.create_task(hint(e))))  # fmt: skip
+    watched: list[Engine] = []
+
+    def watch(engine: Engine) -> None:
+        watched.append(engine)
+        tasks.append(asyncio.create_task(hint(engine)))
+
+    await crawl([other.hub_url], slow, tmp_path / "b", run_for=6.0, on_engine=watch)
     await asyncio.gather(*tasks)
-    assert hinted == [True, False]  # a lastmod older than the last visit moves nothing
-    assert statuses(other, target) == [200, 304]
+    assert other.sitemap_counts[0] >= 2  # read again after robots.txt expired
+    assert hinted == [0] and watched[0].revisits is not None
+    assert watched[0].revisits.stats.hinted >= 1, watched[0].revisits.stats
+    # The hub, two pages and the page new with the change: a sitemap read leaves no history
+    # row of its own.
+    assert watched[0].revisits.tracked == 4
+    assert set(other.new_requests) == {other.bases[0] + "/new/0-1.html"}
+    assert statuses(other, target)[:2] == [200, 200]  # the change, fetched in full
+    assert [v for _, _, v in other.requests(target)][:2] == [0, 1]
+    assert 304 in statuses(other, still)  # revisited on its own schedule
 
 
 async def test_the_history_moves_with_its_key_on_join_crash_and_leave(
