@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.healing import CONTACTS_FILE, read_contacts
+from p2pcrawl.network.history import history_chunks, read_history_chunk
 from p2pcrawl.network.identity import (
     DataDirError,
     load_or_create_identity,
@@ -45,11 +46,13 @@ __all__ = [
     "PeerConfig",
     "State",
     "decide_key",
+    "history_chunks",
     "is_loopback",
     "join_command",
     "load_or_create_identity",
     "lock_data_dir",
     "new_key",
     "read_contacts",
+    "read_history_chunk",
     "save_identity",
 ]

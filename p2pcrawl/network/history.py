@@ -15,8 +15,8 @@ follow:
 
 What may be lost is bounded and errs early: a replica's copy is at most one round old, and a
 page whose newer row it never heard of is revisited at the older row's due time (a revisit
-answered 304, most likely). A row costs its URL plus about 40 bytes on the wire
-(benchmarks/revisit.py measures it).
+answered 304, most likely). A row costs about 94 bytes on the wire, compressed, for URLs of
+40-90 characters (benchmarks/revisit.py measures it).
 
 STORE_HISTORY ``[sender, payload]`` -> ``{n}``: ``payload`` is a zlib-compressed
 ``storage.pack_visits`` batch that fits one datagram; ``n`` the rows new to the receiver. A
