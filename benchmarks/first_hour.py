@@ -107,7 +107,7 @@ async def dead_hosts(root: Path, quick: bool) -> dict[str, Any]:
         "baseline_s": round(alone, 1),
         "pages": final["pages_fetched"],
         "baseline_pages": base["pages_fetched"],
-        "hosts_given_up": sorted(g["host"] for g in final["hosts_unreachable"]),
+        "hosts_given_up": sorted(g["origin"] for g in final["unreachable"]),
     }
 
 
