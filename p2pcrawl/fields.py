@@ -44,6 +44,7 @@ def option(
     choices: tuple[str, ...] | None = None,
     default_text: str | None = None,
     group: str | None = None,
+    duration: bool | None = None,
 ) -> Any:
     """A settings field that is also a flag and a TOML key.
 
@@ -52,7 +53,8 @@ def option(
     ``bool`` field is a switch (``flag="--no-warc"`` on a field that defaults to True makes the
     switch turn it off); a ``tuple[str, ...]`` field is a repeatable flag; ``flag=False``
     keeps a ranged field out of the command line; ``size`` takes ``500M``, ``2G`` as well as
-    bytes.
+    bytes; a ``duration`` (by default, a field whose metavar is ``S``) takes ``30s``, ``5m``,
+    ``6h``, ``1d`` as well as seconds.
     """
     meta: dict[str, Any] = {"help": help}
     for key, value in (
@@ -69,6 +71,8 @@ def option(
             meta[key] = value
     if size:
         meta["size"] = True
+    if duration or (duration is None and metavar == "S"):
+        meta["duration"] = True
     return field(default=default, metadata=meta)
 
 

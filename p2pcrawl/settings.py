@@ -29,6 +29,7 @@ from p2pcrawl.fields import (
     range_error,
     validate,
 )
+from p2pcrawl.revisitsettings import RevisitSettings
 from p2pcrawl.signalsettings import Requisites, SignalSettings
 from protocol import DEFAULT_WORK_BITS, MAX_URL_LENGTH, NodeConfig
 
@@ -43,6 +44,7 @@ __all__ = [
     "PolitenessBy",
     "PolitenessSettings",
     "Requisites",
+    "RevisitSettings",
     "ScopeSettings",
     "SettingsError",
     "SignalSettings",
@@ -253,6 +255,7 @@ class CrawlSettings:
     fetch: FetchLimits = field(default_factory=FetchLimits)
     politeness: PolitenessSettings = field(default_factory=PolitenessSettings)
     scope: ScopeSettings = field(default_factory=ScopeSettings)
+    revisit: RevisitSettings = field(default_factory=RevisitSettings)
     signals: SignalSettings = field(default_factory=SignalSettings)
     # URLs held in RAM; the rest wait in the task store.
     frontier_window: int = option(100_000, "URLs held in RAM", min=16, max=100_000_000, flag=False)

@@ -1,4 +1,5 @@
-"""Per-peer persistent stores: task store, backup store, done record, Bloom filters.
+"""Per-peer persistent stores: task store, backup store, done record, Bloom filters, and
+the visit history of continuous mode.
 
 Nothing here knows about HTTP or the network. Each store is one SQLite file (WAL) owned by
 one background thread that group-commits; every ``add`` returns once its rows are durable
@@ -14,8 +15,10 @@ from storage.failures import StoreClosed, StoreCorrupt, StoreUnwritable
 from storage.lock import DataDirLocked, DirLock
 from storage.records import StoredTask
 from storage.tasks import TaskStore
+from storage.visits import MAX_VALIDATOR, Visit, VisitStore, pack_visits, unpack_visits
 
 __all__ = [
+    "MAX_VALIDATOR",
     "BackupStore",
     "DataDirLocked",
     "DirLock",
@@ -26,6 +29,10 @@ __all__ = [
     "StoreUnwritable",
     "StoredTask",
     "TaskStore",
+    "Visit",
+    "VisitStore",
     "false_positive_rate",
     "optimal_k",
+    "pack_visits",
+    "unpack_visits",
 ]

@@ -28,14 +28,15 @@ from pathlib import Path
 
 from storage.bloom import Rehash, SplittableBloom
 from storage.db import BackgroundStep, SqliteWorker, WorkerStore
-from storage.records import KEY_BYTES, from_sql_fp, to_sql_fp
+from storage.hostkeys import HOSTS_TABLE, check_key, host_id
+from storage.records import from_sql_fp, to_sql_fp
 
 __all__ = ["DoneRecord"]
 
 APPLICATION_ID = 0x70324431  # "p2D1": marks the file as a done record
 
 _SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS hosts(id INTEGER PRIMARY KEY, key BLOB NOT NULL UNIQUE)",
+    HOSTS_TABLE,
     """CREATE TABLE IF NOT EXISTS done(
         key_id INTEGER NOT NULL,
         fp INTEGER NOT NULL,
@@ -121,14 +122,14 @@ class DoneRecord(WorkerStore):
         return, and :meth:`maybe_contains` already knows them by then."""
         if not items:
             return 0
-        rows = [(_check_key(key), to_sql_fp(fp)) for key, fp in items]
+        rows = [(check_key(key), to_sql_fp(fp)) for key, fp in items]
         known = self._host_ids
 
         def job(conn: sqlite3.Connection) -> tuple[list[int], dict[bytes, int]]:
             new: list[int] = []
             ids: dict[bytes, int] = {}
             for key, fp in rows:
-                key_id = ids.get(key) or known.get(key) or _host_id(conn, key, create=True)
+                key_id = ids.get(key) or known.get(key) or host_id(conn, key, create=True)
                 ids[key] = key_id
                 if conn.execute("INSERT OR IGNORE INTO done VALUES (?, ?)", (key_id, fp)).rowcount:
                     new.append(fp)
@@ -143,13 +144,13 @@ class DoneRecord(WorkerStore):
         may claim too much, never too little, and :meth:`contains` asks the disk."""
         if not items:
             return 0
-        rows = [(_check_key(key), to_sql_fp(fp)) for key, fp in items]
+        rows = [(check_key(key), to_sql_fp(fp)) for key, fp in items]
         known = self._host_ids
 
         def job(conn: sqlite3.Connection) -> int:
             gone = 0
             for key, fp in rows:
-                key_id = known.get(key) or _host_id(conn, key, create=False)
+                key_id = known.get(key) or host_id(conn, key, create=False)
                 if key_id:
                     sql = "DELETE FROM done WHERE key_id = ? AND fp = ?"
                     gone += conn.execute(sql, (key_id, fp)).rowcount
@@ -225,7 +226,7 @@ class DoneRecord(WorkerStore):
         def job(conn: sqlite3.Connection) -> list[int]:
             hits: list[int] = []
             for i, key, fp in probe:
-                key_id = known.get(key) or _host_id(conn, key, create=False)
+                key_id = known.get(key) or host_id(conn, key, create=False)
                 if (
                     key_id
                     and conn.execute(
@@ -248,7 +249,7 @@ class DoneRecord(WorkerStore):
         def job(conn: sqlite3.Connection) -> dict[bytes, list[int]]:
             out: dict[bytes, list[int]] = {}
             for key in wanted:
-                key_id = known.get(key) or _host_id(conn, key, create=False)
+                key_id = known.get(key) or host_id(conn, key, create=False)
                 rows = (
                     conn.execute("SELECT fp FROM done WHERE key_id = ?", (key_id,)).fetchall()
                     if key_id
@@ -290,21 +291,3 @@ class DoneRecord(WorkerStore):
         """Drain pending work, close the file. An unfinished rehash is simply dropped: the
         filter is rebuilt from disk on the next open anyway."""
         await super().aclose()
-
-
-def _check_key(key: bytes) -> bytes:
-    if len(key) != KEY_BYTES:
-        raise ValueError(f"key must be {KEY_BYTES} bytes, got {len(key)}")
-    return key
-
-
-def _host_id(conn: sqlite3.Connection, key: bytes, *, create: bool) -> int:
-    """The host's row id; 0 when it has none and ``create`` is False."""
-    row = conn.execute("SELECT id FROM hosts WHERE key = ?", (key,)).fetchone()
-    if row is not None:
-        return int(row[0])
-    if not create:
-        return 0
-    cursor = conn.execute("INSERT INTO hosts(key) VALUES (?)", (key,))
-    assert cursor.lastrowid is not None
-    return cursor.lastrowid

@@ -17,11 +17,12 @@ import os
 import signal
 import sys
 import time
+from dataclasses import astuple
 from pathlib import Path
 
 from p2pcrawl.archive.files import WarcFiles
 from p2pcrawl.archive.framing import frame, next_frame, write_frames_fd
-from p2pcrawl.archive.records import FetchRecord
+from p2pcrawl.archive.records import FetchRecord, RevisitOf
 
 __all__ = ["decode_record", "encode_answer", "encode_record", "main", "serve"]
 
@@ -55,6 +56,8 @@ def encode_record(rec: FetchRecord) -> bytes:
             rec.truncated,
             rec.ip,
             rec.fetched_at,
+            rec.record_id,
+            None if rec.revisit is None else astuple(rec.revisit),
             [(str(k), str(v)) for k, v in rec.warc_fields],
         )
     )
@@ -62,9 +65,21 @@ def encode_record(rec: FetchRecord) -> bytes:
 
 
 def decode_record(payload: bytes | bytearray) -> FetchRecord:
-    url, status, reason, version, req, resp, body, truncated, ip, fetched_at, extra = marshal.loads(
-        payload
-    )
+    (
+        url,
+        status,
+        reason,
+        version,
+        req,
+        resp,
+        body,
+        truncated,
+        ip,
+        fetched_at,
+        rid,
+        revisit,
+        extra,
+    ) = marshal.loads(payload)
     return FetchRecord(
         url,
         status,
@@ -76,6 +91,8 @@ def decode_record(payload: bytes | bytearray) -> FetchRecord:
         truncated,
         ip,
         fetched_at,
+        rid,
+        None if revisit is None else RevisitOf(*revisit),
         tuple((k, v) for k, v in extra),
     )
 

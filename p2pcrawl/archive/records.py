@@ -34,13 +34,20 @@ __all__ = [
     "DEFAULT_COMPRESS_LEVEL",
     "ORIGINAL_CONTENT_ENCODING",
     "ORIGINAL_CONTENT_LENGTH",
+    "PROFILE_IDENTICAL",
+    "PROFILE_NOT_MODIFIED",
     "WARC_SUFFIX",
     "FetchRecord",
+    "RevisitOf",
+    "capture_record_id",
     "gzip_member",
+    "payload_digest_label",
     "read_warc_urls",
     "record_pair",
+    "revisit_pair",
     "serialize_pair",
     "stored_response_headers",
+    "warc_date",
     "warcio_pair",
 ]
 
@@ -85,13 +92,54 @@ class FetchRecord:
     truncated: str = ""
     ip: str | None = None
     fetched_at: float = 0.0
+    # The WARC-Record-ID to give the response ("" = a fresh one): a capture that later
+    # revisit records refer to gets a name its URL and time can rebuild (capture_record_id).
+    record_id: str = ""
+    # Not a response: a revisit of an archived capture (WARC 1.1 §6.7).
+    revisit: RevisitOf | None = None
     # Extra WARC fields of the response record (the crawl's record of a page's robots
     # directives and canonical URL: p2pcrawl.crawl.signals).
     warc_fields: tuple[tuple[str, str], ...] = ()
 
 
+PROFILE_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+PROFILE_IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+# Names capture_record_id's UUIDs (version 5): a fixed random namespace of this project.
+_CAPTURE_NAMESPACE = uuid.UUID("5c1d0e8a-3f4b-4c55-9a57-8e0f0b6a2d13")
+
+
+@dataclass(frozen=True, slots=True)
+class RevisitOf:
+    """What a ``revisit`` record says of the capture it stands for (WARC 1.1 §6.7)."""
+
+    profile: str  # PROFILE_NOT_MODIFIED or PROFILE_IDENTICAL
+    refers_to_uri: str  # WARC-Refers-To-Target-URI
+    refers_to_date: str  # WARC-Refers-To-Date: that capture's WARC-Date
+    refers_to: str = ""  # WARC-Refers-To: that capture's WARC-Record-ID, if known
+    payload_digest: str = ""  # WARC-Payload-Digest of the payload ("sha1:...")
+
+
+def capture_record_id(url: str, at_ms: int) -> str:
+    """The WARC-Record-ID of ``url``'s capture at ``at_ms`` (Unix milliseconds): a name-based
+    UUID, so the visit history needs only the capture's time to name it in
+    ``WARC-Refers-To``. A URL is captured at most once a millisecond, so it is unique."""
+    return f"<urn:uuid:{uuid.uuid5(_CAPTURE_NAMESPACE, f'{url} {at_ms}')}>"
+
+
+def warc_date(seconds: float) -> str:
+    """The WARC-Date a record fetched at ``seconds`` (Unix time) carries."""
+    return datetime.fromtimestamp(seconds, UTC).strftime(_WARC_DATE)
+
+
+def payload_digest_label(digest: bytes) -> str:
+    """A raw SHA-1 digest as WARC-Payload-Digest writes it."""
+    return "sha1:" + base64.b32encode(digest).decode("ascii")
+
+
 def record_pair(rec: FetchRecord) -> tuple[bytes, bytes]:
-    """The uncompressed response and request records for ``rec``."""
+    """The uncompressed response (or revisit) and request records for ``rec``."""
+    if rec.revisit is not None:
+        return revisit_pair(rec)
     return serialize_pair(rec) or warcio_pair(rec)
 
 
@@ -110,12 +158,12 @@ def serialize_pair(rec: FetchRecord) -> tuple[bytes, bytes] | None:
     )
     if response_http is None or request_http is None:
         return None
-    date = datetime.fromtimestamp(rec.fetched_at or time.time(), UTC).strftime(_WARC_DATE)
+    date = warc_date(rec.fetched_at or time.time())
     ip = [("WARC-IP-Address", rec.ip)] if rec.ip else []
     body = rec.body
     block = hashlib.sha1(response_http)
     block.update(body)
-    response_id = f"<urn:uuid:{uuid.uuid4()}>"
+    response_id = rec.record_id or f"<urn:uuid:{uuid.uuid4()}>"
     response = _warc_head(
         [
             ("WARC-Date", date),
@@ -157,7 +205,7 @@ _RECORD_END = b"\r\n\r\n"
 
 
 def _sha1_label(digest: Any) -> str:
-    return "sha1:" + base64.b32encode(digest.digest()).decode("ascii")
+    return payload_digest_label(digest.digest())
 
 
 _EMPTY_SHA1 = _sha1_label(hashlib.sha1(b""))
@@ -243,6 +291,8 @@ def warcio_pair(rec: FetchRecord) -> tuple[bytes, bytes]:
         datetime.fromtimestamp(rec.fetched_at or time.time(), UTC).replace(tzinfo=None)
     )
     warc_headers: dict[str, str] = {"WARC-Date": date}
+    if rec.record_id:
+        warc_headers["WARC-Record-ID"] = rec.record_id
     if rec.ip:
         warc_headers["WARC-IP-Address"] = rec.ip
     if rec.truncated:
@@ -263,18 +313,24 @@ def warcio_pair(rec: FetchRecord) -> tuple[bytes, bytes]:
         warc_headers_dict=warc_headers,
         http_headers=http_headers,
     )
+    request = _request_record(writer, rec, date, response)
+    return _record_bytes(writer, response), _record_bytes(writer, request)
+
+
+def _request_record(writer: WARCWriter, rec: FetchRecord, date: str, concurrent: Any) -> Any:
+    """The ``request`` record of ``rec``'s exchange, concurrent to the record ``concurrent``."""
     request_http = StatusAndHeaders(
-        f"GET {_request_target(rec.url)} {protocol}",
+        f"GET {_request_target(rec.url)} HTTP/{rec.http_version}",
         [(_clean(k), _clean(v)) for k, v in rec.request_headers],
         is_http_request=True,
     )
     request_headers = {
         "WARC-Date": date,
-        "WARC-Concurrent-To": response.rec_headers.get_header("WARC-Record-ID"),
+        "WARC-Concurrent-To": concurrent.rec_headers.get_header("WARC-Record-ID"),
     }
     if rec.ip:
         request_headers["WARC-IP-Address"] = rec.ip
-    request = writer.create_warc_record(
+    return writer.create_warc_record(
         rec.url,
         "request",
         payload=io.BytesIO(b""),
@@ -282,7 +338,43 @@ def warcio_pair(rec: FetchRecord) -> tuple[bytes, bytes]:
         warc_headers_dict=request_headers,
         http_headers=request_http,
     )
-    return _record_bytes(writer, response), _record_bytes(writer, request)
+
+
+def revisit_pair(rec: FetchRecord) -> tuple[bytes, bytes]:
+    """The uncompressed ``revisit`` and ``request`` records of a revisit (WARC 1.1 §6.7).
+
+    The block is the response's HTTP headers, the payload left out: for a 304 the server's
+    answer, for an unchanged 200 its headers with the payload's length, and
+    ``WARC-Truncated: length`` as the identical-payload-digest profile asks. Written by
+    warcio (WARC/1.1: the Refers-To fields are 1.1's), fewer than responses and small.
+    """
+    ref = rec.revisit
+    assert ref is not None
+    writer = WARCWriter(io.BytesIO(), gzip=False, warc_version="1.1")
+    date = warc_date(rec.fetched_at or time.time())
+    headers: dict[str, str] = {"WARC-Date": date}
+    if rec.ip:
+        headers["WARC-IP-Address"] = rec.ip
+    headers["WARC-Profile"] = ref.profile
+    headers["WARC-Refers-To-Target-URI"] = ref.refers_to_uri
+    headers["WARC-Refers-To-Date"] = ref.refers_to_date
+    if ref.refers_to:
+        headers["WARC-Refers-To"] = ref.refers_to
+    if ref.payload_digest:
+        headers["WARC-Payload-Digest"] = ref.payload_digest
+    if ref.profile == PROFILE_IDENTICAL:
+        headers["WARC-Truncated"] = "length"
+    status_line = f"{rec.status} {_clean(rec.reason)}".rstrip()
+    http_headers = StatusAndHeaders(
+        status_line,
+        stored_response_headers(rec.response_headers, len(rec.body)),
+        f"HTTP/{rec.http_version}",
+    )
+    revisit = writer.create_warc_record(
+        rec.url, "revisit", warc_headers_dict=headers, http_headers=http_headers
+    )
+    request = _request_record(writer, rec, date, revisit)
+    return _record_bytes(writer, revisit), _record_bytes(writer, request)
 
 
 def _record_bytes(writer: WARCWriter, record: Any) -> bytes:

@@ -21,6 +21,7 @@ from p2pcrawl.crawl.parsebound import Flattened, flatten_deep_nesting
 from p2pcrawl.crawl.parseproc import BoundedParse, ParseWorkers, needs_worker, parse_bounded
 from p2pcrawl.crawl.patterns import UrlPatterns
 from p2pcrawl.crawl.ports import NO_LOANS, FinishedHook, LoanPort, LocalRouter, Router
+from p2pcrawl.crawl.revisit import Revisits
 from p2pcrawl.crawl.robots import RobotsCache, RobotsPolicy, policy_from_lent, policy_from_response
 from p2pcrawl.crawl.runner import CrawlSummary, crawl
 from p2pcrawl.crawl.scope import Scope, is_forbidden_address, normalise_domain
@@ -55,6 +56,7 @@ __all__ = [
     "LocalRouter",
     "ParseWorkers",
     "ParsedPage",
+    "Revisits",
     "RobotsCache",
     "RobotsPolicy",
     "Router",

@@ -9,11 +9,13 @@ slot is released keeps the host busy only for the request itself.
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from typing import TYPE_CHECKING
 
 from p2pcrawl.aio import backoff_delay
 from p2pcrawl.crawl import hops, politeness, scheduling, urls
+from p2pcrawl.crawl.conditional import conditional_headers
 from p2pcrawl.crawl.domains import politeness_for
 from p2pcrawl.crawl.fetcher import FetchResult
 from p2pcrawl.crawl.frontier import Task
@@ -23,7 +25,9 @@ from p2pcrawl.crawl.unreachable import UNREACHABLE_ERRORS
 if TYPE_CHECKING:
     from p2pcrawl.crawl.engine import Engine
 
-__all__ = ["RETRYABLE_ERRORS", "Outcome", "attempt"]
+__all__ = ["RETRYABLE_ERRORS", "Outcome", "RefusedHosts", "attempt"]
+
+log = logging.getLogger(__name__)
 
 RETRYABLE_ERRORS = frozenset({"timeout", "connect", "protocol", "disconnect"})
 # A borrowed task held back (its loan is too far ahead of its lender's word) is tried again
@@ -45,7 +49,9 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         slot.requeue(task)
         slot.after(0.0, BORROWED_WAIT_S)
         return Outcome.WAITING, None
-    if ledger.done.maybe_contains(task.fp) and (await ledger.is_done([task]))[0]:
+    # A due revisit (continuous mode) is done by definition; it is fetched conditionally.
+    visit = engine.revisits.visit_of(task) if engine.revisits is not None else None
+    if visit is None and ledger.done.maybe_contains(task.fp) and (await ledger.is_done([task]))[0]:
         # Finished elsewhere meanwhile (history handed over after a restart or a move).
         return Outcome.DONE_ELSEWHERE, None
     dead = engine.unreachable
@@ -114,6 +120,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         ),
         user_agent=rules.user_agent if rules is not None else None,
         max_body=engine.settings.signals.max_requisite_bytes if embedded else None,
+        headers=conditional_headers(visit) if visit is not None else None,
     )
     pset = politeness_for(engine.settings.politeness, rules)
     gap = politeness.next_gap(pset, hq.polite.robots_delay, res.elapsed)
@@ -138,7 +145,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
             # Refused by this peer's own configuration (the SSRF guard, --allow-private).
             # Recorded done, the URL would never be crawled once the operator allows it.
             slot.after(res.elapsed, gap)
-            engine.note_refused(task.url)
+            engine.refused_hosts.note(task.url)
             return Outcome.REFUSED, None
         if res.error in RETRYABLE_ERRORS and task.tries < pset.max_retries:
             task.tries += 1
@@ -171,3 +178,26 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
         stats.truncated += 1
         stats.truncated_by[res.truncated] += 1
     return Outcome.PAGE, res
+
+
+class RefusedHosts:
+    """Hosts the address guard refused: each is said once, with how to allow it."""
+
+    LIMIT = 1000  # hosts remembered; past it the memory starts again
+
+    def __init__(self) -> None:
+        self.hosts: set[str] = set()
+
+    def note(self, url: str) -> None:
+        host = urls.hostname_of(url)
+        if host in self.hosts:
+            return
+        if len(self.hosts) >= self.LIMIT:
+            self.hosts.clear()
+        self.hosts.add(host)
+        log.warning(
+            "refused %s: %s is a loopback, private or link-local address "
+            "(start the peer with --allow-private to crawl it)",
+            url,
+            host,
+        )

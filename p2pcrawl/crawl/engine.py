@@ -23,7 +23,7 @@ from pathlib import Path
 from p2pcrawl.aio import TaskSet, every
 from p2pcrawl.archive import WarcWriteError, WarcWriter
 from p2pcrawl.crawl import urls
-from p2pcrawl.crawl.attempt import Outcome, attempt
+from p2pcrawl.crawl.attempt import Outcome, RefusedHosts, attempt
 from p2pcrawl.crawl.disk import NEAR_EVERY_S, DiskBudget
 from p2pcrawl.crawl.domains import DomainGate, DomainTable
 from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
@@ -34,6 +34,7 @@ from p2pcrawl.crawl.pacing import Pacer, response_on_wire
 from p2pcrawl.crawl.parseproc import ParseWorkers
 from p2pcrawl.crawl.ports import NO_LOANS, FinishedHook, LoanPort, LocalRouter, Router
 from p2pcrawl.crawl.refill import WindowRefill
+from p2pcrawl.crawl.revisit import Revisits
 from p2pcrawl.crawl.robots import RobotsCache
 from p2pcrawl.crawl.robotsgate import RobotsGate
 from p2pcrawl.crawl.scope import Scope
@@ -50,7 +51,6 @@ log = logging.getLogger(__name__)
 # Page tails (archive, parse, route, finish) allowed per fetch slot. Each holds one fetched
 # body, so this bounds the pages in memory at (1 + TAILS_PER_FETCH) x concurrency.
 TAILS_PER_FETCH = 2
-MAX_REFUSED_HOSTS_NOTED = 1000
 
 
 class Engine:
@@ -101,6 +101,7 @@ class Engine:
         # Why no fetch may start now, by name; each reason is held and released by its
         # owner (a join, a stall, a leave, a failure), so one cannot end another's pause.
         self._pauses: set[str] = set()
+        self.revisits = Revisits(self) if settings.revisit.enabled else None  # --revisit
         # Pages that could hold the loop are parsed in processes, under a deadline.
         self.parsers = ParseWorkers(settings.parse_workers, deadline=settings.parse_deadline)
         self._host_pages: collections.Counter[str] = collections.Counter()
@@ -110,7 +111,7 @@ class Engine:
         self._tasks = TaskSet("engine")
         self._progress = asyncio.Event()
         self._fetching = 0  # page fetches under way, reserved against max_pages
-        self._refused_hosts: set[str] = set()
+        self.refused_hosts = RefusedHosts()  # said once each, with how to allow them
         # Set by whoever watches the network's total (--max-network-pages).
         self.network_limit_reached = False
         # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
@@ -125,6 +126,9 @@ class Engine:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.revisits is not None:
+            await self.revisits.start()
+            self._tasks.spawn(self.revisits.run(), "revisits")
         await self.fetcher.start()
         self._tasks.spawn(self.refill.run(), "refill")
         self._tasks.spawn(every(1.0, self._housekeeping, first=0.0), "housekeeping")
@@ -184,11 +188,13 @@ class Engine:
 
     @property
     def tasks_queued(self) -> int:
-        return max(0, self.ledger.queued + self.loans.borrowed - len(self.in_flight))
+        due = len(self.revisits.pending) if self.revisits else 0
+        return max(0, self.ledger.queued + self.loans.borrowed + due - len(self.in_flight))
 
     @property
     def idle(self) -> bool:
-        return not self.in_flight and self.ledger.queued == 0 and not self.loans.borrowed
+        busy = self.in_flight or self.ledger.queued or self.loans.borrowed
+        return not busy and not (self.revisits and self.revisits.pending)
 
     @property
     def exhausted(self) -> bool:
@@ -268,7 +274,7 @@ class Engine:
         out: list[Task] = []
         for h in hosts:
             out += self.frontier.take_tasks(h, lambda t: not t.lease)
-        return out
+        return self.revisits.release(out) if self.revisits else out
 
     def include_keys(self, keys: Iterable[bytes]) -> None:
         self.refill.include(keys)
@@ -290,6 +296,7 @@ class Engine:
         priority: float = 0.0,
         user_agent: str | None = None,
         max_body: int | None = None,
+        headers: dict[str, str] | None = None,
     ) -> FetchResult:
         """Fetch a page, reserved against max-pages while under way, paced by --max-rate
         (the smallest ``priority`` first)."""
@@ -298,7 +305,9 @@ class Engine:
             taken = await self.pacer.start(priority)
             size = 0
             try:
-                res = await self.fetcher.fetch(url, user_agent=user_agent, max_body=max_body)
+                res = await self.fetcher.fetch(
+                    url, user_agent=user_agent, max_body=max_body, headers=headers
+                )
                 if self.pacer.enabled:
                     size = response_on_wire(len(res.body), res.headers)
                 return res
@@ -406,26 +415,13 @@ class Engine:
         if self.on_failure is not None:
             self.on_failure(exc)
 
-    def note_refused(self, url: str) -> None:
-        """Say once per host that the address guard refused it, and how to allow it."""
-        host = urls.hostname_of(url)
-        if host in self._refused_hosts:
-            return
-        if len(self._refused_hosts) >= MAX_REFUSED_HOSTS_NOTED:
-            self._refused_hosts.clear()
-        self._refused_hosts.add(host)
-        log.warning(
-            "refused %s: %s is a loopback, private or link-local address "
-            "(start the peer with --allow-private to crawl it)",
-            url,
-            host,
-        )
-
     async def refuse(self, task: Task) -> None:
         """Drop a task this peer's configuration refuses, without recording it done: the
         same URL seeded again once the configuration allows it is crawled."""
         if task.lease:
             await self.loans.settle([task], finished=False)  # its owner may be allowed to
+            return
+        if self.revisits is not None and await self.revisits.refused(task):
             return
         await self.ledger.drop([task.fp])
         if self.on_finished is not None:
@@ -437,6 +433,11 @@ class Engine:
         if self.loans.borrowed and any(t.lease for t in tasks):
             await self.loans.settle([t for t in tasks if t.lease], finished=True)
             tasks = [t for t in tasks if not t.lease]
+            if not tasks:
+                return
+        if self.revisits is not None:
+            # A due page's history is its record (it is done already); a new one gets one.
+            tasks = await self.revisits.settle(tasks, elsewhere=hurry)
             if not tasks:
                 return
         await self.ledger.finish(tasks)

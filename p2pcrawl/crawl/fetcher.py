@@ -214,10 +214,12 @@ class Fetcher:
         sink: Sink | None = None,
         total_timeout: float | None = None,
         user_agent: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> FetchResult:
         """Fetch ``url`` without following redirects. With ``sink`` the body is not kept:
         each chunk goes to it as it arrives, and a False answer ends the read ("length").
-        ``total_timeout`` replaces the session's for this request."""
+        ``total_timeout`` replaces the session's for this request; ``headers`` are added to
+        the session's (a revisit's validators)."""
         assert self._session is not None, "Fetcher.start() not called"
         limit = self._settings.fetch.max_body_bytes if max_body is None else max_body
         result = FetchResult(url=url, fetched_at=time.time())
@@ -230,8 +232,9 @@ class Fetcher:
             return result
         started = time.monotonic()
         try:
-            # A domain's own User-Agent ([domains."…"] user-agent) replaces the session's.
-            headers = {"User-Agent": user_agent} if user_agent else None
+            if user_agent:
+                # A domain's own User-Agent ([domains."…"] user-agent) replaces the session's.
+                headers = {**(headers or {}), "User-Agent": user_agent}
             # timeout=None would mean none at all: the session's unless one is given.
             timeout = self._session.timeout
             if total_timeout is not None:

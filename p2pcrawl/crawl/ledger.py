@@ -18,7 +18,7 @@ from pathlib import Path
 
 from p2pcrawl.aio import Coalescer
 from p2pcrawl.crawl.frontier import Task
-from storage import DoneRecord, StoredTask, TaskStore
+from storage import DoneRecord, StoredTask, TaskStore, VisitStore
 
 __all__ = ["Ledger"]
 
@@ -42,6 +42,9 @@ class Ledger:
     ) -> None:
         self.tasks = tasks
         self.done = done
+        # Continuous mode's visit history (storage/visits.py), once ``open_visits`` made it.
+        self.visits: VisitStore | None = None
+        self.directory: Path | None = None  # where ``open`` found the stores
         self._cursor = 0
         # Rows may exist past the cursor. The engine asks for more after every page; when
         # nothing was queued since the last load reached the end, there is nothing to read
@@ -73,9 +76,18 @@ class Ledger:
             await tasks.aclose()
             raise
         self = cls(tasks, done)
+        self.directory = directory
         self.queued = await tasks.count()
         self.done_count = await done.count()
         return self
+
+    async def open_visits(self) -> VisitStore:
+        """The visit history next to the other stores (continuous mode), opened once."""
+        if self.visits is None:
+            if self.directory is None:
+                raise RuntimeError("continuous mode needs a ledger opened from a directory")
+            self.visits = await VisitStore.open(self.directory / "visits.sqlite3")
+        return self.visits
 
     async def aclose(self) -> None:
         try:
@@ -86,7 +98,11 @@ class Ledger:
             try:
                 await self.tasks.aclose()
             finally:
-                await self.done.aclose()
+                try:
+                    await self.done.aclose()
+                finally:
+                    if self.visits is not None:
+                        await self.visits.aclose()
 
     async def accept(self, tasks: Sequence[Task]) -> list[Task]:
         """Queue the tasks not seen before and return them. Durable on return."""
@@ -188,6 +204,9 @@ class Ledger:
         """Let done tasks be crawled again (``--recrawl``); returns how many were done."""
         gone = await self.done.forget([(t.key, t.fp) for t in tasks])
         self.done_count -= gone
+        if self.visits is not None:
+            # Fetched again in full, as asked; its history starts over.
+            await self.visits.remove([(t.key, t.fp) for t in tasks])
         return gone
 
     async def is_done(self, tasks: Sequence[Task]) -> list[bool]:

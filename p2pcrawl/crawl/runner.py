@@ -1,9 +1,11 @@
-"""The one-shot crawl: one peer, no network, until nothing is queued or max-pages is hit."""
+"""A crawl by one peer, no network: until nothing is queued or max-pages is hit; in
+continuous mode (``--revisit``), for ``run_for`` seconds."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,8 +38,14 @@ async def crawl(
     partition: Partition = "host",
     node_prefix: str = "local",
     idle_grace: float = 0.0,
+    run_for: float | None = None,
+    on_engine: Callable[[Engine], None] | None = None,
 ) -> CrawlSummary:
-    """Crawl from ``seeds`` with one peer until nothing is queued or max-pages is reached."""
+    """Crawl from ``seeds`` with one peer until nothing is queued or max-pages is reached;
+    a continuous crawl never runs out of work, so it stops after ``run_for`` seconds.
+    ``on_engine`` is handed the engine once it runs (to watch it)."""
+    if settings.revisit.enabled and run_for is None:
+        raise ValueError("a continuous crawl (settings.revisit) needs run_for")
     await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
     started, cpu0 = time.monotonic(), time.process_time()
     ledger = await Ledger.open(data_dir / "stores")
@@ -51,11 +59,19 @@ async def crawl(
             await warc.start()
         engine = Engine(settings, ledger, warc=warc, partition=partition, data_dir=data_dir)
         await engine.start()
+        if on_engine is not None:
+            on_engine(engine)
         await engine.add_seeds(seeds)
-        while not (engine.idle or (engine.exhausted and not engine.in_flight)):
+        until = None if run_for is None else time.monotonic() + run_for
+        while (
+            time.monotonic() < until
+            if until is not None
+            else not (engine.idle or (engine.exhausted and not engine.in_flight))
+        ):
             if engine.failure is not None and not engine.in_flight:
                 raise engine.failure
-            await engine.wait_progress(0.5)
+            left = 0.5 if until is None else min(0.5, until - time.monotonic())
+            await engine.wait_progress(max(0.0, left))
         if idle_grace:
             await asyncio.sleep(idle_grace)
     finally:

@@ -11,12 +11,13 @@ What a sitemap lists goes to its owner like any discovered link (scope, depth 1,
 per-host budgets), minus the cross-host rule of sitemaps.org: a sitemap lists URLs of the
 host whose robots.txt named it (or where it lives, for ``/sitemap.xml``); anything else is
 dropped and counted. At most ``max_sitemap_urls`` are taken per host. ``<lastmod>`` values
-are kept in :attr:`SitemapReader.lastmod`, a bounded per-URL record a revisit schedule can
-consult.
+are kept in :attr:`SitemapReader.lastmod`, a bounded per-URL record; in continuous mode
+(docs/freshness.md) a page whose ``<lastmod>`` is newer than its last visit is made due now.
 
 Once a host's sitemaps are read, a mark goes into the done record under the host's key
 (the fingerprint of ``sitemaps <origin>``), so the key's next owner (a hand-off, a crash)
-does not read them again; an owner lends a host whose sitemaps it has not read yet only with
+does not read them again (in continuous mode they are read again each time robots.txt is,
+for their news); an owner lends a host whose sitemaps it has not read yet only with
 one of its tasks kept back (:meth:`SitemapReader.settled`), so it reads them itself when the
 loan ends and a borrower never has to. The sitemaps are read, not archived, like robots.txt.
 """
@@ -38,6 +39,7 @@ from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import LinkFilter
 from p2pcrawl.crawl.pacing import Pacer
 from p2pcrawl.crawl.ports import Router
+from p2pcrawl.crawl.revisit import Revisits
 from p2pcrawl.crawl.robots import RobotsCache, RobotsPolicy
 from p2pcrawl.crawl.sitemaps import MAX_SITEMAP_BYTES, SitemapParser
 from p2pcrawl.crawl.stats import CrawlStats
@@ -68,6 +70,9 @@ class SitemapCrawl(Protocol):
     def router(self) -> Router: ...
 
     async def finish(self, tasks: list[Task], *, hurry: bool = False) -> None: ...
+
+    @property
+    def revisits(self) -> Revisits | None: ...
 
 
 def sitemap_mark(origin: str, key: bytes) -> Task:
@@ -171,8 +176,13 @@ class SitemapReader:
                 # A host only requisites are fetched from (a CDN): its pages are not ours.
                 del self._hosts[origin]
                 return False
-            if (await engine.ledger.is_done([sitemap_mark(origin, host.key)]))[0]:
-                del self._hosts[origin]  # read by an earlier owner of the key
+            # Read by an earlier owner of the key; in continuous mode the sitemaps are read
+            # again whenever robots.txt is (its cache expired), for their <lastmod>.
+            if (
+                engine.revisits is None
+                and (await engine.ledger.is_done([sitemap_mark(origin, host.key)]))[0]
+            ):
+                del self._hosts[origin]
                 return False
         while host.queue:
             url, depth = host.queue.popleft()
@@ -190,7 +200,7 @@ class SitemapReader:
 
     async def _finish(self, engine: SitemapCrawl, host: _Host) -> None:
         self._hosts.pop(host.origin, None)
-        if host.read:
+        if host.read and engine.revisits is None:  # continuous mode reads them again
             await engine.finish([sitemap_mark(host.origin, host.key)])
 
     async def _read(
@@ -277,6 +287,7 @@ class SitemapReader:
         listed: Iterable[tuple[str, float | None]],
     ) -> bool:
         found: list[str] = []
+        changed: list[tuple[str, float]] = []
         cap = self.signals.max_sitemap_urls
         max_length = self.settings.fetch.max_url_length
         more = True
@@ -295,7 +306,11 @@ class SitemapReader:
             found.append(url)
             if lastmod is not None:
                 self._note_lastmod(url, lastmod)
+                changed.append((url, lastmod))
         self.stats.sitemap_urls += len(found)
+        if changed and engine.revisits is not None:
+            # Continuous mode: a page the sitemap says changed since its last visit is due.
+            await engine.revisits.hint_changed(changed)
         tasks = engine.links.tasks(found, SITEMAP_DEPTH, 0)
         if tasks:
             self.stats.urls_discovered += len(tasks)

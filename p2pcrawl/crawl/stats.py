@@ -7,7 +7,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-__all__ = ["CrawlStats", "EventLog", "Histogram"]
+__all__ = ["CrawlStats", "EventLog", "Histogram", "RevisitStats"]
 
 
 class Histogram:
@@ -139,3 +139,34 @@ class EventLog:
 
     def add(self, kind: str, **detail: object) -> None:
         self.events.append({"t": time.time(), "kind": kind, **detail})
+
+
+@dataclass(slots=True)
+class RevisitStats:
+    """What the revisits did, for the status page and /metrics."""
+
+    revisits: int = 0  # revisits fetched (any answer)
+    not_modified: int = 0  # answered 304
+    unchanged: int = 0  # a 200 with the same payload
+    changed: int = 0  # a 200 with a new payload: changes detected
+    gone: int = 0  # 404 or 410
+    failed: int = 0  # no usable answer (errors, robots.txt, refused)
+    postponed: int = 0  # due but not fetched this time (a budget, a loan)
+    retired: int = 0
+    first_visits: int = 0  # histories started (pages finished in continuous mode)
+    hinted: int = 0  # made due early by a sitemap's <lastmod>
+    # Revisits per minute over the last hour: (minute, count), oldest first.
+    minutes: list[list[int]] = field(default_factory=list)
+
+    def count_revisit(self, now: float) -> None:
+        self.revisits += 1
+        minute = int(now // 60)
+        if self.minutes and self.minutes[-1][0] == minute:
+            self.minutes[-1][1] += 1
+        else:
+            self.minutes.append([minute, 1])
+            del self.minutes[:-60]
+
+    def per_hour(self, now: float) -> int:
+        since = int(now // 60) - 59
+        return sum(n for minute, n in self.minutes if minute >= since)

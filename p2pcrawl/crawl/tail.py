@@ -36,22 +36,26 @@ async def page_tail(engine: Engine, task: Task, res: FetchResult) -> None:
     found: list[str] = []
     needs: list[str] = []
     ok = 200 <= res.status < 300
+    # Continuous mode: a revisit record for an unchanged page, whose links were routed
+    # before (it is not parsed again); a new or changed page goes on as below.
+    plan = await engine.revisits.plan(task, res) if engine.revisits else None
+    follow = plan is None or plan.follow
     # A truncated HTML body is parsed too: lexbor closes what was left open, and the links
     # that arrived are as real as those of a whole page.
-    if res.is_html and ok:
+    if res.is_html and ok and follow:
         page = await _parse(engine, task, res)
         directives |= page.directives
         canonical = canonical or page.canonical
         if not embeds:  # a requisite's links are never followed
             found, needs = page.links, page.requisites
-    elif ok and res.content_type == "text/css" and embeds < hops.MAX_EMBEDS:
+    elif ok and follow and res.content_type == "text/css" and embeds < hops.MAX_EMBEDS:
         needs = css_references(
             decode_css(res.body, res.charset),
             task.url,
             links.page_rules.max_requisites,
             engine.settings.fetch.max_url_length,
         )
-    elif ok:
+    elif ok and follow:
         stats.non_html += 1
     _count(engine, directives)
     if said.directives.nofollow and sig.robots_meta:
@@ -61,11 +65,13 @@ async def page_tail(engine: Engine, task: Task, res: FetchResult) -> None:
         stats.headers_only += 1
     warc = engine.warc
     record = to_record(res, warc_fields(directives, canonical), keep_body=keep_body)
+    if plan is not None:
+        record = plan.archive(record)
     archived = await warc.submit(record) if warc is not None else None
-    fresh = _redirect_target(engine, task, res)
+    fresh = _redirect_target(engine, task, res) if follow else []
     if found:
         fresh += links.tasks(found, task.depth + 1, 0)
-    if canonical is not None and canonical != task.url and not embeds:
+    if canonical is not None and canonical != task.url and not embeds and follow:
         # The page's preferred URL is the same document: it keeps the page's depth.
         canon = links.tasks([canonical], task.depth, 0)
         stats.canonical_links += len(canon)
@@ -79,7 +85,11 @@ async def page_tail(engine: Engine, task: Task, res: FetchResult) -> None:
         await engine.router.route(fresh, urgent=task.key if task.lease else None, found=True)
     if archived is not None:
         await archived
-    await engine.finish([task])
+    if plan is not None:
+        assert engine.revisits is not None
+        await engine.revisits.settle_page(task, plan, res)
+    else:
+        await engine.finish([task])
 
 
 def _count(engine: Engine, directives: Directives) -> None:

@@ -22,6 +22,7 @@ from p2pcrawl.network.announce import (
 )
 from p2pcrawl.network.dispatch import Dispatcher
 from p2pcrawl.network.healing import CONTACTS_FILE, read_contacts
+from p2pcrawl.network.history import history_chunks, read_history_chunk
 from p2pcrawl.network.identity import (
     DataDirError,
     load_or_create_identity,
@@ -63,6 +64,7 @@ __all__ = [
     "decide_key",
     "decode_announcement",
     "encode_announcement",
+    "history_chunks",
     "is_loopback",
     "join_command",
     "load_or_create_identity",
@@ -70,6 +72,7 @@ __all__ = [
     "loopback_only",
     "new_key",
     "read_contacts",
+    "read_history_chunk",
     "same_host",
     "save_identity",
 ]

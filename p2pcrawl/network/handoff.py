@@ -87,8 +87,11 @@ class Handoff:
         waiting: Callable[[], AbstractContextManager[None]],
         rebalance_soon: Callable[[], None],
         timeout: float,
+        move_history: Callable[[PeerRef, list[bytes]], Awaitable[bool]] | None = None,
     ) -> None:
-        """``copy_for``: copies for the new owner's replicas (``Replication.copy_for``);
+        """``move_history``: continuous mode's visit history of keys that moved, to their
+        new owner (``HistoryLane.hand_keys``);
+        ``copy_for``: copies for the new owner's replicas (``Replication.copy_for``);
         ``revoke``: end the leases of keys that move (``Lender.revoke_keys``); ``waiting``:
         held while the handoff waits for our pages (``Patience.waiting``);
         ``rebalance_soon``: keys we could not hand over go to whoever owns them next."""
@@ -101,6 +104,7 @@ class Handoff:
         self._waiting = waiting
         self._rebalance_soon = rebalance_soon
         self.timeout = timeout
+        self._move_history = move_history
         self.retry = Retry(timeout)
         # One handoff at a time (a join's, a rebalance pass, a leave).
         self.lock = asyncio.Lock()
@@ -173,11 +177,13 @@ class Handoff:
         except (PeerTimeout, RemoteError, OSError):
             await self.ledger.accept(tasks)  # they stay ours until the owner answers
             raise
-        if result.refused_keys:
-            refused = set(result.refused_keys)
+        refused = set(result.refused_keys)
+        if refused:
             crawl.include_keys(refused)
             await self.ledger.accept([t for t in tasks if t.key in refused])
             crawl.wake()
+        if self._move_history is not None:
+            await self._move_history(owner, [k for k in keys if k not in refused])
         return len(tasks)
 
     async def send_with_copies(

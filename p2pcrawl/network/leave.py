@@ -96,11 +96,14 @@ class Leave:
         flush_links: Callable[[], Awaitable[None]],
         stored: Callable[[float], Awaitable[None]],
         hurry: Callable[[], None],
+        hand_history: Callable[[list[PeerRef]], Awaitable[int]] | None = None,
     ) -> None:
         """``depart``: send nothing but the handoff from now on (``CrawlNode.depart``);
         ``goodbye``: GOODBYE (``CrawlNode.goodbye``); ``flush_links``: send what waits
         in the dispatcher; ``stored``: wait (bounded) for the STORE_TASKs taken to be
-        stored (``PeerHandler.stored``); ``hurry``: our RPC lanes send now."""
+        stored (``PeerHandler.stored``); ``hurry``: our RPC lanes send now;
+        ``hand_history``: continuous mode's visit history to the remaining peers
+        (``HistoryLane.hand_all``), after the tasks."""
         self.ledger = ledger
         self.backups = backups
         self.crawl = crawl
@@ -115,6 +118,7 @@ class Leave:
         self._flush_links = flush_links
         self._stored = stored
         self._hurry = hurry
+        self._hand_history = hand_history
         # Leaving, and our borrowers' pages still settling: their links to our keys are
         # stored here and handed off with the rest.
         self.taking = False
@@ -149,6 +153,10 @@ class Leave:
             report.queue_at_leave = self.ledger.queued
             if others:
                 await self._hand_off(others, report)
+            if others and self._hand_history is not None:
+                log.info(
+                    "handed off the visit history of %d pages", await self._hand_history(others)
+                )
         self.events.add("left", **report.as_dict())
         log.info(
             "left the network: handed off %d tasks, %d done fingerprints, %d backups (%d failed)",

@@ -31,6 +31,7 @@ from p2pcrawl.network.follower import Follower, ReplicaBook
 from p2pcrawl.network.handlers import PeerHandler
 from p2pcrawl.network.handoff import Handoff, History
 from p2pcrawl.network.healing import Healing
+from p2pcrawl.network.history import STORE_HISTORY, HistoryLane
 from p2pcrawl.network.inbox import Inbox
 from p2pcrawl.network.intake import Intake
 from p2pcrawl.network.join import Join, Welcome
@@ -97,6 +98,7 @@ class Parts:
     patience: Patience
     handoff: Handoff
     history: History
+    visit_history: HistoryLane
     join: Join
     welcome: Welcome
     stall: StallResync
@@ -216,6 +218,9 @@ def assemble(
         active=active,
         enabled=lending_on,
     )
+    visit_history = HistoryLane(
+        engine.revisits, node, node.call, replicas=ps.replicas, me=lambda: node_id
+    )
     handoff = Handoff(
         ledger,
         engine,
@@ -226,6 +231,7 @@ def assemble(
         waiting=patience.waiting,
         rebalance_soon=rebalance_due.set,
         timeout=ps.handoff_timeout,
+        move_history=visit_history.hand_keys if engine.revisits else None,
     )
     history = History(
         ledger, node, send=node.store_task, keep=intake.keep_history, timeout=ps.handoff_timeout
@@ -321,6 +327,7 @@ def assemble(
         flush_links=dispatcher.flush,
         stored=handler.stored,
         hurry=patience.hurry,
+        hand_history=visit_history.hand_all if engine.revisits else None,
     )
 
     def taking() -> bool:
@@ -396,6 +403,7 @@ def assemble(
     node.serve(LOAD, serve_load(load_info.report))
     node.serve(LEND, lender.serve_lend)
     node.serve(GIVE_BACK, lender.serve_return)
+    node.serve(STORE_HISTORY, visit_history.serve)
     return Parts(
         ledger=ledger,
         backups=backups,
@@ -414,6 +422,7 @@ def assemble(
         patience=patience,
         handoff=handoff,
         history=history,
+        visit_history=visit_history,
         join=join,
         welcome=welcome,
         stall=stall,

@@ -231,6 +231,8 @@ class Peer:
             self.spawn(loop(), name)
         if parts.scope_sync.needed:
             self.spawn(parts.scope_sync.run(), "scope")
+        if parts.engine.revisits is not None:
+            self.spawn(parts.visit_history.run(), "visit-history")
         if joined:
             await parts.join.refresh()
         self.state = "active"
@@ -338,12 +340,15 @@ class Peer:
         peers = p.node.peers() if p else []
         listening = p is not None and p.node.listening and self.state != "joining"
         finished = p is not None and p.quiescence.finished.is_set()
+        # Continuous mode: a crawl that is never over is idle until its next page is due.
+        rev = eng.revisits if eng else None
+        done_state = "finished" if rev is None else "waiting"
         return {
             "node_id": self.node_id.hex(),
             "version": __version__,
             "listen": f"{self.me.host}:{self.me.port}" if listening else "",
             # "finished" is reported, never stored: new seeds make the same peer active again.
-            "state": "finished" if self.state == "active" and finished else self.state,
+            "state": done_state if self.state == "active" and finished else self.state,
             "peers": len(peers),
             "network_size": len(peers) + 1,
             "tasks_queued": eng.tasks_queued if eng else 0,
@@ -368,6 +373,8 @@ class Peer:
             "lending": p.lending.status() if p else {},
             "dispatch": self.dispatch_status(),
             **self._hostile_status(),
+            # Continuous mode (docs/freshness.md): the revisits, and when the next is due.
+            **({"revisit": rev.status(), "next_due_at": rev.next_due_at} if rev else {}),
         }
 
     def dispatch_status(self) -> dict[str, int]:

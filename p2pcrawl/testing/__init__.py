@@ -4,6 +4,7 @@ harness that runs real peer processes on loopback. Tests, benchmarks, examples a
 
 from __future__ import annotations
 
+from p2pcrawl.testing.changing import ChangingConfig, ChangingWeb, Freshness
 from p2pcrawl.testing.cluster import FAST_DETECTION, Cluster, PeerProc
 from p2pcrawl.testing.hostile import HostileConfig, HostileWeb
 from p2pcrawl.testing.spoof import raw_spoofing, send_spoofed
@@ -11,7 +12,10 @@ from p2pcrawl.testing.web import TestWeb, TestWebConfig, canonical_target
 
 __all__ = [
     "FAST_DETECTION",
+    "ChangingConfig",
+    "ChangingWeb",
     "Cluster",
+    "Freshness",
     "HostileConfig",
     "HostileWeb",
     "PeerProc",

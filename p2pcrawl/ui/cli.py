@@ -72,17 +72,19 @@ def describe(exc: BaseException) -> str:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from p2pcrawl.ui.changes import parse_since
     from p2pcrawl.ui.export import ExportError, run_export
 
     def note(message: str) -> None:
         print(f"p2pcrawl: warning: {message}", file=sys.stderr)
 
     try:
+        since = None if args.changed_since is None else parse_since(args.changed_since)
         if args.output is None:
-            run_export(args.sources, args.format, sys.stdout, note)
+            run_export(args.sources, args.format, sys.stdout, note, changed_since=since)
         else:
             with args.output.open("w", encoding="utf-8") as out:
-                n = run_export(args.sources, args.format, out, note)
+                n = run_export(args.sources, args.format, out, note, changed_since=since)
             print(f"wrote {n} lines to {args.output}", file=sys.stderr)
     except ExportError as exc:
         raise UsageError(str(exc)) from exc

@@ -12,10 +12,15 @@ Three formats:
   meta tags and the ``X-Robots-Tag`` header), the canonical URL the page named
   (``canonical``), and where the record is (WARC file, byte offset and length of its gzip
   member), so a script can seek to it. ``robots`` and ``canonical`` are the crawler's own
-  WARC fields (docs/signals.md).
+  WARC fields (docs/signals.md). A revisit record of continuous mode (docs/freshness.md)
+  is a line too, with a ``revisit`` object: its WARC profile and the capture it refers to
+  (URI, date, record ID).
 - ``cdxj``: a sorted CDXJ index written by ``cdxj-indexer`` (the indexer pywb's own
   ``wb-manager`` uses), so pywb and other wayback tools can replay the WARCs. It is not
   written by hand here: the SURT keys and field names are the indexer's.
+
+``--changed-since TIME`` keeps only the URLs whose content changed since then
+(:mod:`p2pcrawl.ui.changes`).
 
 A peer killed mid-write can leave a cut-off last record in its newest file; the export
 reports the file and offset on stderr and goes on with the next file.
@@ -43,6 +48,7 @@ __all__ = [
     "FORMATS",
     "Capture",
     "ExportError",
+    "capture_doc",
     "iter_captures",
     "run_export",
     "warc_files",
@@ -81,6 +87,10 @@ class Capture:
     warc_file: str
     warc_offset: int  # of the record's gzip member in warc_file
     warc_length: int  # bytes of that gzip member
+    # A revisit record (continuous mode): its profile and the capture it stands for
+    # (profile, refers_to_uri, refers_to_date, refers_to); None for a response.
+    revisit: dict[str, str] | None = None
+    digest: str = ""  # WARC-Payload-Digest (not in the JSON lines: --changed-since's)
 
 
 def warc_files(sources: Sequence[Path], warn: Warn | None = None) -> list[Path]:
@@ -125,7 +135,7 @@ def iter_captures(files: Iterable[Path], warn: Warn) -> Iterator[Capture]:
             offset = 0
             try:
                 for record in it:
-                    if record.rec_type != "response":
+                    if record.rec_type not in ("response", "revisit"):
                         offset = it.get_record_offset()
                         continue
                     length = 0
@@ -137,18 +147,31 @@ def iter_captures(files: Iterable[Path], warn: Warn) -> Iterator[Capture]:
                     status = http.get_statuscode() if http is not None else None
                     warc = record.rec_headers
                     robots = warc.get_header(ROBOTS_FIELD) or ""
+                    revisit = (
+                        {
+                            "profile": warc.get_header("WARC-Profile") or "",
+                            "refers_to_uri": warc.get_header("WARC-Refers-To-Target-URI") or "",
+                            "refers_to_date": warc.get_header("WARC-Refers-To-Date") or "",
+                            "refers_to": warc.get_header("WARC-Refers-To") or "",
+                        }
+                        if record.rec_type == "revisit"
+                        else None
+                    )
                     yield Capture(
                         url=record.rec_headers.get_header("WARC-Target-URI") or "",
                         status=int(status) if status and status.isdigit() else None,
                         content_type=(http.get_header("Content-Type") or "") if http else "",
                         length=length,
                         fetched_at=record.rec_headers.get_header("WARC-Date") or "",
-                        truncated=bool(warc.get_header("WARC-Truncated")),
+                        # A revisit's payload is left out by design, not cut short.
+                        truncated=revisit is None and bool(warc.get_header("WARC-Truncated")),
                         robots=[d.strip() for d in robots.split(",") if d.strip()],
                         canonical=warc.get_header(CANONICAL_FIELD),
                         warc_file=str(path),
                         warc_offset=offset,
                         warc_length=it.get_record_length(),
+                        revisit=revisit,
+                        digest=warc.get_header("WARC-Payload-Digest") or "",
                     )
                 _check_tail(it, fh)
             except _DAMAGE as exc:
@@ -198,10 +221,20 @@ def write_urls(captures: Iterable[Capture], out: IO[str]) -> int:
     return n
 
 
+def capture_doc(c: Capture) -> dict[str, Any]:
+    """One JSON line's fields: a response's as they always were, a revisit's with its
+    ``revisit`` object besides."""
+    doc = asdict(c)
+    del doc["digest"]
+    if doc["revisit"] is None:
+        del doc["revisit"]
+    return doc
+
+
 def write_jsonl(captures: Iterable[Capture], out: IO[str]) -> int:
     n = 0
     for c in captures:
-        out.write(json.dumps(asdict(c), ensure_ascii=False) + "\n")
+        out.write(json.dumps(capture_doc(c), ensure_ascii=False) + "\n")
         n += 1
     return n
 
@@ -258,11 +291,25 @@ def write_cdxj(files: Iterable[Path], out: IO[str], warn: Warn) -> int:
     return counted.lines
 
 
-def run_export(sources: Sequence[Path], fmt: str, out: IO[str], warn: Warn) -> int:
-    """Write ``fmt`` for ``sources`` to ``out``; returns the number of lines written."""
+def run_export(
+    sources: Sequence[Path],
+    fmt: str,
+    out: IO[str],
+    warn: Warn,
+    *,
+    changed_since: float | None = None,
+) -> int:
+    """Write ``fmt`` for ``sources`` to ``out``; returns the number of lines written.
+    ``changed_since`` (Unix time): only the URLs whose content changed since then."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
     files = warc_files(sources, warn)
+    if changed_since is not None:
+        from p2pcrawl.ui.changes import write_changes
+
+        if fmt == "cdxj":
+            raise ExportError("--changed-since lists URLs (--format urls) or captures (jsonl)")
+        return write_changes(iter_captures(files, warn), changed_since, fmt, out)
     if fmt == "cdxj":
         return write_cdxj(files, out, warn)
     captures = iter_captures(files, warn)

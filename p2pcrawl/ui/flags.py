@@ -24,6 +24,7 @@ from p2pcrawl.settings import (
     flag_of,
     range_error,
 )
+from p2pcrawl.ui.durations import parse_duration
 
 __all__ = [
     "SettingFlag",
@@ -43,12 +44,19 @@ class UsageError(Exception):
 def _number(kind: type[int] | type[float], f: dataclasses.Field[Any]) -> Any:
     """An argparse type: a finite number of ``kind`` within ``f``'s range, if it has one."""
     what = "an integer" if kind is int else "a number"
+    duration = bool(f.metadata.get("duration"))
 
     def convert(v: str) -> int | float:
         try:
             n = kind(v)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not {what}: {v!r}") from None
+            try:
+                if not duration:
+                    raise
+                n = parse_duration(v)
+            except ValueError as exc:
+                text = str(exc) if duration else f"not {what}: {v!r}"
+                raise argparse.ArgumentTypeError(text) from None
         why = range_error(f, n)
         if why is not None:
             raise argparse.ArgumentTypeError(f"{why}: {v!r}")
@@ -69,11 +77,11 @@ def positive_int(v: str) -> int:
 
 
 def positive_float(v: str) -> float:
-    """An argparse type for flags that are not settings: a finite number above 0."""
+    """An argparse type for flags that are not settings: a finite duration above 0."""
     try:
-        n = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
+        n = parse_duration(v)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     if not (0 < n < math.inf):
         raise argparse.ArgumentTypeError(f"must be a finite number above 0: {v!r}")
     return n

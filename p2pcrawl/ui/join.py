@@ -79,6 +79,11 @@ async def run_join(opts: dict[str, Any]) -> int:
         raise UsageError(str(exc)) from exc
     opts = {**opts, "secret": key.secret}
     crawl, peer_settings = settings_from(opts)
+    if crawl.revisit.enabled and opts.get("exit_when_finished"):
+        raise UsageError(
+            "--exit-when-finished: a continuous crawl (--revisit) never finishes; "
+            "stop it with Ctrl-C or p2pcrawl leave"
+        )
     seeds = tuple(opts.get("seed") or ())
     for seed in seeds:
         if urls.canonicalize(seed, max_length=crawl.fetch.max_url_length) is None:

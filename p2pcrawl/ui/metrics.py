@@ -8,7 +8,7 @@ in one process (tests, ``p2pcrawl demo``) never share the global registry.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PeerMetrics"]
 
-STATES = ("joining", "active", "finished", "leaving", "stopped")
+STATES = ("joining", "active", "waiting", "finished", "leaving", "stopped")
 
 # (metric name, help, key in Peer.status())
 _STATUS_GAUGES = (
@@ -79,7 +79,7 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         peer = self.peer
-        st = peer.status()
+        st = dict(peer.status())
         info = InfoMetricFamily("p2pcrawl_peer", "This peer's identity")
         info.add_metric([], {"node_id": peer.node_id.hex(), "version": str(st["version"])})
         yield info
@@ -89,7 +89,30 @@ class _Collector:
         for name, help_, key in _STATUS_GAUGES:
             yield _gauge(name, help_, _number(st.get(key)))
         yield from self._crawl()
+        yield from self._revisits(st.get("revisit"))
         yield from self._rpc()
+
+    def _revisits(self, rev: Any) -> Iterator[Metric]:
+        """Continuous mode (docs/freshness.md): what the revisits found."""
+        if not rev:
+            return
+        yield _labelled_counter(
+            "p2pcrawl_revisits",
+            "Revisits of crawled pages, by what they found",
+            "outcome",
+            {k: rev[k] for k in ("not_modified", "unchanged", "gone", "failed", "postponed")}
+            | {"changed": rev["changes_detected"]},
+        )
+        c = CounterMetricFamily("p2pcrawl_revisit_retired", "Pages retired (gone too often)")
+        c.add_metric([], float(rev["retired"]))
+        yield c
+        yield _gauge("p2pcrawl_revisit_tracked", "Pages with a visit history", rev["tracked"])
+        yield _gauge("p2pcrawl_revisit_due", "Pages due for a revisit now", rev["due_now"])
+        yield _gauge(
+            "p2pcrawl_revisit_next_due_timestamp_seconds",
+            "When the next page is due (Unix time; 0: none)",
+            _number(rev["next_due_at"]),
+        )
 
     def _crawl(self) -> Iterator[Metric]:
         peer = self.peer

@@ -50,6 +50,17 @@ _SUMMED = (
 )
 
 
+# What a row keeps of a continuous-mode peer's revisits.
+_REVISIT_FIELDS = (
+    "revisits_per_hour",
+    "not_modified_share",
+    "changes_detected",
+    "tracked",
+    "due_now",
+    "next_due_at",
+)
+
+
 @dataclass(slots=True)
 class PeerRow:
     """One peer in the view: where it is, and its status or why it could not be read."""
@@ -78,6 +89,9 @@ class PeerRow:
         # Two lanes' fields, shown when the peer has them.
         row["errors_by_kind"] = st.get("errors_by_kind") or {}
         row["loop_lag_ms"] = st.get("loop_lag_p99_ms")  # p99 of the peer's recent samples
+        rev = st.get("revisit")
+        if isinstance(rev, dict):  # continuous mode (docs/freshness.md)
+            row["revisit"] = {f: rev.get(f) for f in _REVISIT_FIELDS}
         return row
 
 
@@ -87,9 +101,10 @@ def network_state(rows: Sequence[PeerRow]) -> str:
     if any(r.status is None for r in rows):
         return "unknown"
     states = [str((r.status or {}).get("state")) for r in rows]
-    if states and all(s == "finished" for s in states):
-        return "finished"
-    for s in ("active", "joining", "leaving", "finished", "stopped"):
+    if states and all(s in ("finished", "waiting") for s in states):
+        # Continuous mode: a network with revisits to come is waiting, never finished.
+        return "waiting" if "waiting" in states else "finished"
+    for s in ("active", "joining", "leaving", "waiting", "finished", "stopped"):
         if s in states:
             return s
     return "unknown"
@@ -106,13 +121,38 @@ def network_view(rows: Sequence[PeerRow], now: float | None = None) -> dict[str,
                 totals[f] += v
     totals["pages_per_s"] = round(totals["pages_per_s"], 2)
     total_pages = int(totals["pages_fetched"])
-    return {
+    doc = {
         "generated_at": time.time() if now is None else now,
         "state": network_state(ordered),
         "peers_known": len(ordered),
         "peers_reachable": sum(r.status is not None for r in ordered),
         "totals": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in totals.items()},
         "peers": [r.as_dict(total_pages) for r in ordered],
+    }
+    revisits = [r.status["revisit"] for r in ordered if r.status and r.status.get("revisit")]
+    if revisits:
+        doc["revisit"] = revisit_totals(revisits)
+    return doc
+
+
+def revisit_totals(revisits: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The network's revisits (continuous mode): sums, the share of answers that were 304
+    over all of them, and the soonest next due time."""
+
+    def total(f: str) -> int:
+        return sum(int(r.get(f) or 0) for r in revisits)
+
+    answered = total("not_modified") + total("unchanged") + total("changes_detected")
+    due = [float(r["next_due_at"]) for r in revisits if r.get("next_due_at") is not None]
+    return {
+        "peers": len(revisits),
+        "revisits_per_hour": total("revisits_per_hour"),
+        "revisits": total("revisits"),
+        "not_modified_share": round(total("not_modified") / answered, 4) if answered else None,
+        "changes_detected": total("changes_detected"),
+        "tracked": total("tracked"),
+        "due_now": total("due_now"),
+        "next_due_at": min(due, default=None),
     }
 
 
@@ -214,6 +254,15 @@ def format_network(doc: Mapping[str, Any]) -> str:
             for i in range(len(head) - 1)
         ]
         out.append("  ".join([*cells, row[-1]]).rstrip())
+    rv = doc.get("revisit")
+    if rv:
+        due = rv.get("next_due_at")
+        when = f"in {max(0.0, due - float(doc.get('generated_at', due))):.0f}s" if due else "-"
+        out.append(
+            f"revisits: {rv['revisits_per_hour']}/hour, answered 304: "
+            f"{_cell(rv.get('not_modified_share'), 'pct')}, changes detected: "
+            f"{rv['changes_detected']}, pages tracked: {rv['tracked']}, next due: {when}"
+        )
     out.append(
         "(* = the peer asked; share = a peer's part of the pages fetched by the peers that "
         "answered, its own hosts' and those it fetched on loan)"

@@ -284,6 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", type=Path, metavar="FILE", help="write here instead of stdout"
     )
     export.add_argument(
+        "--changed-since",
+        metavar="TIME",
+        help="only the URLs whose content changed since TIME (2025-01-31T12:00:00Z, Unix "
+        "seconds, or how long ago: 6h, 2d); a URL first captured since counts as changed",
+    )
+    export.add_argument(
         "sources", nargs="+", type=Path, metavar="DATA_DIR", help="data directories or WARCs"
     )
 

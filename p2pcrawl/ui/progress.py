@@ -47,11 +47,19 @@ def _kinds(counts: Mapping[Any, Any]) -> str:
 
 
 def progress_line(st: Mapping[str, Any]) -> str:
-    return (
+    line = (
         f"[{st['state']}] {st['pages_fetched']:,} pages ({float(st['pages_per_s']):.1f}/s), "
         f"queued {st['tasks_queued']:,}, in flight {st['tasks_in_flight']}, "
         f"errors {st['errors']:,}, backups {st['backups_held']:,}, peers {st['peers']}"
     )
+    rev = st.get("revisit")
+    if rev:
+        share = rev["not_modified_share"]
+        line += (
+            f", revisits {rev['revisits']:,} ({rev['revisits_per_hour']:,}/h, "
+            f"304 {'-' if share is None else f'{share:.0%}'}, changed {rev['changes_detected']:,})"
+        )
+    return line
 
 
 class Milestones:

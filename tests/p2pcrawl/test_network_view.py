@@ -112,6 +112,41 @@ def test_the_view_sums_totals_shares_and_the_network_state() -> None:
     assert view["peers"][1]["reachable"] is False and view["peers"][1]["state"] == "unknown"
 
 
+def _revisit(per_hour: int, not_modified: int, unchanged: int, changed: int, due: float) -> Any:
+    return {
+        "revisits_per_hour": per_hour,
+        "revisits": not_modified + unchanged + changed,
+        "not_modified": not_modified,
+        "unchanged": unchanged,
+        "changes_detected": changed,
+        "tracked": 10,
+        "due_now": 0,
+        "next_due_at": due,
+    }
+
+
+def test_a_continuous_network_is_waiting_with_its_revisits_summed() -> None:
+    rows = [
+        PeerRow(B.hex(), "x:1", _status(B, "waiting", 30, revisit=_revisit(60, 6, 2, 2, 900.0))),
+        PeerRow(A.hex(), "x:2", _status(A, "finished", 10, revisit=_revisit(30, 3, 0, 3, 700.0))),
+    ]
+    doc = network_view(rows, now=600.0)
+    # Never "finished" while some peer has revisits to come; "waiting" outranks "finished".
+    assert doc["state"] == "waiting"
+    assert network_view([rows[0], PeerRow(A.hex(), "x:2", _status(A, "active", 1))])["state"] == (
+        "active"
+    )
+    rv = doc["revisit"]
+    assert rv["revisits_per_hour"] == 90 and rv["changes_detected"] == 5
+    assert rv["not_modified_share"] == round(9 / 16, 4)  # over all answers, not a mean of shares
+    assert rv["next_due_at"] == 700.0 and rv["tracked"] == 20
+    assert doc["peers"][1]["revisit"]["revisits_per_hour"] == 60  # rows keep their own
+    line = format_network(doc).splitlines()[-2]
+    assert line.startswith("revisits: 90/hour, answered 304: 56%, changes detected: 5")
+    assert line.endswith("next due: in 100s")
+    assert "revisit" not in network_view([PeerRow(A.hex(), "x:2", _status(A, "active", 1))])
+
+
 async def test_collect_rows_bounds_every_peer_and_keeps_its_problem() -> None:
     me = PeerRow(B.hex(), "127.0.0.1:1", _status(B, "active", 1), me=True)
     c, d, e, f = (bytes([i]) * 20 for i in (0xC, 0xD, 0xE, 0xF))

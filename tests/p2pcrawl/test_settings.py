@@ -13,6 +13,7 @@ from p2pcrawl.settings import (
     FetchLimits,
     PeerSettings,
     PolitenessSettings,
+    RevisitSettings,
     ScopeSettings,
     SettingsError,
     option,
@@ -84,6 +85,9 @@ def test_every_flag_is_also_a_toml_key(tmp_path: Path) -> None:
                 edge = meta["min"] if meta.get("min") not in (None, default) else meta["max"]
                 value = str(sf.kind(edge))
             line = f"{sf.flag[2:]} = {value}"
+        if sf.owner is RevisitSettings:
+            # Continuous mode's bounds need the mode on, and intervals of a second or more.
+            line = f"{sf.flag[2:]} = 90" + ("" if sf.flag == "--revisit" else "\nrevisit = 60")
         path = tmp_path / "c.toml"
         path.write_text(line + "\n", encoding="utf-8")
         opts = merge_config(build_parser().parse_args(["join", "--config", str(path), *LISTEN]))
