@@ -32,7 +32,7 @@ from p2pcrawl.settings import (
     ScopeSettings,
 )
 from p2pcrawl.testing import ChangingConfig, ChangingWeb
-from tests.conftest import TEST_MIN_PEER_AGE, PeerFactory, StatusFactory, id_next_to
+from tests.conftest import TEST_MIN_PEER_AGE, TEST_SECRET, PeerFactory, StatusFactory, id_next_to
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -278,8 +278,12 @@ async def test_the_history_moves_with_its_key_on_join_crash_and_leave(
     without the visit history would never revisit them at all."""
     web: ChangingWeb = await changing_web(hosts=2, pages_per_host=2)
     settings = settings_for(web, RevisitSettings(every=1, max_interval=2))
-    fast = PeerSettings(
-        rpc_timeout=0.3, ping_interval=0.3, suspicion_timeout=1.0, min_peer_age=TEST_MIN_PEER_AGE
+    fast = PeerSettings(  # keyed: the joiners' IDs are chosen next to the host's key
+        rpc_timeout=0.3,
+        ping_interval=0.3,
+        suspicion_timeout=1.0,
+        min_peer_age=TEST_MIN_PEER_AGE,
+        secret=TEST_SECRET,
     )
     a = await make_peer(crawl=settings, peer=fast)
     assert a.engine is not None and a.engine.revisits is not None
