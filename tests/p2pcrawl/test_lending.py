@@ -20,6 +20,7 @@ from p2pcrawl.crawl import HostQueue, Task, urls
 from p2pcrawl.crawl.engine import TAILS_PER_FETCH
 from p2pcrawl.network import MAX_UNSETTLED, Peer, PeerConfig, save_identity
 from p2pcrawl.settings import CrawlSettings, PeerSettings
+from p2pcrawl.signalsettings import SignalSettings
 from p2pcrawl.testing import TestWeb
 from protocol import key_for
 from tests.conftest import TEST_MIN_PEER_AGE, TEST_SECRET, WebFactory, crawl_settings_for
@@ -107,6 +108,7 @@ async def start_peer(
     bootstrap: tuple[tuple[str, int], ...] = (),
     max_pages: int = 0,
     delay: float = 0.03,
+    sitemaps: bool = True,
 ) -> Peer:
     data = tmp_path / name
     if not data.exists():  # else a restart on the same data directory
@@ -116,7 +118,15 @@ async def start_peer(
         PeerConfig(
             data_dir=data,
             bootstrap=bootstrap,
-            crawl=limited(crawl_settings_for(web, delay=delay, concurrency=concurrency), max_pages),
+            crawl=limited(
+                crawl_settings_for(
+                    web,
+                    delay=delay,
+                    concurrency=concurrency,
+                    signals=SignalSettings(sitemaps=sitemaps),
+                ),
+                max_pages,
+            ),
             peer=settings,
         )
     )
@@ -274,13 +284,18 @@ async def test_an_idle_peer_borrows_hosts_of_a_few_pages(
     answer (one RPC for several loans), and still loses and repeats nothing."""
     web = await make_web(hosts=6, pages_per_host=3, features=False)
     owner_id, other_id = ids_where_one_owns_all(host_keys(web))
-    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=1, delay=0.5)
+    owner = await start_peer(
+        tmp_path, "owner", owner_id, web, concurrency=1, delay=1.0, sitemaps=False
+    )
+    assert owner.ledger is not None
+    await owner.seed([web.hub_url])
+    # The idle peer arrives once every host has pages queued (the hub and each host's first
+    # page fetched): arriving earlier, it may take each host as it appears, one an answer.
+    await eventually(lambda: owner.ledger is not None and owner.ledger.done_count >= 7, 30)
     other = await start_peer(
         tmp_path, "other", other_id, web, concurrency=8, bootstrap=(owner.me.addr,)
     )
     try:
-        assert owner.ledger is not None and other.ledger is not None
-        await owner.seed([web.hub_url])
         await all_finished(owner, other)
         missing, again = fetched_once(web)
         assert not missing and not again
