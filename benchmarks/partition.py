@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.peers} peers; cuts {args.cuts} s, {args.ways}",
         flush=True,
     )
-    topo = Topology(args.peers, None, name="guarantees2-part")
+    topo = Topology(args.peers, None, name="p2pcrawl-part")
     atexit.register(topo.close)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     web_proc: subprocess.Popen[str] | None = None

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 def _namespaces() -> set[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if line.startswith("guarantees2-part-")}
+    return {line.split()[0] for line in out.splitlines() if line.startswith("p2pcrawl-part-")}
 
 
 @pytest.mark.timeout(300)
