@@ -183,17 +183,38 @@ async def wait_idle(
         await asyncio.sleep(0.1)
 
 
+# The multi-process integration modules in two chains of about equal length (seconds on
+# a quiet 2-core machine): the peers under test use about a third of a core on average.
+INTEGRATION_CHAINS = {
+    "test_guarantees.py": "a",  # ~200 s
+    "test_partition.py": "a",
+    "test_service.py": "a",
+    "test_cluster_netns.py": "a",
+    "test_admission.py": "a",
+    "test_cluster_crawl.py": "a",
+    "test_signals.py": "a",
+    "test_lifecycle.py": "b",  # ~215 s
+    "test_churn.py": "b",  # ~200 s
+}
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under ``-n`` (pyproject.toml's addopts), every test is its own unit of work except
-    the multi-process integration tests, which form one unit: one worker runs them one at a
-    time. Each starts a cluster of peer processes with failure detection tuned short, and
-    two such clusters at once on two cores would test the machine rather than the crawler.
-    (xdist's own ``--dist loadgroup`` marks do not take effect with pytest 9.2.)"""
+    the multi-process integration tests, which form two chains: a worker runs a chain's
+    tests one at a time, so at most two clusters of peer processes run at once (each starts
+    a cluster with every timer at its default or tuned short; more at once on two cores
+    would test the machine rather than the crawler). The suite mostly waits on real peers
+    and webs, so three workers share two cores: the chains run beside each other and the
+    in-process tests fill the gaps. (xdist's own ``--dist loadgroup`` marks do not take
+    effect with pytest 9.2.)"""
     from xdist.scheduler import LoadScopeScheduling
 
-    class OneClusterAtATime(LoadScopeScheduling):  # type: ignore[misc]
+    class TwoClusterChains(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            return "integration" if nodeid.startswith("tests/integration/") else nodeid
+            if not nodeid.startswith("tests/integration/"):
+                return nodeid
+            module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+            return "integration-" + INTEGRATION_CHAINS.get(module, "b")
 
-    return OneClusterAtATime(config, log)
+    return TwoClusterChains(config, log)

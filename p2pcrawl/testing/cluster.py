@@ -67,7 +67,7 @@ class PeerProc:
 
 
 class Cluster:
-    def __init__(self, root: Path, common_args: list[str], *, startup_timeout: float = 20.0):
+    def __init__(self, root: Path, common_args: list[str], *, startup_timeout: float = 60.0):
         self.root = root
         self.common = common_args
         self.peers: list[PeerProc] = []
