@@ -2,7 +2,7 @@
 for a while during a crawl at full speed, then healed. Every timer at its default.
 
 Topology: ``_netns.py`` (one namespace per peer on a bridge, the test web in its own; names
-contain ``guar``, all deleted at the end, on failure too). For each cut (``--cuts``, seconds)
+start with ``p2pcrawl-part-``, all deleted at the end, on failure too). For each cut (``--cuts``, seconds)
 and direction (``--ways``: ``both``, or ``one``: the second group stops hearing the first),
 a fresh network of ``--peers`` peers crawls a Zipf web (``_clusterweb.py``) from host 0's
 root; at ``--at`` of the pages the cut starts (``tc`` filters at the bridge into a black
