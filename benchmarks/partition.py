@@ -2,12 +2,13 @@
 for a while during a crawl at full speed, then healed. Every timer at its default.
 
 Topology: ``_netns.py`` (one namespace per peer on a bridge, the test web in its own; names
-start with ``p2pcrawl-part-``, all deleted at the end, on failure too). For each cut (``--cuts``, seconds)
-and direction (``--ways``: ``both``, or ``one``: the second group stops hearing the first),
-a fresh network of ``--peers`` peers crawls a Zipf web (``_clusterweb.py``) from host 0's
-root; at ``--at`` of the pages the cut starts (``tc`` filters at the bridge into a black
-hole: each group still reaches the web), and it heals after the given seconds. Checked from the web
-server's own counts and the peers' status APIs:
+start with ``p2pcrawl-part-``, all deleted at the end, on failure too). For each cut
+(``--cuts``, seconds) and direction (``--ways``: ``both``, or ``one``: the second group
+stops hearing the first), a fresh network of ``--peers`` peers crawls a Zipf web
+(``_clusterweb.py``) from host 0's root; at ``--at`` of the pages the cut starts (``tc``
+filters at the bridge into a black hole: each group still reaches the web), and it heals
+after the given seconds. Checked from the web server's own counts and the peers' status
+APIs:
 
 * every URL of the ground truth fetched (``lost`` must be 0), and duplicate fetches;
 * ``merge_s``: from the heal until every peer's routing table holds every other peer again
