@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import secrets
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -26,8 +28,9 @@ from aiohttp import web as aioweb
 from p2pcrawl.archive import read_warc_urls
 from p2pcrawl.crawl import urls
 from p2pcrawl.network import Peer, announce_key, encode_announcement
-from p2pcrawl.settings import PeerSettings
-from p2pcrawl.testing import TestWeb, raw_spoofing, send_spoofed
+from p2pcrawl.network.history import STORE_HISTORY, HistoryArgs, history_chunks
+from p2pcrawl.settings import PeerSettings, RevisitSettings
+from p2pcrawl.testing import ChangingConfig, ChangingWeb, TestWeb, raw_spoofing, send_spoofed
 from protocol import (
     QUIET,
     BootstrapError,
@@ -46,6 +49,7 @@ from protocol import (
 )
 from tests.conftest import TEST_SECRET, PeerFactory, StatusFactory, WebFactory, crawl_settings_for
 from tests.p2pcrawl.test_hostile_peers import metric
+from tests.p2pcrawl.test_revisit import settings_for, until
 from tests.protocol.conftest import MemoryHandler, eventually
 
 pytestmark = pytest.mark.timeout(90)
@@ -167,6 +171,60 @@ async def test_forged_work_claims_and_quiet_answers_stop_no_page(
         assert stats["dropped"]["bad_hmac"] > 0  # type: ignore[index]
     else:
         assert owner.parts.lender.lends_answered == 0  # lending is off in an open network
+
+
+async def test_forged_visit_history_stops_no_revisit(
+    make_peer: PeerFactory,
+    stranger: Callable[..., Awaitable[CrawlNode]],
+    settings: PeerSettings,
+) -> None:
+    """Continuous mode: once the owner has visited every page, the stranger sends it visit
+    history for each (STORE_HISTORY, as a leaver or a replica would): a visit later than the
+    owner's, the next one due in ten years, a made-up ETag. The owner keeps its own rows and
+    revisits every page when they say."""
+    web = ChangingWeb(ChangingConfig(hosts=1, pages_per_host=3))
+    await web.start()
+    try:
+        crawl = settings_for(web, RevisitSettings(every=1, max_interval=2))
+        owner = await make_peer(crawl=crawl, peer=settings)
+        assert owner.engine is not None and owner.engine.revisits is not None
+        store = owner.engine.revisits.store
+        assert store is not None
+        pages = web.page_urls()
+        keys = {owner.engine.key_of(web.hub_url)}
+        await owner.add_seeds([web.hub_url])
+        await until(lambda: all(web.requests(u) for u in pages), 20, "every page visited")
+        await until(lambda: store.rows > len(pages), 10, "a row for every page and the hub")
+        now = int(time.time() * 1000)
+        year = 365 * 86_400_000
+        forged = [
+            dataclasses.replace(v, fetched=now + 60_000, due=now + 10 * year, etag='"forged"')
+            for v in await store.visits_for_keys(keys)
+        ]
+        assert len(forged) > len(pages)
+        # One that answers for the owner's ID but one bit, and one that proved a fair ID
+        # and sends signed requests but has not stayed --min-peer-age (and leaves at once,
+        # before it could be a member near every key of a network of two).
+        key = await asyncio.to_thread(NodeKey.generate, settings.id_work_bits)
+        for node_id, nkey in ((_flip_last_bit(owner.node_id), None), (key.node_id(), key)):
+            attacker = await stranger(node_id, owner.me.addr, key=nkey)
+            if nkey is not None and not settings.secret:
+                await eventually(lambda: owner.node.identities.proven(key.node_id()), 5)  # type: ignore[union-attr]
+            for chunk in history_chunks(forged):
+                with contextlib.suppress(PeerTimeout, RemoteError):
+                    await attacker.call(owner.me, STORE_HISTORY, HistoryArgs(chunk))
+            await attacker.aclose()
+        seen = {u: len(web.requests(u)) for u in pages}
+        await until(
+            lambda: all(len(web.requests(u)) > seen[u] for u in pages), 15, "every page revisited"
+        )
+        rows = await store.visits_for_keys(keys)
+        assert len(rows) == len(forged)
+        assert all(v.etag != '"forged"' and v.due < now + year for v in rows)
+        if not settings.secret:
+            assert metric(owner, "p2pcrawl_history_rows_refused_total") == 2 * len(forged)
+    finally:
+        await web.aclose()
 
 
 async def _status_server_counting_requests() -> tuple[aioweb.AppRunner, int, list[str]]:
