@@ -18,7 +18,9 @@ due time years ahead, a later visit that wins every merge), so a peer takes a ke
 from a sender whose done claims for that key it would take (``Claims.believes``; in an open
 network: a proven, established member among the key's ``replicas + 2`` nearest, in a signed
 request). Other rows are dropped and counted (``refused_rows``, and in ``/metrics``): this
-peer keeps the row it had, so a refused row can make no page due later.
+peer keeps the row it had, so a refused row can make no page due later. A row taken is first
+made one this peer's own schedule could have written (``bounded``), so even a member that
+lies puts a revisit off by one ``--revisit-max`` at most.
 
 What may be lost is bounded and errs early: a replica's copy is at most one round old, and a
 page whose newer row it never heard of is revisited at the older row's due time (a revisit
@@ -33,7 +35,9 @@ URL, the one of the later visit (``VisitStore.merge``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 import zlib
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
@@ -123,6 +127,25 @@ def read_history_chunk(payload: bytes) -> list[Visit]:
         raise MessageError(f"store_history: {exc}") from exc
 
 
+def bounded(rows: Sequence[Visit], now: int, high: int) -> list[Visit]:
+    """``rows`` from another peer as this peer's schedule could have written them (``now``
+    Unix ms, ``high`` its longest revisit interval): visited no later than now, with an
+    interval of at most ``high``, due at most ``high`` from now. An honest row passes as it
+    is, up to the clocks' difference; a forged one cannot hold a page off for years, nor win
+    every later merge with a visit in the future (``VisitStore.merge``)."""
+    out: list[Visit] = []
+    for v in rows:
+        if v.fetched > now or v.interval > high or v.due > now + high:
+            v = dataclasses.replace(
+                v,
+                fetched=min(v.fetched, now),
+                interval=min(v.interval, high),
+                due=min(v.due, now + high),
+            )
+        out.append(v)
+    return out
+
+
 class HistoryLane:
     """Sends and takes visit history rows (STORE_HISTORY) for one peer."""
 
@@ -175,7 +198,10 @@ class HistoryLane:
             if attested and believed.setdefault(v.key, self._believes(sender.id, v.key))
         ]
         self.refused_rows += len(rows) - len(taken)
-        return HistoryReply(n=await self.revisits.merge(taken) if taken else 0)
+        if not taken:
+            return HistoryReply(n=0)
+        now, high = int(time.time() * 1000), self.revisits.bounds.high
+        return HistoryReply(n=await self.revisits.merge(bounded(taken, now, high)))
 
     # -- sending ---------------------------------------------------------------------------
 

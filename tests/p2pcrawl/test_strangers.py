@@ -47,6 +47,7 @@ from protocol import (
     key_for,
     wire,
 )
+from storage import Visit
 from tests.conftest import TEST_SECRET, PeerFactory, StatusFactory, WebFactory, crawl_settings_for
 from tests.p2pcrawl.test_hostile_peers import metric
 from tests.p2pcrawl.test_revisit import settings_for, until
@@ -173,15 +174,16 @@ async def test_forged_work_claims_and_quiet_answers_stop_no_page(
         assert owner.parts.lender.lends_answered == 0  # lending is off in an open network
 
 
-async def test_forged_visit_history_stops_no_revisit(
-    make_peer: PeerFactory,
-    stranger: Callable[..., Awaitable[CrawlNode]],
-    settings: PeerSettings,
-) -> None:
-    """Continuous mode: once the owner has visited every page, the stranger sends it visit
-    history for each (STORE_HISTORY, as a leaver or a replica would): a visit later than the
-    owner's, the next one due in ten years, a made-up ETag. The owner keeps its own rows and
-    revisits every page when they say."""
+ForgeHistory = Callable[[Peer, list[Visit]], Awaitable[None]]
+
+
+async def _revisited_despite(
+    make_peer: PeerFactory, settings: PeerSettings, forge: ForgeHistory
+) -> tuple[Peer, int]:
+    """A peer in continuous mode visits every page of a small web; then ``forge`` sends it
+    visit history for each (STORE_HISTORY, as a leaver or a replica would): a visit later
+    than the owner's, the next one due in ten years, a made-up ETag. Every page is still
+    revisited, and no row ends up due years ahead. Returns the peer and the rows forged."""
     web = ChangingWeb(ChangingConfig(hosts=1, pages_per_host=3))
     await web.start()
     try:
@@ -202,29 +204,75 @@ async def test_forged_visit_history_stops_no_revisit(
             for v in await store.visits_for_keys(keys)
         ]
         assert len(forged) > len(pages)
-        # One that answers for the owner's ID but one bit, and one that proved a fair ID
-        # and sends signed requests but has not stayed --min-peer-age (and leaves at once,
-        # before it could be a member near every key of a network of two).
-        key = await asyncio.to_thread(NodeKey.generate, settings.id_work_bits)
-        for node_id, nkey in ((_flip_last_bit(owner.node_id), None), (key.node_id(), key)):
-            attacker = await stranger(node_id, owner.me.addr, key=nkey)
-            if nkey is not None and not settings.secret:
-                await eventually(lambda: owner.node.identities.proven(key.node_id()), 5)  # type: ignore[union-attr]
-            for chunk in history_chunks(forged):
-                with contextlib.suppress(PeerTimeout, RemoteError):
-                    await attacker.call(owner.me, STORE_HISTORY, HistoryArgs(chunk))
-            await attacker.aclose()
+        await forge(owner, forged)
         seen = {u: len(web.requests(u)) for u in pages}
         await until(
             lambda: all(len(web.requests(u)) > seen[u] for u in pages), 15, "every page revisited"
         )
         rows = await store.visits_for_keys(keys)
         assert len(rows) == len(forged)
-        assert all(v.etag != '"forged"' and v.due < now + year for v in rows)
-        if not settings.secret:
-            assert metric(owner, "p2pcrawl_history_rows_refused_total") == 2 * len(forged)
+        assert all(v.due < now + 60_000 for v in rows)
+        # The pages' validators are the server's again (the hub sends none: a made-up one
+        # costs nothing there, a conditional GET it answers whole).
+        assert all(v.etag != '"forged"' for v in rows if v.url != web.hub_url)
+        return owner, len(forged)
     finally:
         await web.aclose()
+
+
+async def _send_history(node: CrawlNode, to: PeerRef, rows: list[Visit]) -> None:
+    for chunk in history_chunks(rows):
+        with contextlib.suppress(PeerTimeout, RemoteError):
+            await node.call(to, STORE_HISTORY, HistoryArgs(chunk))
+
+
+async def test_forged_visit_history_stops_no_revisit(
+    make_peer: PeerFactory,
+    stranger: Callable[..., Awaitable[CrawlNode]],
+    settings: PeerSettings,
+) -> None:
+    """Two strangers forge the history: one that answers for the owner's ID but one bit, and
+    one that proved a fair ID and signs its requests but has not stayed --min-peer-age (and
+    leaves at once, before it could be a member near every key of a network of two). Their
+    rows are not taken."""
+
+    async def forge(owner: Peer, rows: list[Visit]) -> None:
+        key = await asyncio.to_thread(NodeKey.generate, settings.id_work_bits)
+        for node_id, nkey in ((_flip_last_bit(owner.node_id), None), (key.node_id(), key)):
+            attacker = await stranger(node_id, owner.me.addr, key=nkey)
+            if nkey is not None and not settings.secret:
+                await eventually(lambda: owner.node.identities.proven(key.node_id()), 5)  # type: ignore[union-attr]
+            await _send_history(attacker, owner.me, rows)
+            await attacker.aclose()
+
+    owner, forged = await _revisited_despite(make_peer, settings, forge)
+    if not settings.secret:
+        assert metric(owner, "p2pcrawl_history_rows_refused_total") == 2 * forged
+
+
+async def test_a_member_lying_about_visit_history_delays_no_revisit_past_the_longest_interval(
+    make_peer: PeerFactory,
+) -> None:
+    """A member whose word is taken (here a key holder, as a fair-ID member of a small open
+    network is: docs/security.md) forges the history. Its rows are taken, cut to what the
+    owner's own schedule could have written: due within --revisit-max (2 s here), not in
+    ten years."""
+    liars: list[CrawlNode] = []
+
+    async def forge(owner: Peer, rows: list[Visit]) -> None:
+        far = bytes(b ^ 0xFF for b in rows[0].key)  # the owner stays the host's owner
+        liar = CrawlNode(far, MemoryHandler(), NodeConfig(rpc_timeout=0.5, secret=TEST_SECRET))
+        liars.append(liar)
+        await liar.listen_on("127.0.0.1", 0)
+        await liar.join([owner.me.addr])
+        await _send_history(liar, owner.me, rows)
+
+    try:
+        owner, _ = await _revisited_despite(make_peer, PeerSettings(secret=TEST_SECRET), forge)
+        assert metric(owner, "p2pcrawl_history_rows_refused_total") == 0
+    finally:
+        for liar in liars:
+            await liar.aclose()
 
 
 async def _status_server_counting_requests() -> tuple[aioweb.AppRunner, int, list[str]]:
