@@ -19,8 +19,9 @@ from a sender whose done claims for that key it would take (``Claims.believes``;
 network: a proven, established member among the key's ``replicas + 2`` nearest, in a signed
 request). Other rows are dropped and counted (``refused_rows``, and in ``/metrics``): this
 peer keeps the row it had, so a refused row can make no page due later. A row taken is first
-made one this peer's own schedule could have written (``bounded``), so even a member that
-lies puts a revisit off by one ``--revisit-max`` at most.
+made one this peer's own schedule could have written (``bounded``), and never makes a page
+due later than it was here (``VisitStore.merge``): a member that lies, however often, holds
+off no revisit.
 
 What may be lost is bounded and errs early: a replica's copy is at most one round old, and a
 page whose newer row it never heard of is revisited at the older row's due time (a revisit

@@ -250,14 +250,21 @@ async def test_forged_visit_history_stops_no_revisit(
         assert metric(owner, "p2pcrawl_history_rows_refused_total") == 2 * forged
 
 
-async def test_a_member_lying_about_visit_history_delays_no_revisit_past_the_longest_interval(
+async def test_a_member_lying_about_visit_history_holds_off_no_revisit(
     make_peer: PeerFactory,
 ) -> None:
     """A member whose word is taken (here a key holder, as a fair-ID member of a small open
-    network is: docs/security.md) forges the history. Its rows are taken, cut to what the
-    owner's own schedule could have written: due within --revisit-max (2 s here), not in
-    ten years."""
+    network is: docs/security.md) forges the history, and sends it again every 0.3 s. Its
+    rows are taken (their validators, their estimate), cut to what the owner's own schedule
+    could have written, and never put a visit off: each page is revisited when the owner's
+    own row said, not in ten years, nor 2 s after the liar's latest row."""
     liars: list[CrawlNode] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def keep_sending(liar: CrawlNode, to: PeerRef, rows: list[Visit]) -> None:
+        for _ in range(100):  # bounded: 30 s, longer than the test waits
+            await _send_history(liar, to, rows)
+            await asyncio.sleep(0.3)
 
     async def forge(owner: Peer, rows: list[Visit]) -> None:
         far = bytes(b ^ 0xFF for b in rows[0].key)  # the owner stays the host's owner
@@ -266,11 +273,16 @@ async def test_a_member_lying_about_visit_history_delays_no_revisit_past_the_lon
         await liar.listen_on("127.0.0.1", 0)
         await liar.join([owner.me.addr])
         await _send_history(liar, owner.me, rows)
+        tasks.append(asyncio.create_task(keep_sending(liar, owner.me, rows)))
 
     try:
         owner, _ = await _revisited_despite(make_peer, PeerSettings(secret=TEST_SECRET), forge)
         assert metric(owner, "p2pcrawl_history_rows_refused_total") == 0
     finally:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         for liar in liars:
             await liar.aclose()
 
