@@ -108,16 +108,20 @@ async def _claim_everything_done(attacker: CrawlNode, owner: PeerRef, web: TestW
     claims = _done_claims(web)
     every_fp = [fp for fps in claims.values() for fp in fps]
     batches = [KeyBatch(k, [], fps) for k, fps in claims.items()]
-    calls: list[Awaitable[Any]] = [
-        attacker.lend(owner, 100),
-        attacker.give_back(owner, [GiveBack(lease, every_fp, [], False) for lease in (1, 2, 3)]),
-        attacker.store_task(owner, batches),
-        attacker.store_backup(owner, owner.id, batches),
-        attacker.delete_backup(owner, owner.id, claims),
+    # Each call made only when it is awaited: a round cancelled halfway leaves no coroutine
+    # never awaited.
+    calls: list[Callable[[], Awaitable[Any]]] = [
+        lambda: attacker.lend(owner, 100),
+        lambda: attacker.give_back(
+            owner, [GiveBack(lease, every_fp, [], False) for lease in (1, 2, 3)]
+        ),
+        lambda: attacker.store_task(owner, batches),
+        lambda: attacker.store_backup(owner, owner.id, batches),
+        lambda: attacker.delete_backup(owner, owner.id, claims),
     ]
     for call in calls:
         with contextlib.suppress(PeerTimeout, RemoteError):
-            await call
+            await call()
 
 
 def _archived(peers: list[Peer]) -> Counter[str]:
