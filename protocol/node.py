@@ -43,7 +43,7 @@ from protocol.messages import Held, KeyBatch, QuietReply, RefreshAnswer, StoreRe
 from protocol.model import PeerRef, check_id
 from protocol.nodeconfig import NodeConfig
 from protocol.owners import Owners
-from protocol.procedures import Args, Procedure, Reply, typed
+from protocol.procedures import Args, Procedure, Reply, attesting, typed
 from protocol.rpc import Rpc
 from protocol.rpcstats import RpcStats
 from protocol.serving import CrawlHandler, crawl_servers
@@ -201,6 +201,13 @@ class CrawlNode:
         """Serve one more crawl RPC: ``handler`` gets the sender and the checked arguments
         (``procedures``) and returns the reply."""
         self.rpc.serve(proc.name, typed(proc, handler))
+
+    def serve_claims(
+        self, proc: Procedure[A, R], handler: Callable[[PeerRef, A, bool], Awaitable[R]]
+    ) -> None:
+        """As ``serve``, for an RPC that says which work is finished: ``handler`` is also told
+        whether the request speaks for its sender (``rpc.CLAIMS``)."""
+        self.rpc.serve(proc.name, attesting(proc, handler), claims=True)
 
     # --- joining -------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ __all__ = [
     "NoArgs",
     "Procedure",
     "Reply",
+    "attesting",
     "parse_args",
     "parse_reply",
     "reply_to_wire",
@@ -200,5 +201,18 @@ def typed(proc: Procedure[A, R], handler: Callable[[PeerRef, A], Awaitable[R]]) 
 
     async def server(sender: PeerRef, raw: list[Any], attested: bool = True) -> Reply:
         return await handler(sender, parse_args(proc, raw))
+
+    return server
+
+
+def attesting(
+    proc: Procedure[A, R], handler: Callable[[PeerRef, A, bool], Awaitable[R]]
+) -> CrawlServer:
+    """The server of a ``proc`` whose request says which work is finished: as ``typed``, and
+    ``handler`` is told whether the request speaks for its sender (a claim that does not is
+    nobody's)."""
+
+    async def server(sender: PeerRef, raw: list[Any], attested: bool = True) -> Reply:
+        return await handler(sender, parse_args(proc, raw), attested)
 
     return server

@@ -55,7 +55,7 @@ R = TypeVar("R", bound=Reply)
 # §2.3; stun is rpcudp's.
 _ARITY = {"ping": 1, "store": 3, "find_node": 2, "find_value": 2, "stun": 0}
 # Crawl RPCs whose requests say which work is finished: served without that when they do not
-# speak for their sender (``serving``).
+# speak for their sender (``serving``; more are added with ``Rpc.serve(claims=True)``).
 CLAIMS = frozenset({"store_task", "store_backup", "delete_backup"})
 DHT_VALUE_TYPES = (int, float, bool, str, bytes)  # what kademlia's Server.set accepts
 
@@ -129,6 +129,7 @@ class Rpc:
             IDENTIFY.name: typed(IDENTIFY, self.identities.serve),
         }
         self._member_addrs: tuple[int, frozenset[tuple[str, int]]] = (-1, frozenset())
+        self._claims = CLAIMS
         # We said goodbye: pings get an error until we join again, so that whoever checks
         # our goodbye (``_serve_goodbye``) finds us gone.
         self.departing = False
@@ -162,9 +163,12 @@ class Rpc:
         known = (n.id for n in self.router.members() if not ids.required or ids.proven(n.id))
         return estimate_size(self.my_id, known, self._ksize)
 
-    def serve(self, rpc: str, server: CrawlServer) -> None:
-        """Register the handler of a crawl RPC."""
+    def serve(self, rpc: str, server: CrawlServer, *, claims: bool = False) -> None:
+        """Register the handler of a crawl RPC (``claims``: its requests say which work is
+        finished, as those of ``CLAIMS`` do)."""
         self._crawl[rpc] = server
+        if claims:
+            self._claims |= {rpc}
 
     async def aclose(self) -> None:
         """Cancel and await our tasks, fail calls still waiting, close the socket."""
@@ -203,7 +207,7 @@ class Rpc:
                 # Every crawl RPC is also contact (§2.2); a request that names a proven node
                 # without its signature is not that node's, and refutes no suspicion of it.
                 self.contacts.welcome_sender(sender)
-            elif name in CLAIMS:
+            elif name in self._claims:
                 self.stats.unattested[name] += 1
             reply = await self._crawl[name](peer_of(sender), args[1:], attested)
         reply.id = self.my_id  # lets the caller spot a restarted node with a new ID

@@ -200,7 +200,9 @@ class VisitStore(CountedStore):
 
     async def merge(self, visits: Sequence[Visit]) -> int:
         """Take rows from another peer (a key handed over): a URL's row is replaced only by
-        one of a later visit, so old news cannot undo what this store learned since."""
+        one of a later visit, so old news cannot undo what this store learned since, and it
+        stays due no later than it was: news from elsewhere may bring a visit forward, never
+        put one off (a lying peer could otherwise resend a row for ever to hold it off)."""
         if not visits:
             return 0
         items = list(visits)
@@ -214,10 +216,10 @@ class VisitStore(CountedStore):
                     new += 1
                     continue
                 have = conn.execute(
-                    "SELECT fetched FROM visits WHERE key_id = ? AND fp = ?", row[:2]
+                    "SELECT fetched, due FROM visits WHERE key_id = ? AND fp = ?", row[:2]
                 ).fetchone()
                 if have is not None and v.fetched > have[0]:
-                    conn.execute("REPLACE " + _INSERT, row)
+                    conn.execute("REPLACE " + _INSERT, (*row[:4], min(v.due, have[1]), *row[5:]))
             return new
 
         return await self._worker.run(job, on_commit=self._added)

@@ -66,6 +66,13 @@ class Claims:
                 self.refused += len(fps)
         return out
 
+    def believes(self, sender: bytes, key: bytes) -> bool:
+        """Whether ``sender``'s word about the finished pages of ``key`` is taken (a visit
+        history row is such a word: ``network.history``). Counts nothing."""
+        if self.keyed:
+            return True
+        return self._members.established_before(sender) and self._near(sender, key)
+
     def _near(self, sender: bytes, key: bytes) -> bool:
         nearest = self._ownership.closest_local(key, self._ranks, with_self=True)
         if len(nearest) < self._ranks or any(p.id == sender for p in nearest):

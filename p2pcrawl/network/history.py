@@ -13,6 +13,16 @@ follow:
   its own visit history, where its scheduler passes over rows of keys it does not own; the
   day it owns the key they are its schedule.
 
+Rows are a claim that pages were visited, and a forged one could stop a page's revisits (a
+due time years ahead, a later visit that wins every merge), so a peer takes a key's rows only
+from a sender whose done claims for that key it would take (``Claims.believes``; in an open
+network: a proven, established member among the key's ``replicas + 2`` nearest, in a signed
+request). Other rows are dropped and counted (``refused_rows``, and in ``/metrics``): this
+peer keeps the row it had, so a refused row can make no page due later. A row taken is first
+made one this peer's own schedule could have written (``bounded``), and never makes a page
+due later than it was here (``VisitStore.merge``): a member that lies, however often, holds
+off no revisit.
+
 What may be lost is bounded and errs early: a replica's copy is at most one round old, and a
 page whose newer row it never heard of is revisited at the older row's due time (a revisit
 answered 304, most likely). A row costs about 94 bytes on the wire, compressed, for URLs of
@@ -26,7 +36,9 @@ URL, the one of the later visit (``VisitStore.merge``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 import zlib
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
@@ -116,6 +128,25 @@ def read_history_chunk(payload: bytes) -> list[Visit]:
         raise MessageError(f"store_history: {exc}") from exc
 
 
+def bounded(rows: Sequence[Visit], now: int, high: int) -> list[Visit]:
+    """``rows`` from another peer as this peer's schedule could have written them (``now``
+    Unix ms, ``high`` its longest revisit interval): visited no later than now, with an
+    interval of at most ``high``, due at most ``high`` from now. An honest row passes as it
+    is, up to the clocks' difference; a forged one cannot hold a page off for years, nor win
+    every later merge with a visit in the future (``VisitStore.merge``)."""
+    out: list[Visit] = []
+    for v in rows:
+        if v.fetched > now or v.interval > high or v.due > now + high:
+            v = dataclasses.replace(
+                v,
+                fetched=min(v.fetched, now),
+                interval=min(v.interval, high),
+                due=min(v.due, now + high),
+            )
+        out.append(v)
+    return out
+
+
 class HistoryLane:
     """Sends and takes visit history rows (STORE_HISTORY) for one peer."""
 
@@ -127,10 +158,13 @@ class HistoryLane:
         *,
         replicas: int,
         me: Callable[[], bytes],
+        believes: Callable[[bytes, bytes], bool] = lambda sender, key: True,
     ) -> None:
         """``revisits``: the engine's revisit side (None: not in continuous mode, and this
-        lane only refuses); ``call``: the crawl RPC (``CrawlNode.call``); ``replicas``: r."""
+        lane only refuses); ``call``: the crawl RPC (``CrawlNode.call``); ``replicas``: r;
+        ``believes``: whether a sender's rows of a key are taken (``Claims.believes``)."""
         self.revisits = revisits
+        self._believes = believes
         self.ownership = ownership
         self._call = call
         self.replicas = replicas
@@ -138,6 +172,7 @@ class HistoryLane:
         self.sent_rows = 0
         self.sent_bytes = 0
         self.received_rows = 0
+        self.refused_rows = 0  # rows from a sender whose word about their key is not taken
         # A round per shortest revisit interval, at most SYNC_S apart.
         self.sync_s = SYNC_S
         if revisits is not None:
@@ -151,12 +186,23 @@ class HistoryLane:
 
     # -- receiving -------------------------------------------------------------------------
 
-    async def serve(self, sender: PeerRef, args: HistoryArgs) -> HistoryReply:
+    async def serve(self, sender: PeerRef, args: HistoryArgs, attested: bool) -> HistoryReply:
+        """``attested``: the request speaks for ``sender`` (``CrawlNode.serve_claims``)."""
         rows = read_history_chunk(args.payload)
         if self.revisits is None or self.revisits.store is None:
             return HistoryReply(n=0)
         self.received_rows += len(rows)
-        return HistoryReply(n=await self.revisits.merge(rows))
+        believed: dict[bytes, bool] = {}
+        taken = [
+            v
+            for v in rows
+            if attested and believed.setdefault(v.key, self._believes(sender.id, v.key))
+        ]
+        self.refused_rows += len(rows) - len(taken)
+        if not taken:
+            return HistoryReply(n=0)
+        now, high = int(time.time() * 1000), self.revisits.bounds.high
+        return HistoryReply(n=await self.revisits.merge(bounded(taken, now, high)))
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -224,4 +270,5 @@ class HistoryLane:
             "sent_rows": self.sent_rows,
             "sent_bytes": self.sent_bytes,
             "received_rows": self.received_rows,
+            "refused_rows": self.refused_rows,
         }

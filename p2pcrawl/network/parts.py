@@ -219,7 +219,12 @@ def assemble(
         enabled=lending_on,
     )
     visit_history = HistoryLane(
-        engine.revisits, node, node.call, replicas=ps.replicas, me=lambda: node_id
+        engine.revisits,
+        node,
+        node.call,
+        replicas=ps.replicas,
+        me=lambda: node_id,
+        believes=claims.believes,
     )
     handoff = Handoff(
         ledger,
@@ -403,7 +408,7 @@ def assemble(
     node.serve(LOAD, serve_load(load_info.report))
     node.serve(LEND, lender.serve_lend)
     node.serve(GIVE_BACK, lender.serve_return)
-    node.serve(STORE_HISTORY, visit_history.serve)
+    node.serve_claims(STORE_HISTORY, visit_history.serve)
     return Parts(
         ledger=ledger,
         backups=backups,

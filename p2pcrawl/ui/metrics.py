@@ -175,6 +175,12 @@ class _Collector:
                 "only from proven members near the key (docs/security.md)",
                 handler.claims.refused,
             ),
+            (
+                "p2pcrawl_history_rows_refused",
+                "Visit history rows other peers sent, not taken: from a sender whose word "
+                "about their key is not taken (docs/security.md)",
+                peer.parts.visit_history.refused_rows,
+            ),
             ("p2pcrawl_handoff_tasks", "Tasks handed to other owners", peer.handoff.tasks),
             ("p2pcrawl_handoff_failed", "Tasks a handoff could not place", peer.handoff.failed),
         ):

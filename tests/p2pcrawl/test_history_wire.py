@@ -3,6 +3,7 @@ that refuses anything else with one clear error (docs/freshness.md, "When keys m
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import msgspec
@@ -11,6 +12,7 @@ import pytest
 from p2pcrawl.network.history import (
     MAX_INFLATED,
     PAYLOAD_LIMIT,
+    bounded,
     history_chunks,
     read_history_chunk,
 )
@@ -64,3 +66,23 @@ def test_rows_travel_in_chunks_that_fit_a_datagram_and_come_back_whole() -> None
 def test_a_bad_payload_is_refused_with_one_error(payload: bytes) -> None:
     with pytest.raises(MessageError, match="store_history"):
         read_history_chunk(payload)
+
+
+def test_a_row_from_another_peer_is_cut_to_what_this_peers_schedule_could_write() -> None:
+    """Visited no later than now, an interval of at most the longest, due within it: an
+    honest row passes unchanged, a forged one cannot hold its page off for years."""
+    high = 3_600_000
+    honest = row(1)
+    forged = dataclasses.replace(
+        row(2), fetched=NOW + 86_400_000, due=NOW + 10**12, interval=10**11
+    )
+    early = dataclasses.replace(row(3), due=NOW - 5)
+    out = bounded([honest, forged, early], NOW, high)
+    assert out[0] == honest and out[2] == early
+    assert (out[1].fetched, out[1].interval, out[1].due) == (NOW, high, NOW + high)
+    assert (
+        dataclasses.replace(
+            out[1], fetched=forged.fetched, interval=forged.interval, due=forged.due
+        )
+        == forged
+    )

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import secrets
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -26,8 +28,9 @@ from aiohttp import web as aioweb
 from p2pcrawl.archive import read_warc_urls
 from p2pcrawl.crawl import urls
 from p2pcrawl.network import Peer, announce_key, encode_announcement
-from p2pcrawl.settings import PeerSettings
-from p2pcrawl.testing import TestWeb, raw_spoofing, send_spoofed
+from p2pcrawl.network.history import STORE_HISTORY, HistoryArgs, history_chunks
+from p2pcrawl.settings import PeerSettings, RevisitSettings
+from p2pcrawl.testing import ChangingConfig, ChangingWeb, TestWeb, raw_spoofing, send_spoofed
 from protocol import (
     QUIET,
     BootstrapError,
@@ -44,8 +47,10 @@ from protocol import (
     key_for,
     wire,
 )
+from storage import Visit
 from tests.conftest import TEST_SECRET, PeerFactory, StatusFactory, WebFactory, crawl_settings_for
 from tests.p2pcrawl.test_hostile_peers import metric
+from tests.p2pcrawl.test_revisit import settings_for, until
 from tests.protocol.conftest import MemoryHandler, eventually
 
 pytestmark = pytest.mark.timeout(90)
@@ -171,6 +176,121 @@ async def test_forged_work_claims_and_quiet_answers_stop_no_page(
         assert stats["dropped"]["bad_hmac"] > 0  # type: ignore[index]
     else:
         assert owner.parts.lender.lends_answered == 0  # lending is off in an open network
+
+
+ForgeHistory = Callable[[Peer, list[Visit]], Awaitable[None]]
+FORGED_ETAG = '"forged"'
+
+
+async def _revisited_despite(
+    make_peer: PeerFactory, settings: PeerSettings, forge: ForgeHistory
+) -> tuple[Peer, list[Visit]]:
+    """A peer in continuous mode visits every page of a small web; then ``forge`` sends it
+    visit history for each (STORE_HISTORY, as a leaver or a replica would): a visit later
+    than the owner's, the next one due in ten years, a made-up ETag. Every page is still
+    revisited, and no row ends up due years ahead. Returns the peer and its pages' rows (the
+    hub's aside: it sends no validators, so a made-up one stays and costs nothing there)."""
+    web = ChangingWeb(ChangingConfig(hosts=1, pages_per_host=3))
+    await web.start()
+    try:
+        crawl = settings_for(web, RevisitSettings(every=1, max_interval=2))
+        owner = await make_peer(crawl=crawl, peer=settings)
+        assert owner.engine is not None and owner.engine.revisits is not None
+        store = owner.engine.revisits.store
+        assert store is not None
+        pages = web.page_urls()
+        keys = {owner.engine.key_of(web.hub_url)}
+        await owner.add_seeds([web.hub_url])
+        await until(lambda: all(web.requests(u) for u in pages), 20, "every page visited")
+        await until(lambda: store.rows > len(pages), 10, "a row for every page and the hub")
+        now = int(time.time() * 1000)
+        year = 365 * 86_400_000
+        forged = [
+            dataclasses.replace(v, fetched=now + 60_000, due=now + 10 * year, etag=FORGED_ETAG)
+            for v in await store.visits_for_keys(keys)
+        ]
+        assert len(forged) > len(pages)
+        await forge(owner, forged)
+        seen = {u: len(web.requests(u)) for u in pages}
+        await until(
+            lambda: all(len(web.requests(u)) > seen[u] for u in pages), 15, "every page revisited"
+        )
+        rows = await store.visits_for_keys(keys)
+        assert len(rows) == len(forged)
+        assert all(v.due < now + 60_000 for v in rows)
+        return owner, [v for v in rows if v.url != web.hub_url]
+    finally:
+        await web.aclose()
+
+
+async def _send_history(node: CrawlNode, to: PeerRef, rows: list[Visit]) -> None:
+    for chunk in history_chunks(rows):
+        with contextlib.suppress(PeerTimeout, RemoteError):
+            await node.call(to, STORE_HISTORY, HistoryArgs(chunk))
+
+
+async def test_forged_visit_history_stops_no_revisit(
+    make_peer: PeerFactory,
+    stranger: Callable[..., Awaitable[CrawlNode]],
+    settings: PeerSettings,
+) -> None:
+    """Two strangers forge the history: one that answers for the owner's ID but one bit, and
+    one that proved a fair ID and signs its requests but has not stayed --min-peer-age (and
+    leaves at once, before it could be a member near every key of a network of two). Their
+    rows are not taken."""
+
+    async def forge(owner: Peer, rows: list[Visit]) -> None:
+        key = await asyncio.to_thread(NodeKey.generate, settings.id_work_bits)
+        for node_id, nkey in ((_flip_last_bit(owner.node_id), None), (key.node_id(), key)):
+            attacker = await stranger(node_id, owner.me.addr, key=nkey)
+            if nkey is not None and not settings.secret:
+                await eventually(lambda: owner.node.identities.proven(key.node_id()), 5)  # type: ignore[union-attr]
+            await _send_history(attacker, owner.me, rows)
+            await attacker.aclose()
+
+    owner, rows = await _revisited_despite(make_peer, settings, forge)
+    assert all(v.etag != FORGED_ETAG for v in rows)  # the server's validators
+    if not settings.secret:
+        forged = len(rows) + 1  # the hub's too
+        assert metric(owner, "p2pcrawl_history_rows_refused_total") == 2 * forged
+
+
+async def test_a_member_lying_about_visit_history_holds_off_no_revisit(
+    make_peer: PeerFactory,
+) -> None:
+    """A member whose word is taken (here a key holder, as a fair-ID member of a small open
+    network is: docs/security.md) forges the history, and sends it again every 0.3 s. Its
+    rows are taken (their validators, their estimate), cut to what the owner's own schedule
+    could have written, and never put a visit off: each page is revisited when the owner's
+    own row said, not in ten years, nor 2 s after the liar's latest row. (Its made-up ETag
+    may be the latest word on a page: that costs a conditional GET answered whole.)"""
+    liars: list[CrawlNode] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def keep_sending(liar: CrawlNode, to: PeerRef, rows: list[Visit]) -> None:
+        for _ in range(100):  # bounded: 30 s, longer than the test waits
+            await _send_history(liar, to, rows)
+            await asyncio.sleep(0.3)
+
+    async def forge(owner: Peer, rows: list[Visit]) -> None:
+        far = bytes(b ^ 0xFF for b in rows[0].key)  # the owner stays the host's owner
+        liar = CrawlNode(far, MemoryHandler(), NodeConfig(rpc_timeout=0.5, secret=TEST_SECRET))
+        liars.append(liar)
+        await liar.listen_on("127.0.0.1", 0)
+        await liar.join([owner.me.addr])
+        await _send_history(liar, owner.me, rows)
+        tasks.append(asyncio.create_task(keep_sending(liar, owner.me, rows)))
+
+    try:
+        owner, _ = await _revisited_despite(make_peer, PeerSettings(secret=TEST_SECRET), forge)
+        assert metric(owner, "p2pcrawl_history_rows_refused_total") == 0
+    finally:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for liar in liars:
+            await liar.aclose()
 
 
 async def _status_server_counting_requests() -> tuple[aioweb.AppRunner, int, list[str]]:

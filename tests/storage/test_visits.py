@@ -102,6 +102,13 @@ async def test_take_keys_and_merge_move_a_keys_history(tmp_path: Path) -> None:
         got = await new.get([(HOST_A, 1), (HOST_A, 2)])
         assert got[0] == visit(1)
         assert got[1] is not None and got[1].status == 304  # the later visit won
+        # A later visit from elsewhere brings a visit forward, never puts it off.
+        later = dataclasses.replace(visit(1), fetched=NOW + 5, due=NOW + 10**9, status=304)
+        sooner = dataclasses.replace(visit(2), fetched=NOW + 5, due=NOW - 5)
+        assert await new.merge([later, sooner]) == 0
+        got = await new.get([(HOST_A, 1), (HOST_A, 2)])
+        assert got[0] == dataclasses.replace(later, due=visit(1).due)
+        assert got[1] == sooner
     finally:
         await old.aclose()
         await new.aclose()
