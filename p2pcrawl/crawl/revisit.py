@@ -138,6 +138,11 @@ class Revisits:
                 continue
             if len(self.pending) >= self.window:
                 return False
+            if v.key in excluded and self.owns(v.key):
+                # Handed away, and ours again: the peer it went to crashed. A takeover's
+                # backups bring the key back with its unfinished tasks; a host all done has
+                # none, only these rows (a handoff under way names another owner).
+                engine.refill.include({v.key})
             if v.key in excluded or not self.owns(v.key):
                 # Its key moved to another peer, or this is a replica's copy: the row waits
                 # here, out of the way, for the day the key is ours (a crash takeover).

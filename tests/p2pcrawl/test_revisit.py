@@ -275,13 +275,15 @@ async def test_budgets_and_sitemap_hints_apply_to_revisits(
     assert 304 in statuses(other, still)  # revisited on its own schedule
 
 
+@pytest.mark.timeout(120)  # five steps of at most 20 s each, on a loaded machine
 async def test_the_history_moves_with_its_key_on_join_crash_and_leave(
     changing_web: WebMaker, make_peer: PeerFactory, tmp_path: Path
 ) -> None:
     """A host's pages are revisited with the validators of their last visit (answered 304)
-    by whichever peer owns the host: B, which took it by a join; A, after B crashed; C,
-    which took it by a join; A, after C left gracefully. A peer that got the done range
-    without the visit history would never revisit them at all.
+    by whichever peer owns the host: B, which took it from A by a join; A, after B crashed
+    (a key handed away and back by a crash); C, which took it by a join; A, after C left
+    gracefully. A peer that got the done range without the visit history would never
+    revisit them at all.
 
     Each step waits on the owner's own rows, not on the web's log: until a handoff is
     through the old owner revisits too, and its 304s prove nothing of the new one."""
@@ -323,9 +325,12 @@ async def test_the_history_moves_with_its_key_on_join_crash_and_leave(
         flying = peer.engine.in_flight.values()
         return peer.engine.excludes(key) and not any(t.key == key for t in flying)
 
-    b = await joiner("peer1")
     await a.add_seeds([web.hub_url])
-    await until(lambda: revisited_by(b, 0), 20, "B revisits its host")
+    await until(lambda: all(statuses(web, u) for u in host), 20, "A fetches the host")
+    b = await joiner("peer1")
+    await until(lambda: through_with_it(a), 20, "A hands the host to B")
+    since = time.time()
+    await until(lambda: revisited_by(b, since), 20, "B revisits the host it joined for")
     # A is one of B's replicas: B's rows reach it within a round.
     for _ in range(40):
         copies = await rows_of(a)
