@@ -37,6 +37,7 @@ from storage import Visit, VisitStore
 __all__ = ["EngineSide", "Revisits"]
 
 IDLE_WAKE_S = 5.0  # the longest the scheduler sleeps without looking at the store
+PAUSED_WAKE_S = 0.25  # how often it looks whether a pause ended
 UPCOMING = 10  # the soonest due pages the status page lists
 DUE_COUNT_UPTO = 100_000  # "due now" is counted up to this (a bounded index scan)
 DIRTY_LIMIT = 50_000  # rows held for the replicas between two sends
@@ -109,18 +110,20 @@ class Revisits:
         """Owned by the engine: load due pages into the frontier, sleep until the next."""
         while True:
             self.wake.clear()
-            now = time.time()
-            loaded_all = await self._load(now)
-            next_new = await self._read_schedule(now)
-            if not loaded_all or len(self.pending) >= self.window:
-                delay = IDLE_WAKE_S  # until a revisit settles (it sets ``wake``)
-            elif next_new is None:
-                delay = IDLE_WAKE_S
-            else:
-                delay = min(IDLE_WAKE_S, max(0.0, next_new - time.time()))
+            # Paused (a join, a stall): nothing wakes the scheduler when the pause ends.
+            delay = PAUSED_WAKE_S if self.engine.paused else await self._look()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self.wake.wait()
+
+    async def _look(self) -> float:
+        """Load what is due; returns how long to sleep before the next look."""
+        now = time.time()
+        loaded_all = await self._load(now)
+        next_new = await self._read_schedule(now)
+        if not loaded_all or len(self.pending) >= self.window or next_new is None:
+            return IDLE_WAKE_S  # (a full window: until a revisit settles, it sets ``wake``)
+        return min(IDLE_WAKE_S, max(0.0, next_new - time.time()))
 
     async def _load(self, now: float) -> bool:
         """Push due pages into the frontier; False when some are left for lack of room."""

@@ -288,7 +288,8 @@ async def test_the_history_moves_with_its_key_on_join_crash_and_leave(
     Each step waits on the owner's own rows, not on the web's log: until a handoff is
     through the old owner revisits too, and its 304s prove nothing of the new one."""
     web: ChangingWeb = await changing_web(hosts=2, pages_per_host=2)
-    settings = settings_for(web, RevisitSettings(every=1, max_interval=2))
+    # Every page every second: each step waits for one round of revisits at most.
+    settings = settings_for(web, RevisitSettings(every=1, max_interval=1))
     fast = PeerSettings(  # keyed: the joiners' IDs are chosen next to the host's key
         rpc_timeout=0.3,
         ping_interval=0.3,

@@ -151,7 +151,7 @@ async def test_pywb_indexes_a_continuous_crawl_and_replays_its_revisits(tmp_path
             scope=ScopeSettings(allow_domains=tuple(web.allow_domains), allow_private=True),
             revisit=RevisitSettings(every=1, max_interval=1),
         )
-        summary = await crawl([web.hub_url], settings, tmp_path / "peer", run_for=2.5)
+        summary = await crawl([web.hub_url], settings, tmp_path / "peer", run_for=2.0)
     finally:
         await web.aclose()
     payloads: dict[str, bytes] = {}  # capture record ID -> payload
