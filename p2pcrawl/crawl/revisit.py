@@ -262,7 +262,7 @@ class Revisits:
             assert self.store is not None
             self.stats.first_visits += await self.store.add_missing(bare)
             self._woken_by(bare)
-            self._note_dirty(bare)
+            self.note_dirty(bare)
         return first
 
     async def refused(self, task: Task) -> bool:
@@ -335,7 +335,7 @@ class Revisits:
             else:
                 await self.store.record([row])
                 self._woken_by([row])
-                self._note_dirty([row])
+                self.note_dirty([row])
         finally:
             if self.pending.pop(task.fp, None) is not None and len(self.pending) < self.window // 2:
                 self.wake.set()
@@ -392,7 +392,7 @@ class Revisits:
             misses=nxt.misses,
         )
 
-    def _note_dirty(self, rows: Sequence[Visit]) -> None:
+    def note_dirty(self, rows: Sequence[Visit]) -> None:
         dirty = self.dirty
         if dirty is None:
             return

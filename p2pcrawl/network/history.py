@@ -5,7 +5,8 @@ with the key's owner, who alone revisits it. Three ways a key changes hands, and
 follow:
 
 * a join or a rebalance: once the key's tasks and done range reached the new owner
-  (``Handoff``), its rows go too (STORE_HISTORY) and leave this peer;
+  (``Handoff``), its rows go too (STORE_HISTORY) and leave this peer, unless it stays a
+  replica of the key; the new owner sends its replicas the rows it took as those it writes;
 * a graceful leave: after the tasks, every row goes to the key's closest remaining peer;
 * a crash: nobody sends anything then, so the owner keeps its replicas (the r peers next to
   the key) supplied as it goes: the rows written since the last round go to them every
@@ -156,7 +157,17 @@ class HistoryLane:
         if self.revisits is None or self.revisits.store is None:
             return HistoryReply(n=0)
         self.received_rows += len(rows)
-        return HistoryReply(n=await self.revisits.merge(rows))
+        new = await self.revisits.merge(rows)
+        if new:
+            # A key handed to us (joining, we are its owner-to-be): our replicas hear of its
+            # rows in the next round, as of those we write. Copies of others' keys are not
+            # sent on; nor is a batch with nothing new, so two peers that both think they
+            # own a key for a moment do not send it back and forth.
+            me, closest = self._me(), self.ownership.closest_local
+            self.revisits.note_dirty(
+                [v for v in rows if closest(v.key, 1, with_self=True)[0].id == me]
+            )
+        return HistoryReply(n=new)
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -167,9 +178,15 @@ class HistoryLane:
             self.sent_bytes += len(chunk)
         self.sent_rows += len(rows)
 
-    async def hand_keys(self, owner: PeerRef, keys: Sequence[bytes]) -> bool:
-        """The rows of ``keys`` to their new ``owner``; they leave this peer once it has
-        them. False if the send failed (the rows stay here, out of the scheduler's way)."""
+    async def hand_keys(
+        self, owner: PeerRef, keys: Sequence[bytes], *, leaving: bool = False
+    ) -> bool:
+        """The rows of ``keys`` to their new ``owner``. Once it has them they leave this
+        peer, unless it stays one of the keys' replicas (a join next to it): then they are
+        its copies from the start, since the new owner's rounds send only the rows it
+        writes or takes, and a crash before its first round would leave the host with no
+        history anywhere. False if the send failed (the rows stay here, out of the
+        scheduler's way)."""
         store = self.revisits.store if self.revisits is not None else None
         if store is None or not keys:
             return True
@@ -181,7 +198,15 @@ class HistoryLane:
         except (PeerTimeout, RemoteError, OSError) as exc:
             log.warning("visit history of %d keys to %s failed: %s", len(keys), owner, exc)
             return False
-        await store.take_keys(keys)
+        me = self._me()
+        await store.take_keys(
+            [
+                k
+                for k in keys
+                if leaving
+                or all(p.id != me for p in self.ownership.closest_local(k, self.replicas + 1))
+            ]
+        )
         return True
 
     async def hand_all(self, others: Sequence[PeerRef]) -> int:
@@ -195,7 +220,7 @@ class HistoryLane:
             by_owner[min(others, key=lambda p: distance(p.id, key))].append(key)
         before = self.sent_rows
         for owner, keys in by_owner.items():
-            await self.hand_keys(owner, keys)
+            await self.hand_keys(owner, keys, leaving=True)
         return self.sent_rows - before
 
     async def run(self) -> None:

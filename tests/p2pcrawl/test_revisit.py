@@ -330,6 +330,14 @@ async def test_the_history_moves_with_its_key_on_join_crash_and_leave(
     await until(lambda: all(statuses(web, u) for u in host), 20, "A fetches the host")
     b = await joiner("peer1")
     await until(lambda: through_with_it(a), 20, "A hands the host to B")
+
+    async def b_has_them() -> bool:
+        return set(host) <= set(await rows_of(b))
+
+    await until(b_has_them, 20, "B has the host's visit history")
+    # A stays one of the key's replicas and keeps its rows as copies: had B crashed before
+    # its first round to its replicas, the host would have had no history anywhere.
+    assert set(host) <= set(await rows_of(a))
     since = time.time()
     await until(lambda: revisited_by(b, since), 20, "B revisits the host it joined for")
     # A is one of B's replicas: B's rows reach it within a round.
