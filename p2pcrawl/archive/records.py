@@ -343,9 +343,10 @@ def _request_record(writer: WARCWriter, rec: FetchRecord, date: str, concurrent:
 def revisit_pair(rec: FetchRecord) -> tuple[bytes, bytes]:
     """The uncompressed ``revisit`` and ``request`` records of a revisit (WARC 1.1 §6.7).
 
-    The block is the response's HTTP headers, the payload left out: for a 304 the server's
-    answer, for an unchanged 200 its headers with the payload's length, and
-    ``WARC-Truncated: length`` as the identical-payload-digest profile asks. Written by
+    For an unchanged 200 the block is its HTTP headers with the payload's length, the
+    payload left out and ``WARC-Truncated: length`` as the identical-payload-digest profile
+    asks; a 304 has no block (server-not-modified, §6.7.3), its conditional request is
+    archived beside it. Written by
     warcio (WARC/1.1: the Refers-To fields are 1.1's), fewer than responses and small.
     """
     ref = rec.revisit
@@ -364,15 +365,21 @@ def revisit_pair(rec: FetchRecord) -> tuple[bytes, bytes]:
         headers["WARC-Payload-Digest"] = ref.payload_digest
     if ref.profile == PROFILE_IDENTICAL:
         headers["WARC-Truncated"] = "length"
-    status_line = f"{rec.status} {_clean(rec.reason)}".rstrip()
-    http_headers = StatusAndHeaders(
-        status_line,
-        stored_response_headers(rec.response_headers, len(rec.body)),
-        f"HTTP/{rec.http_version}",
-    )
-    revisit = writer.create_warc_record(
-        rec.url, "revisit", warc_headers_dict=headers, http_headers=http_headers
-    )
+    if ref.profile == PROFILE_NOT_MODIFIED:
+        # No block (§6.7.3 allows it): its payload is the capture's, and so are its headers.
+        # A replay tool takes them from the capture then: pywb replays a revisit whose block
+        # is a 3xx, the 304 included, as that status with no body.
+        revisit = writer.create_warc_record(rec.url, "revisit", warc_headers_dict=headers)
+    else:
+        status_line = f"{rec.status} {_clean(rec.reason)}".rstrip()
+        http_headers = StatusAndHeaders(
+            status_line,
+            stored_response_headers(rec.response_headers, len(rec.body)),
+            f"HTTP/{rec.http_version}",
+        )
+        revisit = writer.create_warc_record(
+            rec.url, "revisit", warc_headers_dict=headers, http_headers=http_headers
+        )
     request = _request_record(writer, rec, date, revisit)
     return _record_bytes(writer, revisit), _record_bytes(writer, request)
 

@@ -37,6 +37,7 @@ from storage import Visit, VisitStore
 __all__ = ["EngineSide", "Revisits"]
 
 IDLE_WAKE_S = 5.0  # the longest the scheduler sleeps without looking at the store
+PAUSED_WAKE_S = 0.25  # how often it looks whether a pause ended
 UPCOMING = 10  # the soonest due pages the status page lists
 DUE_COUNT_UPTO = 100_000  # "due now" is counted up to this (a bounded index scan)
 DIRTY_LIMIT = 50_000  # rows held for the replicas between two sends
@@ -109,18 +110,20 @@ class Revisits:
         """Owned by the engine: load due pages into the frontier, sleep until the next."""
         while True:
             self.wake.clear()
-            now = time.time()
-            loaded_all = await self._load(now)
-            next_new = await self._read_schedule(now)
-            if not loaded_all or len(self.pending) >= self.window:
-                delay = IDLE_WAKE_S  # until a revisit settles (it sets ``wake``)
-            elif next_new is None:
-                delay = IDLE_WAKE_S
-            else:
-                delay = min(IDLE_WAKE_S, max(0.0, next_new - time.time()))
+            # Paused (a join, a stall): nothing wakes the scheduler when the pause ends.
+            delay = PAUSED_WAKE_S if self.engine.paused else await self._look()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self.wake.wait()
+
+    async def _look(self) -> float:
+        """Load what is due; returns how long to sleep before the next look."""
+        now = time.time()
+        loaded_all = await self._load(now)
+        next_new = await self._read_schedule(now)
+        if not loaded_all or len(self.pending) >= self.window or next_new is None:
+            return IDLE_WAKE_S  # (a full window: until a revisit settles, it sets ``wake``)
+        return min(IDLE_WAKE_S, max(0.0, next_new - time.time()))
 
     async def _load(self, now: float) -> bool:
         """Push due pages into the frontier; False when some are left for lack of room."""
@@ -138,6 +141,11 @@ class Revisits:
                 continue
             if len(self.pending) >= self.window:
                 return False
+            if v.key in excluded and self.owns(v.key):
+                # Handed away, and ours again: the peer it went to crashed. A takeover's
+                # backups bring the key back with its unfinished tasks; a host all done has
+                # none, only these rows (a handoff under way names another owner).
+                engine.refill.include({v.key})
             if v.key in excluded or not self.owns(v.key):
                 # Its key moved to another peer, or this is a replica's copy: the row waits
                 # here, out of the way, for the day the key is ours (a crash takeover).
@@ -254,7 +262,7 @@ class Revisits:
             assert self.store is not None
             self.stats.first_visits += await self.store.add_missing(bare)
             self._woken_by(bare)
-            self._note_dirty(bare)
+            self.note_dirty(bare)
         return first
 
     async def refused(self, task: Task) -> bool:
@@ -327,7 +335,7 @@ class Revisits:
             else:
                 await self.store.record([row])
                 self._woken_by([row])
-                self._note_dirty([row])
+                self.note_dirty([row])
         finally:
             if self.pending.pop(task.fp, None) is not None and len(self.pending) < self.window // 2:
                 self.wake.set()
@@ -384,7 +392,7 @@ class Revisits:
             misses=nxt.misses,
         )
 
-    def _note_dirty(self, rows: Sequence[Visit]) -> None:
+    def note_dirty(self, rows: Sequence[Visit]) -> None:
         dirty = self.dirty
         if dirty is None:
             return

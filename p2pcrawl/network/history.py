@@ -5,7 +5,8 @@ with the key's owner, who alone revisits it. Three ways a key changes hands, and
 follow:
 
 * a join or a rebalance: once the key's tasks and done range reached the new owner
-  (``Handoff``), its rows go too (STORE_HISTORY) and leave this peer;
+  (``Handoff``), its rows go too (STORE_HISTORY) and leave this peer, unless it stays a
+  replica of the key; the new owner sends its replicas the rows it took as those it writes;
 * a graceful leave: after the tasks, every row goes to the key's closest remaining peer;
 * a crash: nobody sends anything then, so the owner keeps its replicas (the r peers next to
   the key) supplied as it goes: the rows written since the last round go to them every
@@ -202,7 +203,18 @@ class HistoryLane:
         if not taken:
             return HistoryReply(n=0)
         now, high = int(time.time() * 1000), self.revisits.bounds.high
-        return HistoryReply(n=await self.revisits.merge(bounded(taken, now, high)))
+        taken = bounded(taken, now, high)
+        new = await self.revisits.merge(taken)
+        if new:
+            # A key handed to us (joining, we are its owner-to-be): our replicas hear of its
+            # rows in the next round, as of those we write. Copies of others' keys are not
+            # sent on; nor is a batch with nothing new, so two peers that both think they
+            # own a key for a moment do not send it back and forth.
+            me, closest = self._me(), self.ownership.closest_local
+            self.revisits.note_dirty(
+                [v for v in taken if closest(v.key, 1, with_self=True)[0].id == me]
+            )
+        return HistoryReply(n=new)
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -213,9 +225,15 @@ class HistoryLane:
             self.sent_bytes += len(chunk)
         self.sent_rows += len(rows)
 
-    async def hand_keys(self, owner: PeerRef, keys: Sequence[bytes]) -> bool:
-        """The rows of ``keys`` to their new ``owner``; they leave this peer once it has
-        them. False if the send failed (the rows stay here, out of the scheduler's way)."""
+    async def hand_keys(
+        self, owner: PeerRef, keys: Sequence[bytes], *, leaving: bool = False
+    ) -> bool:
+        """The rows of ``keys`` to their new ``owner``. Once it has them they leave this
+        peer, unless it stays one of the keys' replicas (a join next to it): then they are
+        its copies from the start, since the new owner's rounds send only the rows it
+        writes or takes, and a crash before its first round would leave the host with no
+        history anywhere. False if the send failed (the rows stay here, out of the
+        scheduler's way)."""
         store = self.revisits.store if self.revisits is not None else None
         if store is None or not keys:
             return True
@@ -227,7 +245,15 @@ class HistoryLane:
         except (PeerTimeout, RemoteError, OSError) as exc:
             log.warning("visit history of %d keys to %s failed: %s", len(keys), owner, exc)
             return False
-        await store.take_keys(keys)
+        me = self._me()
+        await store.take_keys(
+            [
+                k
+                for k in keys
+                if leaving
+                or all(p.id != me for p in self.ownership.closest_local(k, self.replicas + 1))
+            ]
+        )
         return True
 
     async def hand_all(self, others: Sequence[PeerRef]) -> int:
@@ -241,7 +267,7 @@ class HistoryLane:
             by_owner[min(others, key=lambda p: distance(p.id, key))].append(key)
         before = self.sent_rows
         for owner, keys in by_owner.items():
-            await self.hand_keys(owner, keys)
+            await self.hand_keys(owner, keys, leaving=True)
         return self.sent_rows - before
 
     async def run(self) -> None:

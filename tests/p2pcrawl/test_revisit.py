@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import itertools
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from p2pcrawl.settings import (
     ScopeSettings,
 )
 from p2pcrawl.testing import ChangingConfig, ChangingWeb
+from storage import Visit
 from tests.conftest import TEST_MIN_PEER_AGE, TEST_SECRET, PeerFactory, StatusFactory, id_next_to
 
 pytestmark = pytest.mark.timeout(60)
@@ -62,12 +64,16 @@ def settings_for(web: ChangingWeb, revisit: RevisitSettings, **politeness: Any) 
     )
 
 
-async def until(check: Callable[[], bool], timeout: float, what: str) -> None:
+async def until(check: Callable[[], bool | Awaitable[bool]], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
-    while not check():
+    while not await _true(check()):
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout} s: {what}")
         await asyncio.sleep(0.05)
+
+
+async def _true(result: bool | Awaitable[bool]) -> bool:
+    return await result if inspect.isawaitable(result) else result
 
 
 def records(data_dir: Path) -> list[tuple[str, Any]]:
@@ -269,15 +275,21 @@ async def test_budgets_and_sitemap_hints_apply_to_revisits(
     assert 304 in statuses(other, still)  # revisited on its own schedule
 
 
+@pytest.mark.timeout(120)  # five steps of at most 20 s each, on a loaded machine
 async def test_the_history_moves_with_its_key_on_join_crash_and_leave(
     changing_web: WebMaker, make_peer: PeerFactory, tmp_path: Path
 ) -> None:
     """A host's pages are revisited with the validators of their last visit (answered 304)
-    by whichever peer owns the host: B, which took it by a join; A, after B crashed; C,
-    which took it by a join; A, after C left gracefully. A peer that got the done range
-    without the visit history would never revisit them at all."""
+    by whichever peer owns the host: B, which took it from A by a join; A, after B crashed
+    (a key handed away and back by a crash); C, which took it by a join; A, after C left
+    gracefully. A peer that got the done range without the visit history would never
+    revisit them at all.
+
+    Each step waits on the owner's own rows, not on the web's log: until a handoff is
+    through the old owner revisits too, and its 304s prove nothing of the new one."""
     web: ChangingWeb = await changing_web(hosts=2, pages_per_host=2)
-    settings = settings_for(web, RevisitSettings(every=1, max_interval=2))
+    # Every page every second: each step waits for one round of revisits at most.
+    settings = settings_for(web, RevisitSettings(every=1, max_interval=1))
     fast = PeerSettings(  # keyed: the joiners' IDs are chosen next to the host's key
         rpc_timeout=0.3,
         ping_interval=0.3,
@@ -289,43 +301,66 @@ async def test_the_history_moves_with_its_key_on_join_crash_and_leave(
     assert a.engine is not None and a.engine.revisits is not None
     host = [u for u in web.page_urls() if u.startswith(web.bases[0] + "/")]  # and its hub
     key = a.engine.key_of(host[0])
-    a_rows = a.engine.revisits
 
     async def joiner(name: str) -> Peer:
         (tmp_path / name).mkdir()
         save_identity(tmp_path / name, id_next_to(key))  # the host's owner once it joins
         return await make_peer(crawl=settings, peer=fast, bootstrap=(a.me.addr,))
 
-    def answered_304_since(marks: dict[str, int]) -> bool:
-        return all(304 in statuses(web, u)[marks[u] :] for u in host)
+    async def rows_of(peer: Peer) -> dict[str, Visit]:
+        assert peer.engine is not None and peer.engine.revisits is not None
+        assert peer.engine.revisits.store is not None
+        return {v.url: v for v in await peer.engine.revisits.store.visits_for_keys([key])}
 
-    def mark() -> dict[str, int]:
-        return {u: len(statuses(web, u)) for u in host}
+    async def revisited_by(peer: Peer, since: float) -> bool:
+        """``peer`` itself was answered 304 for every page of the host since ``since``: a
+        row handed to it or copied carries the time of another peer's visit, before it."""
+        rows = await rows_of(peer)
+        return all(
+            u in rows and rows[u].status == 304 and rows[u].fetched >= since * 1000 for u in host
+        )
 
-    b = await joiner("peer1")
+    def through_with_it(peer: Peer) -> bool:
+        """``peer`` stopped crawling the host for its new owner, its last fetch ended."""
+        assert peer.engine is not None
+        flying = peer.engine.in_flight.values()
+        return peer.engine.excludes(key) and not any(t.key == key for t in flying)
+
     await a.add_seeds([web.hub_url])
-    await until(lambda: answered_304_since(dict.fromkeys(host, 0)), 20, "B revisits its host")
+    await until(lambda: all(statuses(web, u) for u in host), 20, "A fetches the host")
+    b = await joiner("peer1")
+    await until(lambda: through_with_it(a), 20, "A hands the host to B")
+
+    async def b_has_them() -> bool:
+        return set(host) <= set(await rows_of(b))
+
+    await until(b_has_them, 20, "B has the host's visit history")
+    # A stays one of the key's replicas and keeps its rows as copies: had B crashed before
+    # its first round to its replicas, the host would have had no history anywhere.
+    assert set(host) <= set(await rows_of(a))
+    since = time.time()
+    await until(lambda: revisited_by(b, since), 20, "B revisits the host it joined for")
     # A is one of B's replicas: B's rows reach it within a round.
-    assert a_rows.store is not None
     for _ in range(40):
-        copies = {v.url: v for v in await a_rows.store.visits_for_keys([key])}
+        copies = await rows_of(a)
         if all(u in copies and copies[u].etag for u in host):
             break
         await asyncio.sleep(0.1)
     assert all(u in copies and copies[u].etag for u in host), copies
-    since = mark()
     await b.aclose()  # a crash: no goodbye, nothing handed over
-    await until(lambda: answered_304_since(since), 20, "A revisits the host after B's crash")
+    since = time.time()
+    await until(lambda: revisited_by(a, since), 20, "A revisits the host after B's crash")
 
-    since = mark()
     c = await joiner("peer2")
     assert c.engine is not None and c.engine.revisits is not None
-    await until(lambda: answered_304_since(since), 20, "C revisits the host it joined for")
+    await until(lambda: through_with_it(a), 20, "A hands the host to C")
+    since = time.time()
+    await until(lambda: revisited_by(c, since), 20, "C revisits the host it joined for")
     assert c.engine.revisits.stats.not_modified >= len(host)
     assert c.engine.revisits.stats.first_visits == 0  # nothing fetched in full: it knew them
-    since = mark()
     await c.leave()
     await c.aclose()  # as `p2pcrawl leave` does: the process exits
-    await until(lambda: answered_304_since(since), 20, "A revisits the host after C's leave")
+    since = time.time()
+    await until(lambda: revisited_by(a, since), 20, "A revisits the host after C's leave")
     assert all(s in (200, 304) for u in host for s in statuses(web, u))
     assert all(statuses(web, u).count(200) == 1 for u in host)  # never fetched in full again
