@@ -184,6 +184,10 @@ async def one_seed(
         "pages": chaos.pages,
         "lost": chaos.lost,
         "duplicates": chaos.duplicates,
+        "in_flight": chaos.in_flight,
+        "in_flight_age_s": round(chaos.in_flight_age, 2),
+        "beyond": chaos.duplicates - chaos.in_flight,
+        "longest_stall_s": round(chaos.longest_stall, 1),
         "dup_bound": round(chaos.dup_bound),
         "kills": chaos.kills,
         "time_ratio": round(chaos.crawled / steady.crawled, 2) if steady.crawled else None,
@@ -215,9 +219,12 @@ async def chaos(
                 print(
                     f"seed {seed}: lost {row['lost']}, duplicates {row['duplicates']} "
                     f"({100 * row['duplicates'] / row['pages']:.2f}%; bound {row['dup_bound']} "
-                    f"for {row['kills']} kills), crawl {row['chaos_s']} s = "
+                    f"for {row['kills']} kills; {row['in_flight']} in the killed peers' in-flight "
+                    f"windows, fetched up to {row['in_flight_age_s']} s before the kill, "
+                    f"{row['beyond']} beyond them), crawl {row['chaos_s']} s = "
                     f"{row['time_ratio']}x the steady {row['steady_s']} s (budget "
-                    f"{row['budget_s']} s), finished at {row['finished_s']} s, detection s "
+                    f"{row['budget_s']} s; longest wait for a new page "
+                    f"{row['longest_stall_s']} s), finished at {row['finished_s']} s, detection s "
                     f"{det or '-'}, every peer finished: {row['finished']}; problems "
                     f"{row['problems'] or 'none'}\n  events {' '.join(row['events'])}",
                     flush=True,
@@ -231,6 +238,11 @@ async def chaos(
         "seeds_with_loss": sum(1 for r in rows if r["lost"]),
         "duplicates_pct_median": round(
             statistics.median(100 * r["duplicates"] / r["pages"] for r in rows), 3
+        )
+        if rows
+        else None,
+        "beyond_in_flight_pct_median": round(
+            statistics.median(100 * r["beyond"] / r["pages"] for r in rows), 3
         )
         if rows
         else None,
