@@ -50,6 +50,7 @@ class Chaos:
         self.leaving: set[str] = set()
         self.stopped: set[str] = set()
         self.stopped_s = 0.0  # seconds of SIGSTOP drawn, in all
+        self.preset: set[str] = set()  # IDs written for joiners next to the busiest peer
 
     def usable(self) -> list[PeerProc]:
         return [
@@ -109,8 +110,7 @@ class Chaos:
             n = self.rng.choice([1, 1, 2, 3])
             if self.rng.random() < 0.5:
                 busy = await sc.busiest(peers)
-                near = id_near(bytes.fromhex(busy.node_id), self.rng.randrange(128, 140))
-                preset_id(sc, f"p{sc._names}", near)
+                preset_id(sc, f"p{sc._names}", self.new_id_near(busy, self.rng.randrange(128, 140)))
             boot = self.rng.choice(peers)
             self.background.append(asyncio.ensure_future(sc.join(boot, n, together=True)))
         elif kind == "leave":
@@ -127,6 +127,20 @@ class Chaos:
             self.background.append(asyncio.ensure_future(self._stop(p)))
         elif kind == "flood":
             self.background.append(asyncio.ensure_future(self._flood(self.rng.choice(peers))))
+
+    def new_id_near(self, busy: PeerProc, bit: int) -> str:
+        """An ID next to ``busy``'s that no peer of the run has had: the first free bit from
+        ``bit`` on. Two joins drawn next to the same busiest peer once drew the same bit, and
+        two processes ran as one node ID, both owning its hosts (3,968 pages fetched twice
+        in one run): an identity copied, not churn."""
+        taken = self.preset | {p.node_id for p in self.sc.cluster.peers}
+        key = bytes.fromhex(busy.node_id)
+        for b in [*range(bit, 140), *range(128, bit)]:
+            near = id_near(key, b)
+            if near not in taken:
+                self.preset.add(near)
+                return near
+        raise AssertionError(f"no free ID next to {busy.name}")
 
     async def _stop(self, p: PeerProc) -> None:
         seconds = self.rng.uniform(3.0, 12.0)
@@ -170,6 +184,10 @@ async def one_seed(
         "pages": chaos.pages,
         "lost": chaos.lost,
         "duplicates": chaos.duplicates,
+        "in_flight": chaos.in_flight,
+        "in_flight_age_s": round(chaos.in_flight_age, 2),
+        "beyond": chaos.duplicates - chaos.in_flight,
+        "longest_stall_s": round(chaos.longest_stall, 1),
         "dup_bound": round(chaos.dup_bound),
         "kills": chaos.kills,
         "time_ratio": round(chaos.crawled / steady.crawled, 2) if steady.crawled else None,
@@ -201,9 +219,12 @@ async def chaos(
                 print(
                     f"seed {seed}: lost {row['lost']}, duplicates {row['duplicates']} "
                     f"({100 * row['duplicates'] / row['pages']:.2f}%; bound {row['dup_bound']} "
-                    f"for {row['kills']} kills), crawl {row['chaos_s']} s = "
+                    f"for {row['kills']} kills; {row['in_flight']} in the killed peers' in-flight "
+                    f"windows, fetched up to {row['in_flight_age_s']} s before the kill, "
+                    f"{row['beyond']} beyond them), crawl {row['chaos_s']} s = "
                     f"{row['time_ratio']}x the steady {row['steady_s']} s (budget "
-                    f"{row['budget_s']} s), finished at {row['finished_s']} s, detection s "
+                    f"{row['budget_s']} s; longest wait for a new page "
+                    f"{row['longest_stall_s']} s), finished at {row['finished_s']} s, detection s "
                     f"{det or '-'}, every peer finished: {row['finished']}; problems "
                     f"{row['problems'] or 'none'}\n  events {' '.join(row['events'])}",
                     flush=True,
@@ -217,6 +238,11 @@ async def chaos(
         "seeds_with_loss": sum(1 for r in rows if r["lost"]),
         "duplicates_pct_median": round(
             statistics.median(100 * r["duplicates"] / r["pages"] for r in rows), 3
+        )
+        if rows
+        else None,
+        "beyond_in_flight_pct_median": round(
+            statistics.median(100 * r["beyond"] / r["pages"] for r in rows), 3
         )
         if rows
         else None,

@@ -93,6 +93,10 @@ class Outcome:
     pages: int = 0  # the ground truth
     lost: int = 0  # ground-truth URLs never requested
     duplicates: int = 0  # requests beyond the first, for ground-truth URLs
+    # Of those, the killed peers' in-flight windows: a URL first requested by a peer that was
+    # killed afterwards (its done news died with it), and how long before its kill at most.
+    in_flight: int = 0
+    in_flight_age: float = 0.0
     kills: int = 0
     elapsed: float = 0.0  # seed to every peer finished (or to the give-up)
     # Seed to the last ground-truth page's first fetch: the crawl itself. ``finished`` may
@@ -131,7 +135,9 @@ class Outcome:
         det = ", ".join(f"{d:.1f}" for d in sorted(self.detections)) or "-"
         return (
             f"{what}: {self.pages} pages, lost {self.lost}, duplicates {self.duplicates} "
-            f"(bound {self.dup_bound:.0f}), crawl {self.crawled:.1f} s{ratio}, finished at "
+            f"(bound {self.dup_bound:.0f}; {self.in_flight} in killed peers' in-flight windows, "
+            f"fetched at most {self.in_flight_age:.2f} s before the kill), "
+            f"crawl {self.crawled:.1f} s{ratio}, finished at "
             f"{self.elapsed:.1f} s, longest stall {self.longest_stall:.1f} s, detection s "
             f"[{det}], finished {self.finished}, calls to forgotten peers {len(self.lingering)}; "
             f"events {' '.join(self.events)}"
@@ -149,10 +155,12 @@ class Scenario:
         self.started = 0.0
         self.outcome = Outcome(pages=len(self.truth))
         self._kills: list[tuple[str, str, float]] = []  # (name, node id prefix, wall time)
+        self._killed_at: dict[str, float] = {}  # name -> monotonic time of its SIGKILL
         self._names = 0
         self._progress = (0, 0.0)  # (ground-truth pages fetched, when that count was reached)
         self._watch = TaskSet("scenario")
         web.request_counts.clear()
+        web.request_log.clear()
 
     async def aclose(self) -> None:
         await self._watch.aclose()
@@ -166,7 +174,8 @@ class Scenario:
     async def start(self, n: int, *, together: bool = True) -> list[PeerProc]:
         """A founder, then ``n - 1`` joiners through it: all at once (``together``), or
         each once the one before is up."""
-        founder = await self.cluster.start_peer(self._name("p"))
+        name = self._name("p")
+        founder = await self.cluster.start_peer(name, extra=agent(name))
         if n == 1:
             return [founder]
         return [founder, *await self.join(founder, n - 1, together=together)]
@@ -177,11 +186,17 @@ class Scenario:
         names = [self._name("p") for _ in range(n)]
         if together:
             started = await asyncio.gather(
-                *(self.cluster.start_peer(m, bootstrap=boot, extra=extra) for m in names)
+                *(
+                    self.cluster.start_peer(m, bootstrap=boot, extra=[*agent(m), *(extra or [])])
+                    for m in names
+                )
             )
             joined = list(started)
         else:
-            joined = [await self.cluster.start_peer(m, bootstrap=boot, extra=extra) for m in names]
+            joined = [
+                await self.cluster.start_peer(m, bootstrap=boot, extra=[*agent(m), *(extra or [])])
+                for m in names
+            ]
         self.note(f"join{n}@{self.share():.0%}")
         return joined
 
@@ -262,6 +277,7 @@ class Scenario:
 
     async def kill(self, peer: PeerProc) -> None:
         self._kills.append((peer.name, peer.node_id[:8], time.time()))
+        self._killed_at[peer.name] = time.monotonic()
         self.cluster.kill(peer)
         await peer.proc.wait()
         self.outcome.kills += 1
@@ -313,6 +329,7 @@ class Scenario:
         counts = self.web.request_counts
         out.lost = len(self.truth - set(counts))
         out.duplicates = sum(n - 1 for u, n in counts.items() if u in self.truth)
+        out.in_flight, out.in_flight_age = self._in_flight()
         gone = await self._gone()
         out.detections = [
             gone[p.name][short] - at
@@ -322,6 +339,25 @@ class Scenario:
         ]
         out.lingering = self._lingering(gone)
         return out
+
+    def _in_flight(self) -> tuple[int, float]:
+        """Duplicates of URLs first requested by a peer before it was killed, and the
+        longest time from such a request to the kill: what a crash costs by design
+        (docs/membership.md, "What a crash costs"); any other duplicate has another cause."""
+        first: dict[str, tuple[float, str]] = {}
+        count, age = 0, 0.0
+        for t, url, ua in self.web.request_log:
+            if url not in self.truth:
+                continue
+            if url not in first:
+                first[url] = (t, ua.removeprefix(AGENT))
+                continue
+            at, who = first[url]
+            killed = self._killed_at.get(who)
+            if killed is not None and at <= killed:
+                count += 1
+                age = max(age, killed - at)
+        return count, age
 
     async def _gone(self) -> dict[str, dict[str, float]]:
         """Per live peer: when it forgot each peer it lost or that left (wall time)."""
@@ -355,6 +391,14 @@ class Scenario:
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{self.cluster.log(p)}" for p in self.cluster.peers)
+
+
+# Each peer's requests name it (its User-Agent), so the server's log tells who fetched what.
+AGENT = "p2pcrawl-scenario/"
+
+
+def agent(name: str) -> list[str]:
+    return ["--user-agent", f"{AGENT}{name}"]
 
 
 def _clock_s(t: float) -> float:
