@@ -178,16 +178,9 @@ async def test_a_joiner_owns_nothing_until_each_neighbour_counted_and_waits_for_
     assert refreshed["keys"] == 2 and refreshed["neighbours"] == 2
 
 
-async def test_a_neighbour_declared_dead_during_a_join_is_not_waited_for() -> None:
-    a = id_next_to(key_for("a.test"))
-    net = Net(ME, [a])
-
-    async def silent(to: PeerRef) -> RefreshAnswer:
-        net.members.pop(a, None)
-        raise PeerTimeout(to, to.addr, "refresh_task")
-
-    net.refresh_answer = silent
-    join = Join(
+def quiet_join(net: Net) -> Join:
+    """A join over ``net`` whose events and ownership changes nobody watches."""
+    return Join(
         net,
         net.peers,
         EventLog(),
@@ -197,6 +190,18 @@ async def test_a_neighbour_declared_dead_during_a_join_is_not_waited_for() -> No
         ksize=20,
         give_up_after=30.0,
     )
+
+
+async def test_a_neighbour_declared_dead_during_a_join_is_not_waited_for() -> None:
+    a = id_next_to(key_for("a.test"))
+    net = Net(ME, [a])
+
+    async def silent(to: PeerRef) -> RefreshAnswer:
+        net.members.pop(a, None)
+        raise PeerTimeout(to, to.addr, "refresh_task")
+
+    net.refresh_answer = silent
+    join = quiet_join(net)
     async with asyncio.timeout(2):
         await join.refresh()
     assert len(net.sent("refresh_task")) == 1
@@ -216,17 +221,7 @@ async def test_a_join_goes_on_once_a_silent_neighbour_is_declared_dead() -> None
         return RefreshAnswer(0)
 
     net.refresh_answer = answer
-    join = Join(
-        net,
-        net.peers,
-        EventLog(),
-        ask=net.refresh_task,
-        take_ownership=net.take_ownership,
-        owners_changed=lambda: None,
-        ksize=20,
-        give_up_after=30.0,
-        replicas=2,
-    )
+    join = quiet_join(net)  # asks the dead one's two replicas
     task = asyncio.create_task(join.refresh())
     await asyncio.sleep(0.2)
     assert not task.done()
