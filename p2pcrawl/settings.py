@@ -117,7 +117,8 @@ class PolitenessSettings:
     )
     max_delay: float = option(120.0, "longest per-host wait", min=0, max=7 * DAY, flag=False)
     default_retry_after: float = option(60.0, "429/503 wait", min=0, max=7 * DAY, flag=False)
-    robots_ttl: float = option(DAY, "seconds robots.txt is kept", gt=0, max=30 * DAY, flag=False)
+    # At most a day: RFC 9309 (2.4) asks crawlers not to use a cached robots.txt for longer.
+    robots_ttl: float = option(DAY, "seconds robots.txt is kept", gt=0, max=DAY, flag=False)
     robots_error_ttl: float = option(
         600.0, "failed robots.txt wait", gt=0, max=30 * DAY, flag=False
     )
