@@ -19,6 +19,7 @@ import contextlib
 import os
 import re
 import signal
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,6 +98,10 @@ class Outcome:
     # killed afterwards (its done news died with it), and how long before its kill at most.
     in_flight: int = 0
     in_flight_age: float = 0.0
+    in_flight_median_age: float = 0.0
+    # Per kill: the killed peer's requests in the second before it (its window in seconds
+    # is its share of ``in_flight`` over this).
+    rates_at_kill: list[int] = field(default_factory=list)
     kills: int = 0
     elapsed: float = 0.0  # seed to every peer finished (or to the give-up)
     # Seed to the last ground-truth page's first fetch: the crawl itself. ``finished`` may
@@ -329,7 +334,10 @@ class Scenario:
         counts = self.web.request_counts
         out.lost = len(self.truth - set(counts))
         out.duplicates = sum(n - 1 for u, n in counts.items() if u in self.truth)
-        out.in_flight, out.in_flight_age = self._in_flight()
+        ages = self._in_flight()
+        out.in_flight, out.in_flight_age = len(ages), max(ages, default=0.0)
+        out.in_flight_median_age = statistics.median(ages) if ages else 0.0
+        out.rates_at_kill = self._rates_at_kill()
         gone = await self._gone()
         out.detections = [
             gone[p.name][short] - at
@@ -340,12 +348,12 @@ class Scenario:
         out.lingering = self._lingering(gone)
         return out
 
-    def _in_flight(self) -> tuple[int, float]:
-        """Duplicates of URLs first requested by a peer before it was killed, and the
-        longest time from such a request to the kill: what a crash costs by design
-        (docs/membership.md, "What a crash costs"); any other duplicate has another cause."""
+    def _in_flight(self) -> list[float]:
+        """Per duplicate of a URL first requested by a peer before it was killed, the time
+        from that request to the kill: what a crash costs by design (docs/membership.md,
+        "What a crash costs"); any other duplicate has another cause."""
         first: dict[str, tuple[float, str]] = {}
-        count, age = 0, 0.0
+        ages: list[float] = []
         for t, url, ua in self.web.request_log:
             if url not in self.truth:
                 continue
@@ -355,9 +363,18 @@ class Scenario:
             at, who = first[url]
             killed = self._killed_at.get(who)
             if killed is not None and at <= killed:
-                count += 1
-                age = max(age, killed - at)
-        return count, age
+                ages.append(killed - at)
+        return ages
+
+    def _rates_at_kill(self) -> list[int]:
+        return [
+            sum(
+                1
+                for t, _, ua in self.web.request_log
+                if ua.removeprefix(AGENT) == who and killed - 1.0 < t <= killed
+            )
+            for who, killed in self._killed_at.items()
+        ]
 
     async def _gone(self) -> dict[str, dict[str, float]]:
         """Per live peer: when it forgot each peer it lost or that left (wall time)."""
