@@ -101,7 +101,7 @@ async def stores(tmp_path: Path) -> AsyncIterator[tuple[Ledger, BackupStore]]:
 
 
 def build(
-    net: Net, copies: Copies, ledger: Ledger, backups: BackupStore
+    net: Net, copies: Copies, ledger: Ledger, backups: BackupStore, rpc_timeout: float = 2.0
 ) -> tuple[Replication, Follower]:
     book = ReplicaBook(enroll_new=True, gone=lambda peer_id: peer_id in copies.gone)
     replication = Replication(
@@ -112,7 +112,7 @@ def build(
         store_backup=copies.store_backup,
         delete_backup=copies.delete_backup,
         replicas=R,
-        rpc_timeout=2.0,
+        rpc_timeout=rpc_timeout,
     )
     return replication, Follower(book, ledger, net, replication)
 
@@ -269,7 +269,8 @@ async def test_a_key_whose_first_copies_are_answered_late_waits_for_the_answer(
     copies = Copies(net)
     copies.known_done = {t.fp for t in ALL[:5]}
     copies.slow[Y2] = asyncio.Event()
-    replication, _ = build(net, copies, ledger, backups)
+    # The handler's wait is a quarter of this: nothing here depends on its length.
+    replication, _ = build(net, copies, ledger, backups, rpc_timeout=0.2)
     crawl = FakeCrawl()
     intake = Intake(ledger, replication, crawl, Advertised())
     try:
