@@ -188,6 +188,7 @@ async def one_seed(
         "in_flight_age_s": round(chaos.in_flight_age, 2),
         "in_flight_median_age_s": round(chaos.in_flight_median_age, 2),
         "rates_at_kill": chaos.rates_at_kill,
+        "beyond_pairs": chaos.beyond_pairs,
         "beyond": chaos.duplicates - chaos.in_flight,
         "longest_stall_s": round(chaos.longest_stall, 1),
         "dup_bound": round(chaos.dup_bound),
@@ -230,7 +231,9 @@ async def chaos(
                     f"{row['budget_s']} s; longest wait for a new page "
                     f"{row['longest_stall_s']} s), finished at {row['finished_s']} s, detection s "
                     f"{det or '-'}, every peer finished: {row['finished']}; problems "
-                    f"{row['problems'] or 'none'}\n  events {' '.join(row['events'])}",
+                    f"{row['problems'] or 'none'}\n  events {' '.join(row['events'])}"
+                    f"\n  beyond the windows, by first -> second fetcher: "
+                    f"{'; '.join(row['beyond_pairs']) or '-'}",
                     flush=True,
                 )
     dets = [d for r in rows for d in r["detections"]]

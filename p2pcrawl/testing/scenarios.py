@@ -21,6 +21,7 @@ import re
 import signal
 import statistics
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +103,7 @@ class Outcome:
     # Per kill: the killed peer's requests in the second before it (its window in seconds
     # is its share of ``in_flight`` over this).
     rates_at_kill: list[int] = field(default_factory=list)
+    beyond_pairs: list[str] = field(default_factory=list)  # ``Scenario._beyond_pairs``
     kills: int = 0
     elapsed: float = 0.0  # seed to every peer finished (or to the give-up)
     # Seed to the last ground-truth page's first fetch: the crawl itself. ``finished`` may
@@ -161,6 +163,9 @@ class Scenario:
         self.outcome = Outcome(pages=len(self.truth))
         self._kills: list[tuple[str, str, float]] = []  # (name, node id prefix, wall time)
         self._killed_at: dict[str, float] = {}  # name -> monotonic time of its SIGKILL
+        # Duplicates outside the kills' windows, by (first fetcher, second fetcher): the
+        # monotonic times of both requests.
+        self._beyond: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
         self._names = 0
         self._progress = (0, 0.0)  # (ground-truth pages fetched, when that count was reached)
         self._watch = TaskSet("scenario")
@@ -338,6 +343,7 @@ class Scenario:
         out.in_flight, out.in_flight_age = len(ages), max(ages, default=0.0)
         out.in_flight_median_age = statistics.median(ages) if ages else 0.0
         out.rates_at_kill = self._rates_at_kill()
+        out.beyond_pairs = self._beyond_pairs()
         gone = await self._gone()
         out.detections = [
             gone[p.name][short] - at
@@ -364,7 +370,23 @@ class Scenario:
             killed = self._killed_at.get(who)
             if killed is not None and at <= killed:
                 ages.append(killed - at)
+            else:
+                self._beyond[(who, ua.removeprefix(AGENT))].append((at, t))
         return ages
+
+    def _beyond_pairs(self, top: int = 3) -> list[str]:
+        """The duplicates beyond the kills' windows by (first fetcher, second fetcher): how
+        many, and when (s after the start) the first and the second fetches fell."""
+        out = []
+        pairs = sorted(self._beyond.items(), key=lambda kv: -len(kv[1]))[:top]
+        for (first, again), times in pairs:
+            t0 = [a - self.started for a, _ in times]
+            t1 = [b - self.started for _, b in times]
+            out.append(
+                f"{len(times)} {first}->{again} (first {min(t0):.1f}-{max(t0):.1f} s, again "
+                f"{min(t1):.1f}-{max(t1):.1f} s)"
+            )
+        return out
 
     def _rates_at_kill(self) -> list[int]:
         return [
