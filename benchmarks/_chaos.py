@@ -186,6 +186,9 @@ async def one_seed(
         "duplicates": chaos.duplicates,
         "in_flight": chaos.in_flight,
         "in_flight_age_s": round(chaos.in_flight_age, 2),
+        "in_flight_median_age_s": round(chaos.in_flight_median_age, 2),
+        "rates_at_kill": chaos.rates_at_kill,
+        "beyond_pairs": chaos.beyond_pairs,
         "beyond": chaos.duplicates - chaos.in_flight,
         "longest_stall_s": round(chaos.longest_stall, 1),
         "dup_bound": round(chaos.dup_bound),
@@ -221,12 +224,16 @@ async def chaos(
                     f"({100 * row['duplicates'] / row['pages']:.2f}%; bound {row['dup_bound']} "
                     f"for {row['kills']} kills; {row['in_flight']} in the killed peers' in-flight "
                     f"windows, fetched up to {row['in_flight_age_s']} s before the kill, "
+                    f"median {row['in_flight_median_age_s']} s, the killed peers' requests in "
+                    f"the second before it {row['rates_at_kill']}; "
                     f"{row['beyond']} beyond them), crawl {row['chaos_s']} s = "
                     f"{row['time_ratio']}x the steady {row['steady_s']} s (budget "
                     f"{row['budget_s']} s; longest wait for a new page "
                     f"{row['longest_stall_s']} s), finished at {row['finished_s']} s, detection s "
                     f"{det or '-'}, every peer finished: {row['finished']}; problems "
-                    f"{row['problems'] or 'none'}\n  events {' '.join(row['events'])}",
+                    f"{row['problems'] or 'none'}\n  events {' '.join(row['events'])}"
+                    f"\n  beyond the windows, by first -> second fetcher: "
+                    f"{'; '.join(row['beyond_pairs']) or '-'}",
                     flush=True,
                 )
     dets = [d for r in rows for d in r["detections"]]

@@ -56,6 +56,8 @@ class Copies(Protocol):
 class IntakeCrawl(Protocol):
     """What intake asks of our crawler (``crawl.Engine``)."""
 
+    def exclude_keys(self, keys: Iterable[bytes]) -> list[Task]: ...
+
     def include_keys(self, keys: Iterable[bytes]) -> None: ...
 
     def wake(self) -> None: ...
@@ -71,6 +73,10 @@ class Intake:
         self.crawl = crawl
         self.advertised = advertised
         self.learned_done = 0  # tasks the replicas knew as done: recorded, not fetched here
+        # Keys whose first copies were answered late, and how many such answers each awaits:
+        # neither fetched nor lent until then.
+        self._parked: dict[bytes, int] = {}
+        self.parked_late = 0  # keys parked so, in all
 
     async def accept(
         self,
@@ -107,7 +113,11 @@ class Intake:
         try:
             if first:
                 if routed:
-                    known = await self.copies.copy_new(first, fresh=fresh, late=self._learned)
+                    keys = {t.key for t in first}
+                    late = self._answered(keys, again)
+                    known = await self.copies.copy_new(first, fresh=fresh, late=late)
+                    if known is None:
+                        self._park(keys)
                 else:
                     known = await self.copies.store_backups(first, fresh=fresh)
                 if known and not again:
@@ -119,7 +129,7 @@ class Intake:
             if fresh:
                 self.copies.arrived(fresh)
         if new:
-            self.crawl.include_keys({t.key for t in new})
+            self.crawl.include_keys({t.key for t in new if t.key not in self._parked})
             # Copied already: the tasks of keys new here. A key that came with a done
             # range: the copies do not carry it, the follower does.
             rest = [t for t in new if t.key not in fresh]
@@ -132,6 +142,35 @@ class Intake:
                 await self.copies.store_backups(rest)
             self.crawl.wake()
         return len(new)
+
+    def _park(self, keys: set[bytes]) -> None:
+        """The replicas' answer to these keys' first copies is late, and it may name pages
+        done elsewhere (a handoff's sender was slow, and it is one of them): until it comes,
+        nothing of them is fetched or lent."""
+        self.parked_late += len(keys)
+        for key in keys:
+            self._parked[key] = self._parked.get(key, 0) + 1
+        self.crawl.exclude_keys(keys)
+
+    def _answered(self, keys: set[bytes], again: bool) -> Callable[[list[Task]], Awaitable[None]]:
+        async def answered(known: list[Task]) -> None:
+            if known and not again:
+                await self._learned(known)
+            free = []
+            for key in keys & self._parked.keys():
+                self._parked[key] -= 1
+                if not self._parked[key]:
+                    del self._parked[key]
+                    free.append(key)
+            if free:
+                # The refill's cursor went past their rows while they were parked: they are
+                # queued again, after it.
+                tasks = await self.ledger.take_keys(free)
+                self.crawl.include_keys(free)
+                await self.ledger.accept(tasks)
+                self.crawl.wake()
+
+        return answered
 
     async def _learned(self, known: list[Task]) -> None:
         """The replicas knew these as done: done here too (dropped if queued meanwhile),

@@ -228,8 +228,8 @@ class Replication:
         """Copies of tasks that came by STORE_TASK, inside its handler: waited for at most
         ``copy_wait_s``; returns those a replica knows as done, or None if the wait ran
         out. A later copy still goes (the lane's flush is not the handler's), and ``late``
-        hears what the replicas knew then; one that fails sends its keys to the
-        follower."""
+        hears what the replicas knew then (nothing, if it failed: the follower gets its
+        keys)."""
         task = self._late.spawn(self.store_backups(tasks, fresh=fresh, hurry=True), "copy-new")
         if task is None:
             return None
@@ -245,9 +245,11 @@ class Replication:
 
     @staticmethod
     async def _answered_late(copy: asyncio.Task[list[Task]], late: Learned) -> None:
-        known = await copy
-        if known:
-            await late(known)
+        try:
+            known = await copy
+        except Exception:  # its replica missed it: the follower's
+            known = []
+        await late(known)
 
     async def store(
         self,

@@ -19,7 +19,9 @@ import contextlib
 import os
 import re
 import signal
+import statistics
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +99,11 @@ class Outcome:
     # killed afterwards (its done news died with it), and how long before its kill at most.
     in_flight: int = 0
     in_flight_age: float = 0.0
+    in_flight_median_age: float = 0.0
+    # Per kill: the killed peer's requests in the second before it (its window in seconds
+    # is its share of ``in_flight`` over this).
+    rates_at_kill: list[int] = field(default_factory=list)
+    beyond_pairs: list[str] = field(default_factory=list)  # ``Scenario._beyond_pairs``
     kills: int = 0
     elapsed: float = 0.0  # seed to every peer finished (or to the give-up)
     # Seed to the last ground-truth page's first fetch: the crawl itself. ``finished`` may
@@ -156,6 +163,9 @@ class Scenario:
         self.outcome = Outcome(pages=len(self.truth))
         self._kills: list[tuple[str, str, float]] = []  # (name, node id prefix, wall time)
         self._killed_at: dict[str, float] = {}  # name -> monotonic time of its SIGKILL
+        # Duplicates outside the kills' windows, by (first fetcher, second fetcher): the
+        # monotonic times of both requests.
+        self._beyond: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
         self._names = 0
         self._progress = (0, 0.0)  # (ground-truth pages fetched, when that count was reached)
         self._watch = TaskSet("scenario")
@@ -329,7 +339,11 @@ class Scenario:
         counts = self.web.request_counts
         out.lost = len(self.truth - set(counts))
         out.duplicates = sum(n - 1 for u, n in counts.items() if u in self.truth)
-        out.in_flight, out.in_flight_age = self._in_flight()
+        ages = self._in_flight()
+        out.in_flight, out.in_flight_age = len(ages), max(ages, default=0.0)
+        out.in_flight_median_age = statistics.median(ages) if ages else 0.0
+        out.rates_at_kill = self._rates_at_kill()
+        out.beyond_pairs = self._beyond_pairs()
         gone = await self._gone()
         out.detections = [
             gone[p.name][short] - at
@@ -340,12 +354,12 @@ class Scenario:
         out.lingering = self._lingering(gone)
         return out
 
-    def _in_flight(self) -> tuple[int, float]:
-        """Duplicates of URLs first requested by a peer before it was killed, and the
-        longest time from such a request to the kill: what a crash costs by design
-        (docs/membership.md, "What a crash costs"); any other duplicate has another cause."""
+    def _in_flight(self) -> list[float]:
+        """Per duplicate of a URL first requested by a peer before it was killed, the time
+        from that request to the kill: what a crash costs by design (docs/membership.md,
+        "What a crash costs"); any other duplicate has another cause."""
         first: dict[str, tuple[float, str]] = {}
-        count, age = 0, 0.0
+        ages: list[float] = []
         for t, url, ua in self.web.request_log:
             if url not in self.truth:
                 continue
@@ -355,9 +369,34 @@ class Scenario:
             at, who = first[url]
             killed = self._killed_at.get(who)
             if killed is not None and at <= killed:
-                count += 1
-                age = max(age, killed - at)
-        return count, age
+                ages.append(killed - at)
+            else:
+                self._beyond[(who, ua.removeprefix(AGENT))].append((at, t))
+        return ages
+
+    def _beyond_pairs(self, top: int = 3) -> list[str]:
+        """The duplicates beyond the kills' windows by (first fetcher, second fetcher): how
+        many, and when (s after the start) the first and the second fetches fell."""
+        out = []
+        pairs = sorted(self._beyond.items(), key=lambda kv: -len(kv[1]))[:top]
+        for (first, again), times in pairs:
+            t0 = [a - self.started for a, _ in times]
+            t1 = [b - self.started for _, b in times]
+            out.append(
+                f"{len(times)} {first}->{again} (first {min(t0):.1f}-{max(t0):.1f} s, again "
+                f"{min(t1):.1f}-{max(t1):.1f} s)"
+            )
+        return out
+
+    def _rates_at_kill(self) -> list[int]:
+        return [
+            sum(
+                1
+                for t, _, ua in self.web.request_log
+                if ua.removeprefix(AGENT) == who and killed - 1.0 < t <= killed
+            )
+            for who, killed in self._killed_at.items()
+        ]
 
     async def _gone(self) -> dict[str, dict[str, float]]:
         """Per live peer: when it forgot each peer it lost or that left (wall time)."""

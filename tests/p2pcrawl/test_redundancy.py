@@ -8,7 +8,7 @@ contacts nearest its key after the owner, young or not (docs/membership.md, "No 
 without redundancy"). Then the race that kept a dead replica told of every finished page:
 a re-sync to a replica under way when the replica is declared dead. And a key that reaches
 an owner with none of its history (its previous owner died, or the owner never knew it):
-what its replicas know as done is not queued again.
+what its replicas know as done is not queued again, even when their answer is late.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ class Copies:
         self.hold_back: dict[bytes, asyncio.Event] = {}
         self.held_back = asyncio.Event()  # a held-back call is under way
         self.known_done: set[int] = set()  # what every replica knows as done
+        self.slow: dict[bytes, asyncio.Event] = {}  # replicas that answer once it is set
 
     async def store_backup(self, to: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> Held:
         self.net.calls.append(("store_backup", to, (owner, list(batches))))
@@ -65,6 +66,9 @@ class Copies:
             self.held_back.set()
             await wait.wait()
             raise PeerTimeout(to, to.addr, "store_backup")
+        slow = self.slow.get(to.id)
+        if slow is not None:
+            await slow.wait()
         done = []
         for b in batches:
             fps = {urls.fingerprint(t.url) for t in b.tasks}
@@ -97,7 +101,7 @@ async def stores(tmp_path: Path) -> AsyncIterator[tuple[Ledger, BackupStore]]:
 
 
 def build(
-    net: Net, copies: Copies, ledger: Ledger, backups: BackupStore
+    net: Net, copies: Copies, ledger: Ledger, backups: BackupStore, rpc_timeout: float = 2.0
 ) -> tuple[Replication, Follower]:
     book = ReplicaBook(enroll_new=True, gone=lambda peer_id: peer_id in copies.gone)
     replication = Replication(
@@ -108,7 +112,7 @@ def build(
         store_backup=copies.store_backup,
         delete_backup=copies.delete_backup,
         replicas=R,
-        rpc_timeout=2.0,
+        rpc_timeout=rpc_timeout,
     )
     return replication, Follower(book, ledger, net, replication)
 
@@ -249,5 +253,39 @@ async def test_a_key_new_here_is_queued_without_what_its_replicas_know_as_done(
         assert await intake.accept(ALL[10:12], routed=routed) == 2
         await replication._copies.drain()
         assert len(net.sent("store_backup")) > calls
+    finally:
+        await replication.aclose()
+
+
+async def test_a_key_whose_first_copies_are_answered_late_waits_for_the_answer(
+    stores: tuple[Ledger, BackupStore],
+) -> None:
+    """A handoff's tasks reach a new owner while one replica (the slow old owner) holds
+    the key's done history and answers after the STORE_TASK handler stopped waiting: the
+    key is neither fetched nor lent until that answer, and then only what it did not name
+    as done is queued, loadable again although the refill's cursor passed it meanwhile."""
+    ledger, backups = stores
+    net = Net(OWNER, [Y1, Y2])
+    copies = Copies(net)
+    copies.known_done = {t.fp for t in ALL[:5]}
+    copies.slow[Y2] = asyncio.Event()
+    # The handler's wait is a quarter of this: nothing here depends on its length.
+    replication, _ = build(net, copies, ledger, backups, rpc_timeout=0.2)
+    crawl = FakeCrawl()
+    intake = Intake(ledger, replication, crawl, Advertised())
+    try:
+        assert await intake.accept(ALL[:10], routed=True) == 10  # the handler's wait ran out
+        assert replication.late_copies == 1
+        assert KEY in crawl.excluded and intake.parked_late == 1
+        # More of the key while it waits: queued, still parked.
+        assert await intake.accept(ALL[10:12], routed=True) == 2
+        assert KEY in crawl.excluded
+        assert len(await ledger.load(100)) == 12  # the refill passes the rows by
+        copies.slow[Y2].set()
+        await replication._late.join()
+        assert KEY not in crawl.excluded
+        assert intake.learned_done == 5 and all(await ledger.is_done(ALL[:5]))
+        loaded = {t.fp for _, t in await ledger.load(100)}
+        assert loaded == {t.fp for t in ALL[5:12]}
     finally:
         await replication.aclose()
