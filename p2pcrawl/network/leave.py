@@ -200,9 +200,7 @@ class Leave:
             for s in taken:
                 groups[_closest(s.key, others)].append(Task(s.url, s.fp, s.key, s.depth, s.hops))
             for owner, tasks in groups.items():
-                # Copies: the first answer will do (the owner holds the tasks; one that
-                # refuses them does not own the key, and its own copies are re-routed).
-                left = await self._send(owner, others, tasks, None, copies=True)
+                left = await self._send(owner, others, tasks, None)
                 report.backups += sum(1 for t in tasks if t.key not in left)
 
     async def say_goodbye(self) -> list[PeerRef]:
@@ -229,8 +227,6 @@ class Leave:
         others: list[PeerRef],
         tasks: list[Task],
         done: dict[bytes, list[int]] | None,
-        *,
-        copies: bool = False,
     ) -> set[bytes]:
         """STORE_TASK to the new owner; the keys nobody took (empty: all handed over).
 
@@ -239,16 +235,14 @@ class Leave:
         a loaded machine may store a handoff's chunks more slowly than one RPC timeout while
         it takes them all; and one whose GOODBYE from us is still on its way refuses keys it
         owns a moment later. Only what a peer took counts as handed over: a peer that does
-        not own a key refuses it, and the others are asked for those keys. ``copies``
-        (backups of others' tasks): one offer each, and the first answer will do."""
+        not own a key refuses it, and the others are asked for those keys."""
         left = {t.key for t in tasks} | set(done or {})
         if not left:
             return left
         key = tasks[0].key if tasks else next(iter(left))
         rest = sorted((p for p in others if p != owner), key=lambda p: distance(p.id, key))
-        owner_tries = 1 if copies else OWNER_TRIES
-        for i, cand in enumerate([owner] * owner_tries + rest[: FALLBACKS - 1]):
-            if 0 < i < owner_tries:
+        for i, cand in enumerate([owner] * OWNER_TRIES + rest[: FALLBACKS - 1]):
+            if 0 < i < OWNER_TRIES:
                 await asyncio.sleep(RETRY_BASE_S * 2 ** (i - 1))
             part = [t for t in tasks if t.key in left]
             part_done = {k: v for k, v in (done or {}).items() if k in left} or None
@@ -257,8 +251,6 @@ class Leave:
             except (PeerTimeout, RemoteError, OSError) as exc:
                 log.warning("handoff to %s failed: %s", cand, exc)
                 continue
-            if copies:
-                return set()
             left &= set(result.refused_keys)
             if not left:
                 break
