@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from p2pcrawl.crawl import EventLog, Ledger, Task
-from p2pcrawl.network.handoff import RETRY_BASE_S, Handoff
+from p2pcrawl.network.handoff import Handoff
 from protocol import PeerRef, PeerTimeout, RemoteError, distance
 from storage import BackupStore
 
@@ -38,8 +38,7 @@ log = logging.getLogger(__name__)
 STOP_FETCHING_S = 10.0  # fetches under way may end within this
 LOANS_S = 5.0  # borrowed pages under way, and our own out on loan, may settle within this
 DOOR_S = 2.0  # STORE_TASKs taken before the door closed may be stored within this
-FALLBACKS = 4  # peers a key's handoff is offered to, its owner first
-OWNER_TRIES = 3  # times the owner is asked, RETRY_BASE_S apart and doubling, before the others
+FALLBACKS = 4  # peers a key's handoff is offered to, its owner first (and again after a timeout)
 
 
 @dataclass(slots=True)
@@ -230,20 +229,17 @@ class Leave:
     ) -> set[bytes]:
         """STORE_TASK to the new owner; the keys nobody took (empty: all handed over).
 
-        The owner is asked up to ``OWNER_TRIES`` times, a little apart, before the next
-        closest peers: a STORE_TASK is idempotent (the owner deduplicates); a new owner on
-        a loaded machine may store a handoff's chunks more slowly than one RPC timeout while
-        it takes them all; and one whose GOODBYE from us is still on its way refuses keys it
-        owns a moment later. Only what a peer took counts as handed over: a peer that does
-        not own a key refuses it, and the others are asked for those keys."""
+        A timeout is offered to the owner once more before the next closest peers: a
+        STORE_TASK is idempotent (the owner deduplicates), and a new owner on a loaded
+        machine may store a handoff's chunks more slowly than one RPC timeout while it takes
+        them all. Only what a peer took counts as handed over: a peer that does not own a
+        key refuses it, and the leaver goes on to the next for those keys."""
         left = {t.key for t in tasks} | set(done or {})
         if not left:
             return left
         key = tasks[0].key if tasks else next(iter(left))
         rest = sorted((p for p in others if p != owner), key=lambda p: distance(p.id, key))
-        for i, cand in enumerate([owner] * OWNER_TRIES + rest[: FALLBACKS - 1]):
-            if 0 < i < OWNER_TRIES:
-                await asyncio.sleep(RETRY_BASE_S * 2 ** (i - 1))
+        for cand in [owner, owner, *rest][: FALLBACKS + 1]:
             part = [t for t in tasks if t.key in left]
             part_done = {k: v for k, v in (done or {}).items() if k in left} or None
             try:

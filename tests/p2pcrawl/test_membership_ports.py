@@ -493,26 +493,6 @@ async def test_a_leave_offers_a_timed_out_handoff_to_its_owner_again(stores: Sto
     assert report.tasks == 5 and report.done == 3 and report.failed == 0
 
 
-async def test_a_leave_asks_an_owner_that_refused_its_keys_again(stores: Stores) -> None:
-    """The owner refused while our GOODBYE was still on its way (we owned the key in its
-    view); a moment later it takes them."""
-    ledger, backups = stores
-    await queue_with_history(ledger)
-    net = Net(ME, [OWNER])
-    asked: list[bytes] = []
-
-    async def refuse_once(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
-        asked.append(to.id)
-        if len(asked) == 1:
-            return StoreResult(0, 0, [x.key for x in batches])
-        return StoreResult(sum(len(x.tasks) for x in batches), 0, [])
-
-    net.store_task_answer = refuse_once
-    report = await _leave(net, ledger, backups, []).leave()
-    assert asked == [OWNER, OWNER]
-    assert report.tasks == 5 and report.failed == 0 and ledger.queued == 0
-
-
 async def test_a_leave_counts_keys_every_peer_refused_as_not_handed(stores: Stores) -> None:
     ledger, backups = stores
     await queue_with_history(ledger)
