@@ -303,12 +303,7 @@ class CrawlNode:
         return self.owners.closest_local(key, n, with_self=with_self)
 
     def closest_contacts(self, key: bytes, n: int) -> list[PeerRef]:
-        """Where a key's copies go: the nearest contacts, young ones too (``owners``); not
-        this node once it departs: copies a leaver's handoff kept here would go with it
-        (handed on once more as backups, its whole queue a second time to the owner)."""
-        if self.rpc.contacts.departing:
-            found = self.owners.closest_contacts(key, n + 1)
-            return [p for p in found if p.id != self._self.id][:n]
+        """Where a key's copies go: the nearest contacts, young ones too (``owners``)."""
         return self.owners.closest_contacts(key, n)
 
     def in_table(self, peer_id: bytes) -> bool:

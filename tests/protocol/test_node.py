@@ -272,16 +272,6 @@ async def test_a_departing_node_sends_nothing_of_its_own(make_node: NodeFactory)
     assert not b.in_table(c.me.id)
 
 
-async def test_a_departing_node_is_no_candidate_for_copies(make_node: NodeFactory) -> None:
-    """After ``depart`` the copies of a handoff go to the new owner's other neighbours: the
-    leaver kept some of its own queue as backups, and handed them to the owner again."""
-    a, b = await pair(make_node)
-    key = key_for("example.com")
-    assert {p.id for p in b.closest_contacts(key, 2)} == {a.me.id, b.me.id}
-    b.depart()
-    assert [p.id for p in b.closest_contacts(key, 2)] == [a.me.id]
-
-
 async def test_closest_includes_self(make_node: NodeFactory) -> None:
     a = await make_node()
     others = [await make_node() for _ in range(3)]
