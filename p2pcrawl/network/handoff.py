@@ -23,7 +23,7 @@ from typing import Protocol
 
 from p2pcrawl.crawl import Ledger, Task
 from p2pcrawl.network.ports import Ownership, StoreTask, owner_id, to_batches
-from protocol import Backoff, KeyBatch, PeerRef, PeerTimeout, RemoteError, StoreResult
+from protocol import Backoff, KeyBatch, PeerRef, PeerTimeout, RemoteError
 
 __all__ = ["RETRY_BASE_S", "RETRY_CAP_S", "Handoff", "HandoffCrawl", "History", "Retry"]
 
@@ -188,15 +188,13 @@ class Handoff:
 
     async def send_with_copies(
         self, owner: PeerRef, tasks: list[Task], done: dict[bytes, list[int]] | None
-    ) -> StoreResult:
+    ) -> None:
         """STORE_TASK to ``owner`` and, done range included, to its replicas: the new
         owner's handler copies only the tasks, and if it crashes before its own replication
-        pass, its successor still knows what was finished before the key moved. Returns
-        the owner's answer (the keys it refused are not its)."""
-        result, _ = await asyncio.gather(
+        pass, its successor still knows what was finished before the key moved."""
+        await asyncio.gather(
             self._send(owner, to_batches(tasks, done)), self._copy_for(owner, tasks, done)
         )
-        return result
 
 
 class History:

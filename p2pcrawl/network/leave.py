@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 STOP_FETCHING_S = 10.0  # fetches under way may end within this
 LOANS_S = 5.0  # borrowed pages under way, and our own out on loan, may settle within this
 DOOR_S = 2.0  # STORE_TASKs taken before the door closed may be stored within this
-FALLBACKS = 4  # peers a key's handoff is offered to, its owner first (and again after a timeout)
+FALLBACKS = 4  # peers a key's handoff is offered to, its owner first
 
 
 @dataclass(slots=True)
@@ -174,33 +174,23 @@ class Leave:
         by_owner: dict[PeerRef, list[bytes]] = defaultdict(list)
         for key in counts:
             by_owner[_closest(key, others)].append(key)
-
-        async def one(owner: PeerRef, keys: list[bytes]) -> None:
+        for owner, keys in by_owner.items():
             tasks = await ledger.take_keys(keys)
             done = await ledger.done.fps_for_keys(keys)
-            left = await self._send(owner, others, tasks, done)
-            report.tasks += sum(1 for t in tasks if t.key not in left)
-            report.done += sum(len(v) for k, v in done.items() if k not in left)
-            kept = [t for t in tasks if t.key in left]
-            report.failed += len(kept)
-            if kept:
-                await ledger.accept(kept)
-
-        # Every new owner at once, the largest share first in the store's queue: the
-        # leaver's hosts stand still from its last fetch until their new owner has them, and
-        # one after the other, the owner of the big host waited for every smaller handoff
-        # before its own (each a round trip of chunked STORE_TASKs, a second or more on a
-        # loaded machine).
-        order = sorted(by_owner, key=lambda o: -sum(counts[k] for k in by_owner[o]))
-        await asyncio.gather(*(one(o, by_owner[o]) for o in order))
+            if await self._send(owner, others, tasks, done):
+                report.tasks += len(tasks)
+                report.done += sum(len(v) for v in done.values())
+            else:
+                report.failed += len(tasks)
+                await ledger.accept(tasks)
         for owner_id in await self.backups.owner_counts():
             taken = await self.backups.take_owner(owner_id)
             groups: dict[PeerRef, list[Task]] = defaultdict(list)
             for s in taken:
                 groups[_closest(s.key, others)].append(Task(s.url, s.fp, s.key, s.depth, s.hops))
             for owner, tasks in groups.items():
-                left = await self._send(owner, others, tasks, None)
-                report.backups += sum(1 for t in tasks if t.key not in left)
+                if await self._send(owner, others, tasks, None):
+                    report.backups += len(tasks)
 
     async def say_goodbye(self) -> list[PeerRef]:
         """GOODBYE to every peer we know, at once (each bounded by the RPC timeout): they
@@ -226,31 +216,20 @@ class Leave:
         others: list[PeerRef],
         tasks: list[Task],
         done: dict[bytes, list[int]] | None,
-    ) -> set[bytes]:
-        """STORE_TASK to the new owner; the keys nobody took (empty: all handed over).
-
-        A timeout is offered to the owner once more before the next closest peers: a
-        STORE_TASK is idempotent (the owner deduplicates), and a new owner on a loaded
-        machine may store a handoff's chunks more slowly than one RPC timeout while it takes
-        them all. Only what a peer took counts as handed over: a peer that does not own a
-        key refuses it, and the leaver goes on to the next for those keys."""
-        left = {t.key for t in tasks} | set(done or {})
-        if not left:
-            return left
-        key = tasks[0].key if tasks else next(iter(left))
-        rest = sorted((p for p in others if p != owner), key=lambda p: distance(p.id, key))
-        for cand in [owner, owner, *rest][: FALLBACKS + 1]:
-            part = [t for t in tasks if t.key in left]
-            part_done = {k: v for k, v in (done or {}).items() if k in left} or None
+    ) -> bool:
+        """STORE_TASK to the new owner; if it is gone, to the next closest that answers."""
+        if not tasks and not done:
+            return True
+        candidates = [owner] + [p for p in others if p != owner]
+        key = tasks[0].key if tasks else next(iter(done or {b"": []}))
+        candidates.sort(key=lambda p: distance(p.id, key) if p != owner else -1)
+        for cand in candidates[:FALLBACKS]:
             try:
-                result = await self.handoff.send_with_copies(cand, part, part_done)
+                await self.handoff.send_with_copies(cand, tasks, done)
+                return True
             except (PeerTimeout, RemoteError, OSError) as exc:
                 log.warning("handoff to %s failed: %s", cand, exc)
-                continue
-            left &= set(result.refused_keys)
-            if not left:
-                break
-        return left
+        return False
 
 
 def _closest(key: bytes, others: list[PeerRef]) -> PeerRef:

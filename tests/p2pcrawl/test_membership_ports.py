@@ -446,67 +446,6 @@ async def test_a_leave_says_goodbye_then_hands_every_task_and_backup_to_its_owne
     assert ledger.queued == 0 and await backups.count() == 0
 
 
-async def test_a_leave_hands_every_owner_its_keys_at_once(stores: Stores) -> None:
-    """The owner of the big host does not wait for the smaller handoffs before its own."""
-    ledger, backups = stores
-    small = "small.test"
-    a, b = OWNER, id_next_to(key_for(small))
-    await queue_with_history(ledger, pages=6)
-    await ledger.accept(tasks_of(small, 2))
-    net = Net(ME, [a, b])
-    order: list[str] = []
-
-    async def slow(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
-        order.append(f"start {to.id == a}")
-        await asyncio.sleep(0.2)
-        order.append(f"end {to.id == a}")
-        return StoreResult(sum(len(x.tasks) for x in batches), 0, [])
-
-    net.store_task_answer = slow
-    report = await _leave(net, ledger, backups, []).leave()
-    # The largest share first, and the other owner's under way before it is answered.
-    assert order[:2] == ["start True", "start False"]
-    assert report.tasks == 8 and report.failed == 0 and ledger.queued == 0
-
-
-async def test_a_leave_offers_a_timed_out_handoff_to_its_owner_again(stores: Stores) -> None:
-    """A new owner slower than one RPC timeout is asked again (STORE_TASK is idempotent);
-    the next closest peer, which does not own the key, refuses it, and a refusal is not a
-    handoff."""
-    ledger, backups = stores
-    await queue_with_history(ledger)
-    other = id_outranked_by(ME, KEY)  # further from the key than this peer
-    net = Net(ME, [OWNER, other])
-    answers: list[bytes] = []
-
-    async def slow_once(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
-        answers.append(to.id)
-        if to.id != OWNER:
-            return StoreResult(0, 0, [x.key for x in batches])
-        if answers.count(OWNER) == 1:
-            raise PeerTimeout(to, to.addr, "store_task")
-        return StoreResult(sum(len(x.tasks) for x in batches), 0, [])
-
-    net.store_task_answer = slow_once
-    report = await _leave(net, ledger, backups, []).leave()
-    assert answers == [OWNER, OWNER]
-    assert report.tasks == 5 and report.done == 3 and report.failed == 0
-
-
-async def test_a_leave_counts_keys_every_peer_refused_as_not_handed(stores: Stores) -> None:
-    ledger, backups = stores
-    await queue_with_history(ledger)
-    net = Net(ME, [OWNER])
-
-    async def refuse(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
-        return StoreResult(0, 0, [x.key for x in batches])
-
-    net.store_task_answer = refuse
-    report = await _leave(net, ledger, backups, []).leave()
-    assert report.tasks == 0 and report.failed == 5
-    assert ledger.queued == 5  # still in its data directory, and on the replicas
-
-
 async def test_a_leave_counts_the_store_tasks_taken_before_its_door_closed(
     stores: Stores,
 ) -> None:
