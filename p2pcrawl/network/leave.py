@@ -10,9 +10,8 @@
    stored, so that what is counted as our queue is all of it;
 3. GOODBYE to every peer: they drop us now instead of suspecting us for a while, route our
    keys to their new owners, and those accept the handoff below as theirs;
-4. hand each key's queue and done range to its new owner and its replicas, every owner at
-   once (the owner asked again if it does not take them, then the next closest that does),
-   and every backup to its owner.
+4. hand each key's queue and done range to its new owner and its replicas (the next
+   closest that answers, if the owner does not), and every backup to its owner.
 """
 
 from __future__ import annotations
