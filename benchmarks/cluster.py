@@ -289,7 +289,7 @@ class Runner:
                     while True:
                         line = await proc.stdout.readline()
                         if not line:
-                            raise RuntimeError(f"peer {i} exited; see {root}/n{n}-p{i}.log")
+                            raise RuntimeError(f"peer {i} exited; see {root}/{tag}-p{i}.log")
                         if line.startswith(b"{") and b'"ready"' in line:
                             ids.append(bytes.fromhex(json.loads(line)["node_id"]))
                             break
@@ -742,6 +742,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         a.peers, a.rounds, a.hosts, a.max_pages = "1,2,4", 1, 300, 150
     if a.smoke:
         a.peers, a.rounds, a.hosts, a.max_pages, a.rate_mbit = "1,2", 1, 40, 20, 8.0
+    if a.ids == "random" and a.network != "keyed":
+        # An open network's IDs are made from keys; a written one is refused.
+        p.error("--ids random needs --network keyed")
     a.peers = sorted({int(x) for x in a.peers.split(",")})
     if a.peers[0] != 1 and not a.no_baseline:
         a.peers.insert(0, 1)  # speed-up is against one peer
