@@ -107,6 +107,7 @@ class RunResult:
     web_bytes: int = 0
     per_peer_pages: list[int] = field(default_factory=list)
     lend: bool = True
+    open: bool = False  # an open network (no --secret): no lending, signed requests
     lent: int = 0  # tasks the owners lent to idle peers (network/lending.py)
     # Lending's counters summed over the peers: LENDs answered with a loan, leases made
     # (an answer may hold several), GIVE_BACKs served.
@@ -214,13 +215,14 @@ class Runner:
         async with self.session.request(method, f"http://{WEB_ADDR}{path}") as resp:
             return await resp.json(content_type=None)
 
-    def peer_cmd(self, i: int, data: Path, lend: bool) -> list[str]:
+    def peer_cmd(self, i: int, data: Path, lend: bool, open_net: bool = False) -> list[str]:
         a = self.args
+        key = ["--open"] if open_net else ["--secret", self.secret]
         cmd = [
             "ip", "netns", "exec", self.topo.ns(f"p{i}"), sys.executable, "-m", "p2pcrawl",
             "--log-level", "warning", "join",
             "--listen", f"{peer_addr(i)}:7000", "--status", f"{peer_addr(i)}:8000",
-            "--status-token", self.token, "--secret", self.secret, "--data", str(data),
+            "--status-token", self.token, *key, "--data", str(data),
             "--allow-private", "--concurrency", str(a.concurrency), "--delay", "0",
             "--politeness-factor", "0", "--partition", a.partition, "--policy", a.policy,
         ]  # fmt: skip
@@ -249,9 +251,12 @@ class Runner:
             main += float(snap.get("main_thread", 0.0))
         return cpu, calls, main
 
-    async def one(self, n: int, root: Path, rng: random.Random, lend: bool) -> RunResult:
+    async def one(
+        self, n: int, root: Path, rng: random.Random, lend: bool, open_net: bool = False
+    ) -> RunResult:
         procs: list[asyncio.subprocess.Process] = []
-        result = RunResult(n, lend=lend)
+        result = RunResult(n, lend=lend and not open_net, open=open_net)
+        tag = f"n{n}{'' if lend else 'x'}{'o' if open_net else ''}"
         ids: list[bytes] = []
         env: dict[str, str] | None = None
         if self.args.loop_cpu:
@@ -262,16 +267,16 @@ class Runner:
             env = dict(os.environ, PYTHONPATH=path, P2PCRAWL_LOOP_CPU=str(root / "loopcpu"))
         try:
             for i in range(n):
-                data = root / f"n{n}{'' if lend else 'x'}-p{i}"
+                data = root / f"{tag}-p{i}"
                 data.mkdir(parents=True)
                 if self.args.ids == "random":
                     # The old behaviour, for comparison: a random ID, written where the peer
                     # keeps it. Otherwise each joiner chooses its own (``p2pcrawl join``).
                     doc = {"node_id": rng.randbytes(20).hex(), "version": 1}
                     (data / "node.json").write_text(json.dumps(doc))
-                log = (root / f"n{n}{'' if lend else 'x'}-p{i}.log").open("ab")
+                log = (root / f"{tag}-p{i}.log").open("ab")
                 proc = await asyncio.create_subprocess_exec(
-                    *self.peer_cmd(i, data, lend),
+                    *self.peer_cmd(i, data, lend, open_net),
                     stdout=asyncio.subprocess.PIPE,
                     stderr=log,
                     stdin=asyncio.subprocess.DEVNULL,
@@ -284,7 +289,7 @@ class Runner:
                     while True:
                         line = await proc.stdout.readline()
                         if not line:
-                            raise RuntimeError(f"peer {i} exited; see {root}/n{n}-p{i}.log")
+                            raise RuntimeError(f"peer {i} exited; see {root}/{tag}-p{i}.log")
                         if line.startswith(b"{") and b'"ready"' in line:
                             ids.append(bytes.fromhex(json.loads(line)["node_id"]))
                             break
@@ -443,6 +448,7 @@ async def main_async(args: argparse.Namespace, topo: Topology, zweb: ZipfWeb) ->
     runner = Runner(topo, args, zweb)
     results: dict[int, list[RunResult]] = {n: [] for n in args.peers}
     unlent: dict[int, list[RunResult]] = {n: [] for n in args.peers if n > 1}
+    opened: dict[int, list[RunResult]] = {n: [] for n in args.peers}
     rng = random.Random(args.seed)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
         runner.session = session
@@ -457,17 +463,54 @@ async def main_async(args: argparse.Namespace, topo: Topology, zweb: ZipfWeb) ->
                 for n in args.peers:
                     modes = {"on": [True], "off": [False], "both": [True, False]}[args.lending]
                     for lend in modes if n > 1 else [True]:  # one peer has no one to lend to
-                        res = await runner.one(n, Path(tmp) / f"r{r}", rng, lend)
-                        both = args.lending == "both"
-                        (unlent if both and not lend else results)[n].append(res)
+                        if args.network != "open":
+                            res = await runner.one(n, Path(tmp) / f"r{r}", rng, lend)
+                            both = args.lending == "both"
+                            (unlent if both and not lend else results)[n].append(res)
+                            report_run(r, res)
+                    if args.network != "keyed":
+                        # An open network lends to nobody (docs/security.md), so one run.
+                        res = await runner.one(n, Path(tmp) / f"r{r}", rng, False, True)
+                        (opened if args.network == "both" else results)[n].append(res)
                         report_run(r, res)
-    return summarise(args, zweb, results, unlent)
+    out = summarise(args, zweb, results, unlent)
+    if args.network == "both":
+        out["open"] = open_summary(results, opened)
+    return out
+
+
+def open_summary(
+    keyed: dict[int, list[RunResult]], opened: dict[int, list[RunResult]]
+) -> dict[str, dict[str, float]]:
+    """The open network's runs beside the keyed ones of the same rounds: pages/s and CPU per
+    page, each also over the keyed figure at the same N. An open network lends nothing, so it
+    re-fetches nothing to check a borrower (``sample_refetches_per_page`` 0)."""
+    out: dict[str, dict[str, float]] = {"pages_per_s": {}, "cpu_ms_per_page": {}}
+    out.update(speed_over_keyed={}, cpu_over_keyed={}, sample_refetches_per_page={})
+
+    def cpu_ms(r: RunResult) -> float:
+        return 1000 * r.cpu_s / max(r.pages, 1)
+
+    for n, rs in opened.items():
+        if not rs or not keyed.get(n):
+            continue
+        speed = statistics.median(r.pages_per_s for r in rs)
+        cpu = statistics.median(map(cpu_ms, rs))
+        k_speed = statistics.median(r.pages_per_s for r in keyed[n])
+        k_cpu = statistics.median(map(cpu_ms, keyed[n]))
+        out["pages_per_s"][str(n)] = round(speed, 2)
+        out["cpu_ms_per_page"][str(n)] = round(cpu, 3)
+        out["speed_over_keyed"][str(n)] = round(speed / k_speed, 3) if k_speed else 0.0
+        out["cpu_over_keyed"][str(n)] = round(cpu / k_cpu, 3) if k_cpu else 0.0
+        out["sample_refetches_per_page"][str(n)] = 0.0
+    return out
 
 
 def report_run(r: int, res: RunResult) -> None:
     cpu_ms = 1000 * res.cpu_s / max(res.pages, 1)
     print(
-        f"round {r + 1} N={res.peers}{'' if res.lend else ' (no lending)'}: "
+        f"round {r + 1} N={res.peers}{' open' if res.open else ''}"
+        f"{'' if res.lend else ' (no lending)'}: "
         f"{res.pages} pages in {res.wall_s:.2f} s (polled {res.wall_s_polled:.2f} s) = "
         f"{res.pages_per_s:.0f} pages/s, "
         f"CPU {cpu_ms:.2f} ms/page ({res.probe_us:.0f} us a probe job), "
@@ -650,6 +693,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="idle peers borrow hosts from busy owners (the default), or --no-lend, or "
         "every N > 1 run both ways in each round (before/after)",
     )
+    p.add_argument(
+        "--network",
+        choices=["keyed", "open", "both"],
+        default="keyed",
+        help="keyed: the peers share --secret (the default); open: --open, no key (it lends "
+        "nothing and signs every crawl RPC); both: each N both ways in each round, the open "
+        'runs summarised under "open" against the keyed ones',
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--keep", type=Path, help="keep the peers' data and logs in this directory")
     p.add_argument(
@@ -691,6 +742,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         a.peers, a.rounds, a.hosts, a.max_pages = "1,2,4", 1, 300, 150
     if a.smoke:
         a.peers, a.rounds, a.hosts, a.max_pages, a.rate_mbit = "1,2", 1, 40, 20, 8.0
+    if a.ids == "random" and a.network != "keyed":
+        # An open network's IDs are made from keys; a written one is refused.
+        p.error("--ids random needs --network keyed")
     a.peers = sorted({int(x) for x in a.peers.split(",")})
     if a.peers[0] != 1 and not a.no_baseline:
         a.peers.insert(0, 1)  # speed-up is against one peer
