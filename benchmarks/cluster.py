@@ -483,10 +483,9 @@ def open_summary(
     keyed: dict[int, list[RunResult]], opened: dict[int, list[RunResult]]
 ) -> dict[str, dict[str, float]]:
     """The open network's runs beside the keyed ones of the same rounds: pages/s and CPU per
-    page, each also over the keyed figure at the same N. An open network lends nothing, so it
-    re-fetches nothing to check a borrower (``sample_refetches_per_page`` 0)."""
+    page, each also over the keyed figure at the same N."""
     out: dict[str, dict[str, float]] = {"pages_per_s": {}, "cpu_ms_per_page": {}}
-    out.update(speed_over_keyed={}, cpu_over_keyed={}, sample_refetches_per_page={})
+    out.update(speed_over_keyed={}, cpu_over_keyed={})
 
     def cpu_ms(r: RunResult) -> float:
         return 1000 * r.cpu_s / max(r.pages, 1)
@@ -502,7 +501,6 @@ def open_summary(
         out["cpu_ms_per_page"][str(n)] = round(cpu, 3)
         out["speed_over_keyed"][str(n)] = round(speed / k_speed, 3) if k_speed else 0.0
         out["cpu_over_keyed"][str(n)] = round(cpu / k_cpu, 3) if k_cpu else 0.0
-        out["sample_refetches_per_page"][str(n)] = 0.0
     return out
 
 
