@@ -128,7 +128,8 @@ def extract_links(
     nofollow, noindex, noarchive = said.nofollow, said.noindex, said.noarchive
 
     canonical = None
-    for node in tree.tags("link"):
+    link_elements = list(tree.tags("link"))  # page_requisites reads them too
+    for node in link_elements:
         attributes = node.attrs
         rel = attributes.get("rel")
         href = attributes.get("href")
@@ -136,7 +137,7 @@ def extract_links(
             canonical = base.resolve(href, max_url_length)
             break
     requisites = (
-        page_requisites(tree, base, rules.max_requisites, max_url_length)
+        page_requisites(tree, base, rules.max_requisites, max_url_length, link_elements)
         if rules.max_requisites > 0
         else []
     )
