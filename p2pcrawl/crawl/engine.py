@@ -427,9 +427,13 @@ class Engine:
         if self.on_finished is not None:
             await self.on_finished([task])  # the replicas drop their copies
 
-    async def finish(self, tasks: list[Task], *, hurry: bool = False) -> None:
+    async def finish(
+        self, tasks: list[Task], *, hurry: bool = False, digest: bytes | None = None
+    ) -> None:
         """Record ``tasks`` finished here and tell the replicas; ``hurry``: a remote caller
-        waits for it (a borrower's report)."""
+        waits for it (a borrower's report). ``digest``: of the one page fetched here
+        (``page_digest``); without it, tasks that are not a borrower's report are recorded
+        as finished here without a page."""
         if self.loans.borrowed and any(t.lease for t in tasks):
             await self.loans.settle([t for t in tasks if t.lease], finished=True)
             tasks = [t for t in tasks if not t.lease]
@@ -440,7 +444,11 @@ class Engine:
             tasks = await self.revisits.settle(tasks, elsewhere=hurry)
             if not tasks:
                 return
-        await self.ledger.finish(tasks)
+        if digest is not None:
+            digests = {t.fp: digest for t in tasks}
+        else:
+            digests = {} if hurry else {t.fp: b"" for t in tasks}
+        await self.ledger.finish(tasks, digests)
         if self.on_finished is not None:
             await self.on_finished(tasks, hurry=hurry)
 
