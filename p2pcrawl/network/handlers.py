@@ -192,7 +192,9 @@ class PeerHandler:
             await self.scope_sync.refresh()
         mine = await self._within_scope(offered)
         self.refused += len(refused)
-        kept = self.claims.taken(sender.id, {k: v for k, v in done.items() if k not in refused})
+        kept = self.claims.taken(
+            sender, {k: v for k, v in done.items() if k not in refused}, self.record_done
+        )
         # Stored, and what is new copied to the replicas, before the answer: the sender's
         # ack means the copies are held too. The wait for them is bounded well inside the
         # sender's deadline (``Replication.copy_new``).
@@ -207,7 +209,10 @@ class PeerHandler:
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
     ) -> Held:
-        done = self.claims.taken(sender.id, {b.key: b.done for b in batches if b.done})
+        async def record(done: dict[bytes, list[int]]) -> int:
+            return await self.holding.record_done(owner, done)
+
+        done = self.claims.taken(sender, {b.key: b.done for b in batches if b.done}, record)
         if done:  # the owner's done range for a key this peer now replicates
             await self.holding.record_done(owner, done)
         decoded = [t for ts in self.decode(batches).values() for t in ts]
@@ -217,8 +222,16 @@ class PeerHandler:
     async def handle_delete_backup(
         self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
     ) -> int:
-        taken = self.claims.taken(sender.id, done)
-        return await self.holding.record_done(owner, taken) if taken else 0
+        async def record(done: dict[bytes, list[int]]) -> int:
+            return await self.holding.record_done(owner, done)
+
+        taken = self.claims.taken(sender, done, record)
+        return await record(taken) if taken else 0
+
+    async def record_done(self, done: dict[bytes, list[int]]) -> int:
+        """A done range handed over, or known on a replica, that passed its check
+        (``vouching``): recorded, and the tasks it names dropped from the queue."""
+        return await self._accept([], done)
 
     async def handle_refresh_task(self, sender: PeerRef) -> RefreshAnswer:
         return await self._serve_refresh(sender)

@@ -52,6 +52,7 @@ from p2pcrawl.network.roster import Roster
 from p2pcrawl.network.scopesync import ScopeSync
 from p2pcrawl.network.seeding import Seeder
 from p2pcrawl.network.stall import StallResync
+from p2pcrawl.network.vouching import Vouching, vouch_server
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from protocol import (
     GIVE_BACK,
@@ -59,6 +60,7 @@ from protocol import (
     LEND,
     LOAD,
     QUIET,
+    VOUCH,
     CrawlNode,
     NoArgs,
     NodeKey,
@@ -112,10 +114,11 @@ class Parts:
     quiescence: Quiescence
     healing: Healing
     load_info: LoadInfo
+    vouching: Vouching
 
     def in_transit(self) -> int:
-        """URLs and news waiting in our RPC lanes (dispatch, deletes, replica copies)."""
-        return self.dispatcher.pending + self.replication.pending
+        """URLs and news waiting in our RPC lanes, and done claims waiting for a check."""
+        return self.dispatcher.pending + self.replication.pending + self.vouching.pending
 
 
 def assemble(
@@ -152,16 +155,16 @@ def assemble(
     advertised = Advertised()
     rebalance_due = asyncio.Event()
     keyed = bool(ps.secret)
-    # In an open network a borrower's report is the only evidence that its pages were
-    # fetched, and a re-fetch that checked it would cost the fetch lending saves: no loans
-    # (docs/security.md).
+    # An open network does not lend: a re-fetch that checked a borrower's report would cost
+    # the fetch lending saves (docs/security.md).
     lending_on = ps.lend and ps.partition != "url" and keyed
 
     # -- the engine, and what it sends through ------------------------------------------
     replica_book = ReplicaBook(
         enroll_new=ledger.queued == 0 and ledger.done_count == 0, gone=roster.gone
     )
-    claims = Claims(node, node, keyed=keyed, replicas=ps.replicas)
+    vouching = Vouching(node.call, lambda url: engine.fetch_page(url), lambda u: engine.key_of(u))
+    claims = Claims(node, node, keyed=keyed, replicas=ps.replicas, vouching=vouching)
     replication = Replication(
         node,
         replica_book,
@@ -172,7 +175,7 @@ def assemble(
         replicas=ps.replicas,
         rpc_timeout=node.config.rpc_timeout,
         patient=lambda: patience(),
-        believe=claims.taken,
+        believe=lambda rep, done: claims.taken(rep, done, handler.record_done),
     )
     dispatcher = Dispatcher(
         node,
@@ -351,7 +354,7 @@ def assemble(
         events,
         me=node_id,
         done_count=lambda: ledger.done_count,
-        in_transit=lambda: dispatcher.pending + replication.pending,  # as Parts.in_transit
+        in_transit=lambda: dispatcher.pending + replication.pending + vouching.pending,
         backup_owners=backups.owner_counts,
         steady=lambda: active() and node.listening and not stall.resyncing,
         ask=ask_quiet,
@@ -409,6 +412,8 @@ def assemble(
     node.serve(LEND, lender.serve_lend)
     node.serve(GIVE_BACK, lender.serve_return)
     node.serve_claims(STORE_HISTORY, visit_history.serve)
+    if not keyed:
+        node.serve(VOUCH, vouch_server(ledger.done))
     return Parts(
         ledger=ledger,
         backups=backups,
@@ -441,4 +446,5 @@ def assemble(
         quiescence=quiescence,
         healing=healing,
         load_info=load_info,
+        vouching=vouching,
     )

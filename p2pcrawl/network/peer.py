@@ -185,6 +185,7 @@ class Peer:
                 ("replication", parts.replication.aclose),
                 ("lending", parts.lending.aclose),
                 ("engine", parts.engine.aclose),
+                ("vouching", parts.vouching.aclose),  # it fetches through the engine
             ):
                 self._closing.push_async_callback(_guarded, closer, name)
             await self._run(parts, joining=bool(cfg.bootstrap or saved), saved=saved)

@@ -1,0 +1,269 @@
+"""Checking a member's word that pages are done, in an open network (docs/security.md,
+"Forged work claims").
+
+A done claim (a handoff's or takeover's done range, a replica's news, a replica's answer that
+it knows pages as done) that passes the claims rule (``claims``) is *held*, not recorded:
+nothing it names is marked done here until a sample of it was checked. A round takes every
+claim a member made since its last round, draws ``MAX_VOUCH`` of their pages at random, asks
+the member what they were (VOUCH: URL and body digest, from its done record's proofs) and
+fetches one of them again (``refetch``, the crawler's own fetcher, paced as its fetches are).
+The round then decides for all of them:
+
+* **verified**: every drawn page answered, each URL is the page's (its fingerprint and key),
+  and the page fetched again has the digest the member kept: the claims are recorded as
+  they would have been without the check (``apply``);
+* **mismatch**: a URL that is not the page's, or a body that differs: the claims are not
+  recorded, and the member's later claims are refused without a check (``distrusted``, at
+  most ``MAX_DISTRUSTED`` members). A page that changed between the two fetches lands here
+  too; its cost is a re-fetch of what the claims named, never a page lost;
+* **unverified**: no answer, a drawn page the member did not fetch itself (recorded done on
+  another's word, or before proofs were kept), only pages finished without a body (robots.txt,
+  a final error), or a re-fetch that failed: the claims are not recorded; the member is
+  checked again next time.
+
+A claim not recorded loses nothing: tasks it named stay queued here (or are fetched when their
+links come back) and a replica keeps its copies. Holding rather than recording at once and
+undoing later is what keeps that so: a claim recorded provisionally would drop the links that
+arrive meanwhile as done, and undoing it could not bring them back. While anything is held or
+being checked the peer is not quiet (``pending``), so the network is not finished.
+
+Bounded: at most ``MAX_HELD`` fingerprints held in all and ``MAX_HELD_PER_PEER`` per member,
+``MAX_PEERS`` members with claims held; beyond that a claim is not recorded (``overflow``).
+A member's rounds are at least ``ROUND_GAP_S`` apart, and rounds start at most
+``ROUNDS_PER_S`` a second in all, one at a time: a liar costs a bounded number of requests to
+the web, and an honest member's claims cost one re-fetch per round, whatever their size.
+A keyed network checks nothing: its key admits only the operators' machines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from p2pcrawl.crawl import FetchResult, page_digest, urls
+from protocol import (
+    MAX_VOUCH,
+    VOUCH,
+    PeerRef,
+    PeerTimeout,
+    Procedure,
+    RemoteError,
+    TaskSet,
+    Vouched,
+    VouchReply,
+    Wanted,
+)
+from storage import DoneRecord
+
+__all__ = ["Apply", "Vouching", "asker", "refetcher", "vouch_server"]
+
+log = logging.getLogger(__name__)
+
+MAX_HELD = 200_000
+MAX_HELD_PER_PEER = 50_000
+MAX_PEERS = 64
+MAX_DISTRUSTED = 1024
+ROUND_GAP_S = 2.0
+ROUNDS_PER_S = 10.0
+
+Call = Callable[[PeerRef, Procedure[Any, Any], Any], Awaitable[Any]]
+# Records a claim that passed its check (fingerprints by host key).
+Apply = Callable[[dict[bytes, list[int]]], Awaitable[object]]
+Ask = Callable[[PeerRef, list[Wanted]], Awaitable[list[Vouched]]]
+# A URL fetched again: its body's digest (``crawl.page_digest``), None if it failed.
+Refetch = Callable[[str], Awaitable[bytes | None]]
+
+
+@dataclass(slots=True)
+class _Held:
+    peer: PeerRef
+    claims: list[tuple[dict[bytes, list[int]], Apply]] = field(default_factory=list)
+    size: int = 0
+
+
+class Vouching:
+    def __init__(
+        self,
+        call: Call,
+        fetch: Callable[[str], Awaitable[FetchResult]],
+        key_of: Callable[[str], bytes],
+        *,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``call``: a crawl RPC (``CrawlNode.call``), for VOUCH; ``fetch``: a page fetched
+        (``Engine.fetch_page``); ``key_of``: the host key of a URL (``Engine.key_of``)."""
+        self._ask = asker(call)
+        self._refetch = refetcher(fetch)
+        self._key_of = key_of
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self._held: dict[bytes, _Held] = {}
+        self._held_size = 0
+        self._next_round: dict[bytes, float] = {}  # member -> earliest start of its next round
+        self._last_start = float("-inf")
+        self._distrusted: OrderedDict[bytes, None] = OrderedDict()
+        self._one_round = asyncio.Lock()
+        self._rounds = TaskSet("vouching")
+        self._checking: set[bytes] = set()
+        # Fingerprints, by what became of them (``p2pcrawl_claims_...``).
+        self.verified = 0
+        self.mismatched = 0
+        self.unverified = 0
+        self.overflow = 0
+        self.distrusted_refused = 0
+        self.refetches = 0  # requests to the web the checks cost
+        self.rounds = 0
+
+    @property
+    def pending(self) -> int:
+        """Fingerprints held or being checked (the peer is not quiet while any are)."""
+        return self._held_size + len(self._checking)
+
+    def distrusts(self, peer_id: bytes) -> bool:
+        return peer_id in self._distrusted
+
+    def hold(self, peer: PeerRef, done: Mapping[bytes, list[int]], apply: Apply) -> None:
+        """Hold a claim of ``peer``'s until a round checked it; ``apply`` records it then."""
+        claim = {k: list(v) for k, v in done.items() if v}
+        n = sum(len(v) for v in claim.values())
+        if not n:
+            return
+        if peer.id in self._distrusted:
+            self.distrusted_refused += n
+            return
+        held = self._held.get(peer.id)
+        if (
+            self._held_size + n > MAX_HELD
+            or (held is None and len(self._held) >= MAX_PEERS)
+            or (held is not None and held.size + n > MAX_HELD_PER_PEER)
+        ):
+            self.overflow += n
+            return
+        if held is None:
+            held = self._held[peer.id] = _Held(peer)
+        held.claims.append((claim, apply))
+        held.size += n
+        self._held_size += n
+        if peer.id not in self._checking:
+            self._checking.add(peer.id)
+            if self._rounds.spawn(self._member_rounds(peer.id), "vouching-round") is None:
+                self._checking.discard(peer.id)  # closing: the claim is simply not recorded
+
+    async def aclose(self) -> None:
+        await self._rounds.aclose()
+
+    async def _member_rounds(self, peer_id: bytes) -> None:
+        try:
+            while peer_id in self._held:
+                wait = self._next_round.get(peer_id, 0.0) - self._clock()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                async with self._one_round:
+                    gap = self._last_start + 1.0 / ROUNDS_PER_S - self._clock()
+                    if gap > 0:
+                        await asyncio.sleep(gap)
+                    self._last_start = self._clock()
+                    held = self._held.pop(peer_id)
+                    self._held_size -= held.size
+                    await self._round(held)
+                    self._next_round[peer_id] = self._clock() + ROUND_GAP_S
+        finally:
+            self._checking.discard(peer_id)
+            left = self._held.pop(peer_id, None)  # cancelled: not recorded, nothing lost
+            if left is not None:
+                self._held_size -= left.size
+            if len(self._next_round) > 4 * MAX_PEERS:
+                now = self._clock()
+                self._next_round = {p: t for p, t in self._next_round.items() if t > now}
+
+    async def _round(self, held: _Held) -> None:
+        self.rounds += 1
+        pairs = [(k, fp) for claim, _ in held.claims for k, fps in claim.items() for fp in fps]
+        drawn = self._rng.sample(pairs, min(MAX_VOUCH, len(pairs)))
+        verdict = await self._check(held.peer, drawn)
+        if verdict == "verified":
+            self.verified += held.size
+            for claim, apply in held.claims:
+                await apply(claim)
+            return
+        if verdict == "mismatch":
+            self.mismatched += held.size
+            self._distrusted[held.peer.id] = None
+            while len(self._distrusted) > MAX_DISTRUSTED:
+                self._distrusted.popitem(last=False)
+            log.warning("%s lied about finished pages: its claims are refused", held.peer)
+        else:
+            self.unverified += held.size
+
+    async def _check(self, peer: PeerRef, drawn: list[tuple[bytes, int]]) -> str:
+        try:
+            pages = await self._ask(peer, [Wanted(k, fp) for k, fp in drawn])
+        except (PeerTimeout, RemoteError, OSError):
+            return "unverified"
+        by_pair = {(p.key, p.fp): p for p in pages}
+        with_body: list[Vouched] = []
+        for k, fp in drawn:
+            page = by_pair.get((k, fp))
+            if page is None:
+                return "unverified"
+            url = page.url
+            if (
+                urls.canonicalize(url) != url
+                or urls.fingerprint(url) != fp
+                or self._key_of(url) != k
+            ):
+                return "mismatch"
+            if page.digest:
+                with_body.append(page)
+        if not with_body:
+            return "unverified"
+        page = with_body[0]
+        self.refetches += 1
+        digest = await self._refetch(page.url)
+        if digest is None:
+            return "unverified"
+        return "verified" if digest == page.digest else "mismatch"
+
+
+def asker(call: Call) -> Ask:
+    """VOUCH through ``CrawlNode.call``."""
+
+    async def ask(peer: PeerRef, wanted: list[Wanted]) -> list[Vouched]:
+        reply: VouchReply = await call(peer, VOUCH, VOUCH.args(wanted))
+        return reply.pages
+
+    return ask
+
+
+def refetcher(fetch: Callable[[str], Awaitable[FetchResult]]) -> Refetch:
+    """A page fetched again through ``Engine.fetch_page`` (paced by ``--max-rate`` as every
+    fetch is), and its digest."""
+
+    async def refetch(url: str) -> bytes | None:
+        try:
+            res = await fetch(url)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the web's errors are many; a failed check decides nothing
+            log.info("re-fetching %s to check a claim failed: %r", url, exc)
+            return None
+        return page_digest(res.body)
+
+    return refetch
+
+
+def vouch_server(done: DoneRecord) -> Callable[[PeerRef, Any], Awaitable[VouchReply]]:
+    """VOUCH as this peer answers it: what the asked pages it fetched itself were."""
+
+    async def serve(sender: PeerRef, args: Any) -> VouchReply:
+        proofs = await done.proofs([(w.key, w.fp) for w in args.wanted])
+        return VouchReply([Vouched(k, fp, url, digest) for k, fp, url, digest in proofs])
+
+    return serve
