@@ -187,3 +187,30 @@ async def test_a_member_that_lies_about_finished_work_keeps_no_page_from_an_open
         # owner did not fetch (nor the pages only those linked to).
         assert set(archived) < truth
         assert (vouching.rounds, vouching.refetches, asked) == (0, 0, [])
+
+
+async def test_an_honest_handoff_in_an_open_network_passes_its_check(
+    make_web: WebFactory, make_peer: PeerFactory
+) -> None:
+    """Two honest peers of an open network at the defaults: the first crawls part of the web,
+    the second joins and takes its keys with their done ranges, and each tells the other, as
+    its replica, which pages it finished. Those claims are checked and taken: no page is
+    fetched twice but the few fetched again to check them, and none is lost."""
+    web = await make_web(hosts=4, pages_per_host=30)
+    truth = web.ground_truth()
+    a = await make_peer(crawl=crawl_settings_for(web), peer=PeerSettings())
+    assert a.engine is not None and a.ledger is not None
+    await a.seed([web.hub_url])
+    await eventually(lambda: a.ledger.done_count >= 20, 30)  # type: ignore[union-attr]
+    a.engine.pause("test")  # what it did is handed over: done ranges, not queues alone
+    b = await make_peer(crawl=crawl_settings_for(web), peer=PeerSettings(), bootstrap=(a.me.addr,))
+    assert b.ledger is not None
+    await eventually(lambda: b.parts.vouching.verified > 0, 30)
+    a.engine.resume("test")
+    await asyncio.wait_for(asyncio.gather(a.finished.wait(), b.finished.wait()), 60)
+    checks = [a.parts.vouching, b.parts.vouching]
+    assert sum(v.mismatched for v in checks) == 0
+    assert set(_archived([a, b])) == truth
+    refetches = sum(v.refetches for v in checks)
+    duplicates = sum(n - 1 for u, n in web.request_counts.items() if u in truth)
+    assert refetches > 0 and duplicates <= refetches
