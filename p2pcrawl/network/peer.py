@@ -372,6 +372,7 @@ class Peer:
             "last_task_at": eng.last_task_at if eng else None,
             "handoff": self.handoff.as_dict(),
             "lending": p.lending.status() if p else {},
+            "claims": p.vouching.status() if p else {},
             "dispatch": self.dispatch_status(),
             **self._hostile_status(),
             # Continuous mode (docs/freshness.md): the revisits, and when the next is due.

@@ -126,6 +126,19 @@ class Vouching:
         """Fingerprints held or being checked (the peer is not quiet while any are)."""
         return self._held_size + len(self._checking)
 
+    def status(self) -> dict[str, int]:
+        """The counters, for ``/api/status`` (``claims``)."""
+        return {
+            "verified": self.verified,
+            "mismatch": self.mismatched,
+            "unverified": self.unverified,
+            "overflow": self.overflow,
+            "distrusted": self.distrusted_refused,
+            "held": self.pending,
+            "rounds": self.rounds,
+            "refetches": self.refetches,
+        }
+
     def distrusts(self, peer_id: bytes) -> bool:
         return peer_id in self._distrusted
 
