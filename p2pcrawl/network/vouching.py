@@ -17,9 +17,9 @@ The round then decides for all of them:
   most ``MAX_DISTRUSTED`` members). A page that changed between the two fetches lands here
   too; its cost is a re-fetch of what the claims named, never a page lost;
 * **unverified**: no answer, a drawn page the member did not fetch itself (recorded done on
-  another's word, or before proofs were kept), only pages finished without a body (robots.txt,
-  a final error), or a re-fetch that failed: the claims are not recorded; the member is
-  checked again next time.
+  another's word, or before proofs were kept) or finished without a body (robots.txt, a
+  final error), or a re-fetch that failed: the claims are not recorded; the member is checked
+  again next time.
 
 A claim not recorded loses nothing: tasks it named stay queued here (or are fetched when their
 links come back) and a replica keeps its copies. Holding rather than recording at once and
@@ -155,7 +155,7 @@ class Vouching:
         if (
             self._held_size + n > MAX_HELD
             or (held is None and len(self._held) >= MAX_PEERS)
-            or (held is not None and held.size + n > MAX_HELD_PER_PEER)
+            or (held.size if held is not None else 0) + n > MAX_HELD_PER_PEER
         ):
             self.overflow += n
             return
@@ -221,7 +221,7 @@ class Vouching:
         except (PeerTimeout, RemoteError, OSError):
             return "unverified"
         by_pair = {(p.key, p.fp): p for p in pages}
-        with_body: list[Vouched] = []
+        answered: list[Vouched] = []
         for k, fp in drawn:
             page = by_pair.get((k, fp))
             if page is None:
@@ -233,11 +233,13 @@ class Vouching:
                 or self._key_of(url) != k
             ):
                 return "mismatch"
-            if page.digest:
-                with_body.append(page)
-        if not with_body:
+            answered.append(page)
+        if not all(p.digest for p in answered):
+            # A page finished without a body cannot be checked by fetching it (robots.txt may
+            # have kept it out): were it let through, a liar would say so of every page it
+            # did not fetch, and vouch for the one it did.
             return "unverified"
-        page = with_body[0]
+        page = answered[0]  # drawn at random
         self.refetches += 1
         digest = await self._refetch(page.url)
         if digest is None:
