@@ -68,10 +68,16 @@ class Claims:
         self.refused = 0  # done fingerprints not taken
 
     def taken(
-        self, sender: PeerRef, done: Mapping[bytes, list[int]], apply: Apply
+        self,
+        sender: PeerRef,
+        done: Mapping[bytes, list[int]],
+        apply: Apply,
+        *,
+        urgent: bool = True,
     ) -> dict[bytes, list[int]]:
         """What of ``done`` (fingerprints by key) to record now, coming from ``sender``;
-        what is held for a check is recorded later with ``apply``, if it passes."""
+        what is held for a check is recorded later with ``apply``, if it passes
+        (``urgent``: ``Vouching.hold``)."""
         if self.keyed or not done:
             return dict(done)
         member = self._members.established_before(sender.id)
@@ -83,7 +89,7 @@ class Claims:
                 self.refused += len(fps)
         if self.vouching is None or not out:
             return out
-        self.vouching.hold(sender, out, apply)
+        self.vouching.hold(sender, out, apply, urgent=urgent)
         return {}
 
     def believes(self, sender: bytes, key: bytes) -> bool:

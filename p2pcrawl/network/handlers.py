@@ -212,7 +212,8 @@ class PeerHandler:
         async def record(done: dict[bytes, list[int]]) -> int:
             return await self.holding.record_done(owner, done)
 
-        done = self.claims.taken(sender, {b.key: b.done for b in batches if b.done}, record)
+        claim = {b.key: b.done for b in batches if b.done}
+        done = self.claims.taken(sender, claim, record, urgent=False)
         if done:  # the owner's done range for a key this peer now replicates
             await self.holding.record_done(owner, done)
         decoded = [t for ts in self.decode(batches).values() for t in ts]
@@ -225,7 +226,7 @@ class PeerHandler:
         async def record(done: dict[bytes, list[int]]) -> int:
             return await self.holding.record_done(owner, done)
 
-        taken = self.claims.taken(sender, done, record)
+        taken = self.claims.taken(sender, done, record, urgent=False)
         return await record(taken) if taken else 0
 
     async def record_done(self, done: dict[bytes, list[int]]) -> int:

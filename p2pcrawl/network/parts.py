@@ -163,7 +163,7 @@ def assemble(
     replica_book = ReplicaBook(
         enroll_new=ledger.queued == 0 and ledger.done_count == 0, gone=roster.gone
     )
-    vouching = Vouching(node.call, lambda url: engine.fetch_page(url), lambda u: engine.key_of(u))
+    vouching = Vouching(node.call, lambda: engine)
     claims = Claims(node, node, keyed=keyed, replicas=ps.replicas, vouching=vouching)
     replication = Replication(
         node,

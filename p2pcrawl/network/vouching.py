@@ -29,9 +29,11 @@ being checked the peer is not quiet (``pending``), so the network is not finishe
 
 Bounded: at most ``MAX_HELD`` fingerprints held in all and ``MAX_HELD_PER_PEER`` per member,
 ``MAX_PEERS`` members with claims held; beyond that a claim is not recorded (``overflow``).
-A member's rounds are at least ``ROUND_GAP_S`` apart, and rounds start at most
-``ROUNDS_PER_S`` a second in all, one at a time: a liar costs a bounded number of requests to
-the web, and an honest member's claims cost one re-fetch per round, whatever their size.
+While this peer has pages to fetch, a member's rounds are at least ``ROUND_GAP_S`` apart
+(``URGENT_GAP_S`` for claims whose pages this peer would otherwise fetch meanwhile); once it
+is idle, held claims are checked at once. Rounds start at most ``ROUNDS_PER_S`` a
+second in all, one at a time: a liar costs a bounded number of requests to the web, and an
+honest member's claims cost one re-fetch per round, whatever their size.
 A keyed network checks nothing: its key admits only the operators' machines.
 """
 
@@ -44,7 +46,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from p2pcrawl.crawl import FetchResult, page_digest, urls
 from protocol import (
@@ -69,7 +71,9 @@ MAX_HELD = 200_000
 MAX_HELD_PER_PEER = 50_000
 MAX_PEERS = 64
 MAX_DISTRUSTED = 1024
-ROUND_GAP_S = 2.0
+ROUND_GAP_S = 10.0
+URGENT_GAP_S = 1.0
+IDLE_POLL_S = 0.25
 ROUNDS_PER_S = 10.0
 
 Call = Callable[[PeerRef, Procedure[Any, Any], Any], Awaitable[Any]]
@@ -85,28 +89,39 @@ class _Held:
     peer: PeerRef
     claims: list[tuple[dict[bytes, list[int]], Apply]] = field(default_factory=list)
     size: int = 0
+    urgent: bool = False  # a claim whose tasks this peer would otherwise fetch
+
+
+class CheckingCrawl(Protocol):
+    """What a check asks of our crawler (``crawl.Engine``)."""
+
+    async def fetch_page(self, url: str) -> FetchResult: ...
+
+    def key_of(self, url: str) -> bytes: ...
+
+    @property
+    def idle(self) -> bool: ...
 
 
 class Vouching:
     def __init__(
         self,
         call: Call,
-        fetch: Callable[[str], Awaitable[FetchResult]],
-        key_of: Callable[[str], bytes],
+        crawl: Callable[[], CheckingCrawl],
         *,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``call``: a crawl RPC (``CrawlNode.call``), for VOUCH; ``fetch``: a page fetched
-        (``Engine.fetch_page``); ``key_of``: the host key of a URL (``Engine.key_of``)."""
+        """``call``: a crawl RPC (``CrawlNode.call``), for VOUCH; ``crawl``: our crawler
+        (built after this), which fetches a page again and says whether it is idle."""
         self._ask = asker(call)
-        self._refetch = refetcher(fetch)
-        self._key_of = key_of
+        self._crawl = crawl
+        self._refetch = refetcher(self._fetch_page)
         self._rng = rng or random.Random()
         self._clock = clock
         self._held: dict[bytes, _Held] = {}
         self._held_size = 0
-        self._next_round: dict[bytes, float] = {}  # member -> earliest start of its next round
+        self._last_round: dict[bytes, float] = {}  # member -> when its last round ended
         self._last_start = float("-inf")
         self._distrusted: OrderedDict[bytes, None] = OrderedDict()
         self._one_round = asyncio.Lock()
@@ -120,6 +135,9 @@ class Vouching:
         self.distrusted_refused = 0
         self.refetches = 0  # requests to the web the checks cost
         self.rounds = 0
+
+    async def _fetch_page(self, url: str) -> FetchResult:
+        return await self._crawl().fetch_page(url)
 
     @property
     def pending(self) -> int:
@@ -142,8 +160,13 @@ class Vouching:
     def distrusts(self, peer_id: bytes) -> bool:
         return peer_id in self._distrusted
 
-    def hold(self, peer: PeerRef, done: Mapping[bytes, list[int]], apply: Apply) -> None:
-        """Hold a claim of ``peer``'s until a round checked it; ``apply`` records it then."""
+    def hold(
+        self, peer: PeerRef, done: Mapping[bytes, list[int]], apply: Apply, *, urgent: bool
+    ) -> None:
+        """Hold a claim of ``peer``'s until a round checked it; ``apply`` records it then.
+        ``urgent``: while it is held, this peer may fetch what it names (a handoff's done
+        range, a replica's answer about tasks being queued here), so its round comes after
+        ``URGENT_GAP_S``; a replica's news waits for ``ROUND_GAP_S``."""
         claim = {k: list(v) for k, v in done.items() if v}
         n = sum(len(v) for v in claim.values())
         if not n:
@@ -162,6 +185,7 @@ class Vouching:
         if held is None:
             held = self._held[peer.id] = _Held(peer)
         held.claims.append((claim, apply))
+        held.urgent |= urgent
         held.size += n
         self._held_size += n
         if peer.id not in self._checking:
@@ -175,9 +199,12 @@ class Vouching:
     async def _member_rounds(self, peer_id: bytes) -> None:
         try:
             while peer_id in self._held:
-                wait = self._next_round.get(peer_id, 0.0) - self._clock()
-                if wait > 0:
-                    await asyncio.sleep(wait)
+                # The gap spares the web while we crawl; an idle peer checks at once, so
+                # that a check holds the finish back no longer than it takes.
+                while (wait := self._due(peer_id) - self._clock()) > 0:
+                    if self._crawl().idle:
+                        break
+                    await asyncio.sleep(min(wait, IDLE_POLL_S))
                 async with self._one_round:
                     gap = self._last_start + 1.0 / ROUNDS_PER_S - self._clock()
                     if gap > 0:
@@ -186,15 +213,20 @@ class Vouching:
                     held = self._held.pop(peer_id)
                     self._held_size -= held.size
                     await self._round(held)
-                    self._next_round[peer_id] = self._clock() + ROUND_GAP_S
+                    self._last_round[peer_id] = self._clock()
         finally:
             self._checking.discard(peer_id)
             left = self._held.pop(peer_id, None)  # cancelled: not recorded, nothing lost
             if left is not None:
                 self._held_size -= left.size
-            if len(self._next_round) > 4 * MAX_PEERS:
-                now = self._clock()
-                self._next_round = {p: t for p, t in self._next_round.items() if t > now}
+            if len(self._last_round) > 4 * MAX_PEERS:
+                since = self._clock() - ROUND_GAP_S
+                self._last_round = {p: t for p, t in self._last_round.items() if t > since}
+
+    def _due(self, peer_id: bytes) -> float:
+        held = self._held.get(peer_id)
+        gap = URGENT_GAP_S if held is None or held.urgent else ROUND_GAP_S
+        return self._last_round.get(peer_id, float("-inf")) + gap
 
     async def _round(self, held: _Held) -> None:
         self.rounds += 1
@@ -230,7 +262,7 @@ class Vouching:
             if (
                 urls.canonicalize(url) != url
                 or urls.fingerprint(url) != fp
-                or self._key_of(url) != k
+                or self._crawl().key_of(url) != k
             ):
                 return "mismatch"
             answered.append(page)

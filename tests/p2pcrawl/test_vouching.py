@@ -47,8 +47,16 @@ class Claimant:
         return VouchReply(out)
 
 
-async def fetch(url: str) -> FetchResult:
-    return FetchResult(url, 200, body=PAGES[url])
+class Crawl:
+    """Pages fetched again from ``PAGES``; busy unless told otherwise."""
+
+    idle = False
+
+    async def fetch_page(self, url: str) -> FetchResult:
+        return FetchResult(url, 200, body=PAGES[url])
+
+    def key_of(self, url: str) -> bytes:
+        return key_of(url)
 
 
 async def settle(v: Vouching) -> None:
@@ -61,14 +69,15 @@ async def settle(v: Vouching) -> None:
 
 def checker(claimant: Claimant) -> tuple[Vouching, list[dict[bytes, list[int]]]]:
     """The check, and what it recorded (``held``)."""
-    return Vouching(claimant.call, fetch, key_of, rng=random.Random(1)), []
+    crawl = Crawl()
+    return Vouching(claimant.call, lambda: crawl, rng=random.Random(1)), []
 
 
 async def held(v: Vouching, recorded: list[dict[bytes, list[int]]], done: Any) -> None:
     async def apply(d: dict[bytes, list[int]]) -> None:
         recorded.append(d)
 
-    v.hold(PEER, done, apply)
+    v.hold(PEER, done, apply, urgent=True)
     await settle(v)
 
 
@@ -122,6 +131,26 @@ async def test_held_claims_are_bounded_per_member() -> None:
     async def apply(d: dict[bytes, list[int]]) -> None:
         recorded.append(d)
 
-    v.hold(PEER, {key_of(next(iter(PAGES))): fps}, apply)
+    v.hold(PEER, {key_of(next(iter(PAGES))): fps}, apply, urgent=False)
     assert v.overflow == len(fps) and v.pending == 0
+    await v.aclose()
+
+
+async def test_news_waits_for_its_gap_while_the_peer_crawls_and_not_once_it_is_idle() -> None:
+    names = list(PAGES)
+    crawl = Crawl()
+    v = Vouching(Claimant({u: PAGES[u] for u in names}).call, lambda: crawl)
+    recorded: list[dict[bytes, list[int]]] = []
+
+    async def apply(d: dict[bytes, list[int]]) -> None:
+        recorded.append(d)
+
+    v.hold(PEER, claim(names[0]), apply, urgent=False)
+    await settle(v)  # a member's first round comes at once
+    v.hold(PEER, claim(names[1]), apply, urgent=False)
+    await asyncio.sleep(0.5)
+    assert len(recorded) == 1 and v.pending  # a replica's news waits while we crawl
+    crawl.idle = True
+    await settle(v)  # and is checked once we are idle: the finish waits for no gap
+    assert recorded == [claim(names[0]), claim(names[1])] and v.rounds == 2
     await v.aclose()
