@@ -74,10 +74,11 @@ class Claims:
         apply: Apply,
         *,
         urgent: bool = True,
+        otherwise: Apply | None = None,
     ) -> dict[bytes, list[int]]:
         """What of ``done`` (fingerprints by key) to record now, coming from ``sender``;
         what is held for a check is recorded later with ``apply``, if it passes
-        (``urgent``: ``Vouching.hold``)."""
+        (``urgent``, ``otherwise``: ``Vouching.hold``)."""
         if self.keyed or not done:
             return dict(done)
         member = self._members.established_before(sender.id)
@@ -89,7 +90,7 @@ class Claims:
                 self.refused += len(fps)
         if self.vouching is None or not out:
             return out
-        self.vouching.hold(sender, out, apply, urgent=urgent)
+        self.vouching.hold(sender, out, apply, urgent=urgent, otherwise=otherwise)
         return {}
 
     def believes(self, sender: bytes, key: bytes) -> bool:

@@ -58,6 +58,8 @@ class Holding(Protocol):
 
     async def record_done(self, owner: bytes, done: dict[bytes, list[int]]) -> int: ...
 
+    async def drop_copies(self, owner: bytes, done: dict[bytes, list[int]]) -> int: ...
+
     def note_keys(self, keys: set[bytes]) -> None: ...
 
 
@@ -209,11 +211,7 @@ class PeerHandler:
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
     ) -> Held:
-        async def record(done: dict[bytes, list[int]]) -> int:
-            return await self.holding.record_done(owner, done)
-
-        claim = {b.key: b.done for b in batches if b.done}
-        done = self.claims.taken(sender, claim, record, urgent=False)
+        done = self._news(sender, owner, {b.key: b.done for b in batches if b.done})
         if done:  # the owner's done range for a key this peer now replicates
             await self.holding.record_done(owner, done)
         decoded = [t for ts in self.decode(batches).values() for t in ts]
@@ -223,11 +221,27 @@ class PeerHandler:
     async def handle_delete_backup(
         self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
     ) -> int:
-        async def record(done: dict[bytes, list[int]]) -> int:
-            return await self.holding.record_done(owner, done)
+        taken = self._news(sender, owner, done)
+        return await self.holding.record_done(owner, taken) if taken else 0
 
-        taken = self.claims.taken(sender, done, record, urgent=False)
-        return await record(taken) if taken else 0
+    def _news(
+        self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
+    ) -> dict[bytes, list[int]]:
+        """An owner's news to its replica: what of it to record now. News an owner could
+        not show to be true of its own tasks still drops the copies it names here without
+        recording them done: it holds those tasks and could sit on them anyway
+        (docs/security.md), and copies kept for good would hold the finish back."""
+
+        async def record(d: dict[bytes, list[int]]) -> int:
+            return await self.holding.record_done(owner, d)
+
+        async def drop(d: dict[bytes, list[int]]) -> int:
+            return await self.holding.drop_copies(owner, d)
+
+        own = owner == sender.id
+        return self.claims.taken(
+            sender, done, record, urgent=False, otherwise=drop if own else None
+        )
 
     async def record_done(self, done: dict[bytes, list[int]]) -> int:
         """A done range handed over, or known on a replica, that passed its check

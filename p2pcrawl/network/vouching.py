@@ -43,7 +43,7 @@ import asyncio
 import logging
 import random
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -87,7 +87,8 @@ Refetch = Callable[[str], Awaitable[bytes | None]]
 @dataclass(slots=True)
 class _Held:
     peer: PeerRef
-    claims: list[tuple[dict[bytes, list[int]], Apply]] = field(default_factory=list)
+    # (claim, what records it if verified, what is done instead if nothing is decided)
+    claims: list[tuple[dict[bytes, list[int]], Apply, Apply | None]] = field(default_factory=list)
     size: int = 0
     urgent: bool = False  # a claim whose tasks this peer would otherwise fetch
 
@@ -131,6 +132,7 @@ class Vouching:
         self.verified = 0
         self.mismatched = 0
         self.unverified = 0
+        self.unverified_why: Counter[str] = Counter()  # rounds, by why nothing was decided
         self.overflow = 0
         self.distrusted_refused = 0
         self.refetches = 0  # requests to the web the checks cost
@@ -161,12 +163,19 @@ class Vouching:
         return peer_id in self._distrusted
 
     def hold(
-        self, peer: PeerRef, done: Mapping[bytes, list[int]], apply: Apply, *, urgent: bool
+        self,
+        peer: PeerRef,
+        done: Mapping[bytes, list[int]],
+        apply: Apply,
+        *,
+        urgent: bool,
+        otherwise: Apply | None = None,
     ) -> None:
         """Hold a claim of ``peer``'s until a round checked it; ``apply`` records it then.
         ``urgent``: while it is held, this peer may fetch what it names (a handoff's done
         range, a replica's answer about tasks being queued here), so its round comes after
-        ``URGENT_GAP_S``; a replica's news waits for ``ROUND_GAP_S``."""
+        ``URGENT_GAP_S``; a replica's news waits for ``ROUND_GAP_S``. ``otherwise``: what
+        to do with the claim if its round decides nothing (``unverified``)."""
         claim = {k: list(v) for k, v in done.items() if v}
         n = sum(len(v) for v in claim.values())
         if not n:
@@ -184,7 +193,7 @@ class Vouching:
             return
         if held is None:
             held = self._held[peer.id] = _Held(peer)
-        held.claims.append((claim, apply))
+        held.claims.append((claim, apply, otherwise))
         held.urgent |= urgent
         held.size += n
         self._held_size += n
@@ -230,12 +239,12 @@ class Vouching:
 
     async def _round(self, held: _Held) -> None:
         self.rounds += 1
-        pairs = [(k, fp) for claim, _ in held.claims for k, fps in claim.items() for fp in fps]
+        pairs = [(k, fp) for claim, *_ in held.claims for k, fps in claim.items() for fp in fps]
         drawn = self._rng.sample(pairs, min(MAX_VOUCH, len(pairs)))
         verdict = await self._check(held.peer, drawn)
         if verdict == "verified":
             self.verified += held.size
-            for claim, apply in held.claims:
+            for claim, apply, _ in held.claims:
                 await apply(claim)
             return
         if verdict == "mismatch":
@@ -246,18 +255,25 @@ class Vouching:
             log.warning("%s lied about finished pages: its claims are refused", held.peer)
         else:
             self.unverified += held.size
+            for claim, _, otherwise in held.claims:
+                if otherwise is not None:
+                    await otherwise(claim)
+
+    def _unverified(self, why: str) -> str:
+        self.unverified_why[why] += 1
+        return "unverified"
 
     async def _check(self, peer: PeerRef, drawn: list[tuple[bytes, int]]) -> str:
         try:
             pages = await self._ask(peer, [Wanted(k, fp) for k, fp in drawn])
         except (PeerTimeout, RemoteError, OSError):
-            return "unverified"
+            return self._unverified("no answer")
         by_pair = {(p.key, p.fp): p for p in pages}
         answered: list[Vouched] = []
         for k, fp in drawn:
             page = by_pair.get((k, fp))
             if page is None:
-                return "unverified"
+                return self._unverified("not vouched")
             url = page.url
             if (
                 urls.canonicalize(url) != url
@@ -270,12 +286,12 @@ class Vouching:
             # A page finished without a body cannot be checked by fetching it (robots.txt may
             # have kept it out): were it let through, a liar would say so of every page it
             # did not fetch, and vouch for the one it did.
-            return "unverified"
+            return self._unverified("no body")
         page = answered[0]  # drawn at random
         self.refetches += 1
         digest = await self._refetch(page.url)
         if digest is None:
-            return "unverified"
+            return self._unverified("refetch failed")
         return "verified" if digest == page.digest else "mismatch"
 
 
