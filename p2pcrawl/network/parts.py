@@ -52,7 +52,7 @@ from p2pcrawl.network.roster import Roster
 from p2pcrawl.network.scopesync import ScopeSync
 from p2pcrawl.network.seeding import Seeder
 from p2pcrawl.network.stall import StallResync
-from p2pcrawl.network.vouching import Vouching, vouch_server
+from p2pcrawl.network.vouching import Vouching, VouchServer
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from protocol import (
     GIVE_BACK,
@@ -115,6 +115,7 @@ class Parts:
     healing: Healing
     load_info: LoadInfo
     vouching: Vouching
+    vouch_server: VouchServer
 
     def in_transit(self) -> int:
         """URLs and news waiting in our RPC lanes, and done claims waiting for a check."""
@@ -155,15 +156,14 @@ def assemble(
     advertised = Advertised()
     rebalance_due = asyncio.Event()
     keyed = bool(ps.secret)
-    # An open network does not lend: a re-fetch that checked a borrower's report would cost
-    # the fetch lending saves (docs/security.md).
+    # No loans in an open network: checking a report would cost the fetch a loan saves.
     lending_on = ps.lend and ps.partition != "url" and keyed
 
     # -- the engine, and what it sends through ------------------------------------------
     replica_book = ReplicaBook(
         enroll_new=ledger.queued == 0 and ledger.done_count == 0, gone=roster.gone
     )
-    vouching = Vouching(node.call, lambda: engine)
+    vouching, vouch_server = Vouching(node.call, lambda: engine), VouchServer(ledger.done)
     claims = Claims(node, node, keyed=keyed, replicas=ps.replicas, vouching=vouching)
     replication = Replication(
         node,
@@ -412,8 +412,7 @@ def assemble(
     node.serve(LEND, lender.serve_lend)
     node.serve(GIVE_BACK, lender.serve_return)
     node.serve_claims(STORE_HISTORY, visit_history.serve)
-    if not keyed:
-        node.serve(VOUCH, vouch_server(ledger.done))
+    node.serve(VOUCH, vouch_server.serve)  # only an open network's peers ask
     return Parts(
         ledger=ledger,
         backups=backups,
@@ -447,4 +446,5 @@ def assemble(
         healing=healing,
         load_info=load_info,
         vouching=vouching,
+        vouch_server=vouch_server,
     )

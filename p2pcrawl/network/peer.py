@@ -276,7 +276,10 @@ class Peer:
         if self.state != "active":
             return self.handoff
         self.state = "leaving"
-        return await self.parts.leave.leave()
+        report = await self.parts.leave.leave()
+        if not self.config.peer.secret:  # an open network: answer the checks of our claims
+            await self.parts.vouch_server.linger()
+        return report
 
     async def say_goodbye(self) -> list[PeerRef]:
         """GOODBYE to every peer we know (a peer that exits once the crawl is finished)."""

@@ -63,7 +63,7 @@ from protocol import (
 )
 from storage import DoneRecord
 
-__all__ = ["Apply", "Vouching", "asker", "refetcher", "vouch_server"]
+__all__ = ["Apply", "VouchServer", "Vouching", "asker", "refetcher"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,10 @@ MAX_PEERS = 64
 MAX_DISTRUSTED = 1024
 ROUND_GAP_S = 10.0
 URGENT_GAP_S = 1.0
+# A leaver answers VOUCH until none came for LINGER_QUIET_S, at most LINGER_MAX_S: longer than
+# URGENT_GAP_S, after which its new owners' rounds for its hand-off are due.
+LINGER_QUIET_S = 2.0
+LINGER_MAX_S = 6.0
 IDLE_POLL_S = 0.25
 ROUNDS_PER_S = 10.0
 
@@ -322,11 +326,29 @@ def refetcher(fetch: Callable[[str], Awaitable[FetchResult]]) -> Refetch:
     return refetch
 
 
-def vouch_server(done: DoneRecord) -> Callable[[PeerRef, Any], Awaitable[VouchReply]]:
-    """VOUCH as this peer answers it: what the asked pages it fetched itself were."""
+class VouchServer:
+    """VOUCH as this peer answers it: what the asked pages it fetched itself were. A leaver
+    answers on for a while after its hand-off (``linger``): its new owners check the done
+    ranges it handed them, and a claimant that is gone leaves them unrecorded."""
 
-    async def serve(sender: PeerRef, args: Any) -> VouchReply:
-        proofs = await done.proofs([(w.key, w.fp) for w in args.wanted])
+    def __init__(self, done: DoneRecord, clock: Callable[[], float] = time.monotonic) -> None:
+        self._done = done
+        self._clock = clock
+        self.served = 0
+        self._last = float("-inf")
+
+    async def serve(self, sender: PeerRef, args: Any) -> VouchReply:
+        self.served += 1
+        self._last = self._clock()
+        proofs = await self._done.proofs([(w.key, w.fp) for w in args.wanted])
         return VouchReply([Vouched(k, fp, url, digest) for k, fp, url, digest in proofs])
 
-    return serve
+    async def linger(self, quiet: float = LINGER_QUIET_S, most: float = LINGER_MAX_S) -> None:
+        """Until no VOUCH came for ``quiet`` seconds since the call (at most ``most``)."""
+        start = self._clock()
+        end = start + most
+        while (now := self._clock()) < end:
+            wait = max(self._last, start) + quiet - now
+            if wait <= 0:
+                return
+            await asyncio.sleep(min(wait, end - now))

@@ -73,6 +73,12 @@ async def finish_and_count(cluster: Cluster, web: TestWeb, what: str) -> tuple[i
     final = await cluster.wait_network_finished(timeout=180)
     assert all(s["backups_orphaned"] == 0 for s in final)
     dups, pages = server_duplicates(web)
+    # An open network (loopback, no key) fetches a few pages again to check its members'
+    # claims that pages are done (docs/security.md): those are no duplicate of the crawl.
+    # A peer killed on the way took its count with it; its few are left in ``dups``.
+    refetched = sum(s["claims"]["refetches"] for s in final)
+    print(f"{what}: {dups} second requests, {refetched} of them to check claims")
+    dups = max(0, dups - refetched)
     print(f"{what}: {dups} duplicate fetches of {pages} pages ({100 * dups / pages:.2f}%)")
     if dups:  # who fetched what twice, for whoever reads a failure
         by_peer = {p.name: set(read_warc_urls(p.data / "warc")) for p in cluster.peers}
@@ -175,7 +181,7 @@ async def test_exit_when_finished_ends_a_batch_crawl(web: TestWeb, make_cluster:
     assert len(summaries) == 3 and all(s["finished"] is True for s in summaries)
     assert sum(s["pages_fetched"] for s in summaries) == len(web.ground_truth())
     dups, _ = server_duplicates(web)
-    assert dups == 0
+    assert dups <= sum(s["claims_refetched"] for s in summaries)  # none but the checks
 
 
 def duplicates_within(dups: int, bound: float, what: str) -> None:

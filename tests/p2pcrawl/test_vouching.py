@@ -13,7 +13,7 @@ import pytest
 
 from p2pcrawl.crawl import FetchResult, page_digest, urls
 from p2pcrawl.network.vouching import MAX_HELD_PER_PEER, Vouching
-from protocol import PeerRef, PeerTimeout, Vouched, VouchReply, key_for
+from protocol import VOUCH, PeerRef, PeerTimeout, Vouched, VouchReply, Wanted, key_for
 
 PEER = PeerRef(b"\x07" * 20, "127.0.0.1", 9)
 PAGES = {f"http://h.example/{i}": f"page {i}".encode() for i in range(6)}
@@ -154,3 +154,22 @@ async def test_news_waits_for_its_gap_while_the_peer_crawls_and_not_once_it_is_i
     await settle(v)  # and is checked once we are idle: the finish waits for no gap
     assert recorded == [claim(names[0]), claim(names[1])] and v.rounds == 2
     await v.aclose()
+
+
+async def test_a_leaver_answers_vouch_until_the_checks_are_done(tmp_path: Any) -> None:
+    from p2pcrawl.network.vouching import VouchServer
+    from storage import DoneRecord
+
+    done = await DoneRecord.open(tmp_path / "done.sqlite3", expected=1_000)
+    url = next(iter(PAGES))
+    fp = urls.fingerprint(url)
+    await done.add([(key_of(url), fp)], [(key_of(url), fp, url, page_digest(PAGES[url]))])
+    server = VouchServer(done)
+    lingering = asyncio.create_task(server.linger(quiet=1.0, most=10.0))
+    await asyncio.sleep(0.2)
+    assert not lingering.done()  # it waits for checks even before the first
+    reply = await server.serve(PEER, VOUCH.args([Wanted(key_of(url), fp), Wanted(key_of(url), 1)]))
+    assert reply.pages == [Vouched(key_of(url), fp, url, page_digest(PAGES[url]))]
+    await lingering  # and stops once none came for a while
+    assert server.served == 1
+    await done.aclose()
