@@ -74,11 +74,11 @@ class Claims:
         apply: Apply,
         *,
         urgent: bool = True,
-        otherwise: Apply | None = None,
+        checked: bool = True,
     ) -> dict[bytes, list[int]]:
         """What of ``done`` (fingerprints by key) to record now, coming from ``sender``;
         what is held for a check is recorded later with ``apply``, if it passes
-        (``urgent``, ``otherwise``: ``Vouching.hold``)."""
+        (``urgent``: ``Vouching.hold``). ``checked=False``: the rule alone decides."""
         if self.keyed or not done:
             return dict(done)
         member = self._members.established_before(sender.id)
@@ -88,9 +88,9 @@ class Claims:
                 out[key] = fps
             else:
                 self.refused += len(fps)
-        if self.vouching is None or not out:
+        if self.vouching is None or not out or not checked:
             return out
-        self.vouching.hold(sender, out, apply, urgent=urgent, otherwise=otherwise)
+        self.vouching.hold(sender, out, apply, urgent=urgent)
         return {}
 
     def believes(self, sender: bytes, key: bytes) -> bool:

@@ -58,8 +58,6 @@ class Holding(Protocol):
 
     async def record_done(self, owner: bytes, done: dict[bytes, list[int]]) -> int: ...
 
-    async def drop_copies(self, owner: bytes, done: dict[bytes, list[int]]) -> int: ...
-
     def note_keys(self, keys: set[bytes]) -> None: ...
 
 
@@ -227,21 +225,20 @@ class PeerHandler:
     def _news(
         self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
     ) -> dict[bytes, list[int]]:
-        """An owner's news to its replica: what of it to record now. News an owner could
-        not show to be true of its own tasks still drops the copies it names here without
-        recording them done: it holds those tasks and could sit on them anyway
-        (docs/security.md), and copies kept for good would hold the finish back."""
+        """An owner's news to its replica: what of it to record now. News about its own
+        tasks, from the owner of their keys as this peer sees it, is not checked: an owner
+        could sit on those tasks anyway (docs/security.md, "Own the key"), and news held
+        for a check when the owner dies would be fetched again by its successor."""
 
         async def record(d: dict[bytes, list[int]]) -> int:
             return await self.holding.record_done(owner, d)
 
-        async def drop(d: dict[bytes, list[int]]) -> int:
-            return await self.holding.drop_copies(owner, d)
+        def owns(key: bytes) -> bool:
+            found = self.ownership.closest_local(key, 1, with_self=True)
+            return bool(found) and found[0].id == sender.id
 
-        own = owner == sender.id
-        return self.claims.taken(
-            sender, done, record, urgent=False, otherwise=drop if own else None
-        )
+        own = owner == sender.id and all(owns(k) for k in done)
+        return self.claims.taken(sender, done, record, urgent=False, checked=not own)
 
     async def record_done(self, done: dict[bytes, list[int]]) -> int:
         """A done range handed over, or known on a replica, that passed its check

@@ -158,12 +158,12 @@ def assemble(
     keyed = bool(ps.secret)
     # No loans in an open network: checking a report would cost the fetch a loan saves.
     lending_on = ps.lend and ps.partition != "url" and keyed
-
     # -- the engine, and what it sends through ------------------------------------------
     replica_book = ReplicaBook(
         enroll_new=ledger.queued == 0 and ledger.done_count == 0, gone=roster.gone
     )
-    vouching, vouch_server = Vouching(node.call, lambda: engine), VouchServer(ledger.done)
+    vouching = Vouching(node.call, lambda: engine, ledger.done)
+    vouch_server = VouchServer(ledger.done)
     claims = Claims(node, node, keyed=keyed, replicas=ps.replicas, vouching=vouching)
     replication = Replication(
         node,

@@ -386,11 +386,6 @@ class Replication:
         await self.ledger.done.add(pairs)
         return await self.backups.remove(owner, [fp for _, fp in pairs])
 
-    async def drop_copies(self, owner: bytes, done: dict[bytes, list[int]]) -> int:
-        """``owner`` says it finished these, and could not show it: drop our copies, record
-        nothing (``handlers.PeerHandler._news``)."""
-        return await self.backups.remove(owner, [fp for fps in done.values() for fp in fps])
-
     async def finished_for(self, owner: bytes, key: bytes, fps: list[int]) -> None:
         """Pages of ``owner``'s that this peer crawled on loan and ``owner`` does not answer
         for: its replicas record them as done now, so that if it is dead, its successor (one

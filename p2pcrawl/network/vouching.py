@@ -44,7 +44,7 @@ import logging
 import random
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -91,8 +91,7 @@ Refetch = Callable[[str], Awaitable[bytes | None]]
 @dataclass(slots=True)
 class _Held:
     peer: PeerRef
-    # (claim, what records it if verified, what is done instead if nothing is decided)
-    claims: list[tuple[dict[bytes, list[int]], Apply, Apply | None]] = field(default_factory=list)
+    claims: list[tuple[dict[bytes, list[int]], Apply]] = field(default_factory=list)
     size: int = 0
     urgent: bool = False  # a claim whose tasks this peer would otherwise fetch
 
@@ -108,17 +107,26 @@ class CheckingCrawl(Protocol):
     def idle(self) -> bool: ...
 
 
+class DoneHere(Protocol):
+    """Our done record (``storage.DoneRecord``)."""
+
+    async def contains(self, items: Sequence[tuple[bytes, int]]) -> list[bool]: ...
+
+
 class Vouching:
     def __init__(
         self,
         call: Call,
         crawl: Callable[[], CheckingCrawl],
+        done: DoneHere,
         *,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``call``: a crawl RPC (``CrawlNode.call``), for VOUCH; ``crawl``: our crawler
-        (built after this), which fetches a page again and says whether it is idle."""
+        (built after this), which fetches a page again and says whether it is idle;
+        ``done``: our done record (a claim says nothing new of pages done here already)."""
+        self._done = done
         self._ask = asker(call)
         self._crawl = crawl
         self._refetch = refetcher(self._fetch_page)
@@ -173,13 +181,11 @@ class Vouching:
         apply: Apply,
         *,
         urgent: bool,
-        otherwise: Apply | None = None,
     ) -> None:
         """Hold a claim of ``peer``'s until a round checked it; ``apply`` records it then.
         ``urgent``: while it is held, this peer may fetch what it names (a handoff's done
         range, a replica's answer about tasks being queued here), so its round comes after
-        ``URGENT_GAP_S``; a replica's news waits for ``ROUND_GAP_S``. ``otherwise``: what
-        to do with the claim if its round decides nothing (``unverified``)."""
+        ``URGENT_GAP_S``; a replica's news waits for ``ROUND_GAP_S``."""
         claim = {k: list(v) for k, v in done.items() if v}
         n = sum(len(v) for v in claim.values())
         if not n:
@@ -197,7 +203,7 @@ class Vouching:
             return
         if held is None:
             held = self._held[peer.id] = _Held(peer)
-        held.claims.append((claim, apply, otherwise))
+        held.claims.append((claim, apply))
         held.urgent |= urgent
         held.size += n
         self._held_size += n
@@ -243,12 +249,16 @@ class Vouching:
 
     async def _round(self, held: _Held) -> None:
         self.rounds += 1
-        pairs = [(k, fp) for claim, *_ in held.claims for k, fps in claim.items() for fp in fps]
-        drawn = self._rng.sample(pairs, min(MAX_VOUCH, len(pairs)))
-        verdict = await self._check(held.peer, drawn)
+        pairs = [(k, fp) for claim, _ in held.claims for k, fps in claim.items() for fp in fps]
+        # Pages done here already are no news (a done range handed back to the peer that
+        # fetched them): only the rest is drawn, and a claim with no rest needs no check.
+        known = await self._done.contains(pairs)
+        news = [p for p, k in zip(pairs, known, strict=True) if not k]
+        drawn = self._rng.sample(news, min(MAX_VOUCH, len(news)))
+        verdict = await self._check(held.peer, drawn) if drawn else "verified"
         if verdict == "verified":
             self.verified += held.size
-            for claim, apply, _ in held.claims:
+            for claim, apply in held.claims:
                 await apply(claim)
             return
         if verdict == "mismatch":
@@ -259,9 +269,6 @@ class Vouching:
             log.warning("%s lied about finished pages: its claims are refused", held.peer)
         else:
             self.unverified += held.size
-            for claim, _, otherwise in held.claims:
-                if otherwise is not None:
-                    await otherwise(claim)
 
     def _unverified(self, why: str) -> str:
         self.unverified_why[why] += 1

@@ -47,6 +47,16 @@ class Claimant:
         return VouchReply(out)
 
 
+class Done:
+    """Our done record: ``here`` are done already."""
+
+    def __init__(self, here: set[int] | None = None) -> None:
+        self.here = here or set()
+
+    async def contains(self, items: Any) -> list[bool]:
+        return [fp in self.here for _, fp in items]
+
+
 class Crawl:
     """Pages fetched again from ``PAGES``; busy unless told otherwise."""
 
@@ -70,7 +80,7 @@ async def settle(v: Vouching) -> None:
 def checker(claimant: Claimant) -> tuple[Vouching, list[dict[bytes, list[int]]]]:
     """The check, and what it recorded (``held``)."""
     crawl = Crawl()
-    return Vouching(claimant.call, lambda: crawl, rng=random.Random(1)), []
+    return Vouching(claimant.call, lambda: crawl, Done(), rng=random.Random(1)), []
 
 
 async def held(v: Vouching, recorded: list[dict[bytes, list[int]]], done: Any) -> None:
@@ -139,7 +149,7 @@ async def test_held_claims_are_bounded_per_member() -> None:
 async def test_news_waits_for_its_gap_while_the_peer_crawls_and_not_once_it_is_idle() -> None:
     names = list(PAGES)
     crawl = Crawl()
-    v = Vouching(Claimant({u: PAGES[u] for u in names}).call, lambda: crawl)
+    v = Vouching(Claimant({u: PAGES[u] for u in names}).call, lambda: crawl, Done())
     recorded: list[dict[bytes, list[int]]] = []
 
     async def apply(d: dict[bytes, list[int]]) -> None:
@@ -173,3 +183,26 @@ async def test_a_leaver_answers_vouch_until_the_checks_are_done(tmp_path: Any) -
     await lingering  # and stops once none came for a while
     assert server.served == 1
     await done.aclose()
+
+
+async def test_pages_done_here_already_are_not_drawn_and_need_no_check() -> None:
+    names = list(PAGES)
+    mine = {urls.fingerprint(u) for u in names[:4]}
+    crawl = Crawl()
+    # The claimant cannot vouch for our own pages (it was handed them): only its own are drawn.
+    claimant = Claimant({u: PAGES[u] for u in names[4:]})
+    v = Vouching(claimant.call, lambda: crawl, Done(mine), rng=random.Random(3))
+    recorded: list[dict[bytes, list[int]]] = []
+
+    async def apply(d: dict[bytes, list[int]]) -> None:
+        recorded.append(d)
+
+    for _ in range(3):
+        v.hold(PEER, claim(*names), apply, urgent=True)
+        crawl.idle = True
+        await settle(v)
+    assert len(recorded) == 3 and v.unverified == 0 and v.refetches == 3
+    v.hold(PEER, claim(*names[:4]), apply, urgent=True)
+    await settle(v)
+    assert len(recorded) == 4 and claimant.asked == 3  # nothing new: not even asked
+    await v.aclose()
