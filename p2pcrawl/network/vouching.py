@@ -158,7 +158,7 @@ class Vouching:
         """Fingerprints held or being checked (the peer is not quiet while any are)."""
         return self._held_size + len(self._checking)
 
-    def status(self) -> dict[str, int]:
+    def status(self) -> dict[str, int | dict[str, int]]:
         """The counters, for ``/api/status`` (``claims``)."""
         return {
             "verified": self.verified,
@@ -169,6 +169,7 @@ class Vouching:
             "held": self.pending,
             "rounds": self.rounds,
             "refetches": self.refetches,
+            "unverified_rounds": dict(self.unverified_why),
         }
 
     def distrusts(self, peer_id: bytes) -> bool:

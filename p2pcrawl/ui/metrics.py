@@ -193,7 +193,13 @@ class _Collector:
             "Open network: pages members said were done, held for a sample re-fetch, by what "
             'became of them (docs/security.md, "Forged work claims")',
             "outcome",
-            {k: n for k, n in v.status().items() if k not in ("held", "rounds", "refetches")},
+            {
+                "verified": v.verified,
+                "mismatch": v.mismatched,
+                "unverified": v.unverified,
+                "overflow": v.overflow,
+                "distrusted": v.distrusted_refused,
+            },
         )
         c = CounterMetricFamily(
             "p2pcrawl_claims_refetches", "Open network: pages fetched again to check a claim"
