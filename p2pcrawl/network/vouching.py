@@ -1,10 +1,11 @@
 """Checking a member's word that pages are done, in an open network (docs/security.md,
 "Forged work claims").
 
-A done claim (a handoff's or takeover's done range, a replica's news, a replica's answer that
-it knows pages as done) that passes the claims rule (``claims``) is *held*, not recorded:
-nothing it names is marked done here until a sample of it was checked. A round takes every
-claim a member made since its last round, draws ``MAX_VOUCH`` of their pages at random, asks
+A done claim (a handoff's or takeover's done range, a replica's news unless it comes from the
+key's owner about its own tasks, a replica's answer that it knows pages as done) that passes
+the claims rule (``claims``) is *held*, not recorded: nothing it names is marked done here
+until a sample of it was checked. A round takes every claim a member made since its last
+round, leaves out the pages done here already, draws ``MAX_VOUCH`` of the rest at random, asks
 the member what they were (VOUCH: URL and body digest, from its done record's proofs) and
 fetches one of them again (``refetch``, the crawler's own fetcher, paced as its fetches are).
 The round then decides for all of them:
