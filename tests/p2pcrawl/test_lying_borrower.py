@@ -193,9 +193,9 @@ async def test_an_honest_handoff_in_an_open_network_passes_its_check(
     make_web: WebFactory, make_peer: PeerFactory
 ) -> None:
     """Two honest peers of an open network at the defaults: the first crawls part of the web,
-    the second joins and takes its keys with their done ranges, and each tells the other, as
-    its replica, which pages it finished. Those claims are checked and taken: no page is
-    fetched twice but the few fetched again to check them, and none is lost."""
+    the second joins and takes its keys with their done ranges. Those claims are checked and
+    taken: no page is fetched twice but the few fetched again to check them, and none is
+    lost."""
     web = await make_web(hosts=4, pages_per_host=30)
     truth = web.ground_truth()
     a = await make_peer(crawl=crawl_settings_for(web), peer=PeerSettings())
