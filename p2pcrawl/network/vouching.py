@@ -233,6 +233,9 @@ class Vouching:
                     self._last_start = self._clock()
                     held = self._held.pop(peer_id)
                     self._held_size -= held.size
+                    if peer_id in self._distrusted:  # caught while these waited
+                        self.distrusted_refused += held.size
+                        continue
                     await self._round(held)
                     self._last_round[peer_id] = self._clock()
         finally:
