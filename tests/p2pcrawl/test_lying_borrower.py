@@ -98,13 +98,13 @@ async def _owner_and_liar(
     among them, so neither ID was chosen."""
     bits = PeerSettings().id_work_bits
     made: list[tuple[NodeKey | None, bytes]] = []
-    for _ in range(12):
+    for _ in range(32):  # made one at a time until a pair fits: twelve were sometimes too few
         key = await asyncio.to_thread(NodeKey.generate, bits) if fair else None
         made.append((key, key.node_id() if key is not None else secrets.token_bytes(20)))
-    for owner, liar in itertools.permutations(made, 2):
-        if all(distance(owner[1], k) < distance(liar[1], k) for k in keys):
-            return owner, liar
-    raise AssertionError("no pair of the twelve IDs splits the hosts so")
+        for owner, liar in itertools.permutations(made, 2):
+            if all(distance(owner[1], k) < distance(liar[1], k) for k in keys):
+                return owner, liar
+    raise AssertionError("no pair of the 32 IDs splits the hosts so")
 
 
 def _give_identity(data_dir: Path, key: NodeKey | None, node_id: bytes) -> None:
