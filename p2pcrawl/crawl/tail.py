@@ -89,7 +89,8 @@ async def page_tail(engine: Engine, task: Task, res: FetchResult) -> None:
         assert engine.revisits is not None
         await engine.revisits.settle_page(task, plan, res)
     else:
-        await engine.finish([task], digest=page_digest(res.body))
+        digest = page_digest(res.body) if engine.keep_proofs else None
+        await engine.finish([task], digest=digest)
 
 
 def _count(engine: Engine, directives: Directives) -> None:

@@ -199,6 +199,7 @@ def assemble(
         loans=loans,
         data_dir=data_dir,
         link_bytes=lambda: rpc.bytes_in + UDP_FRAMING * rpc.datagrams_in,
+        keep_proofs=not keyed,  # only an open network's members are checked (VOUCH)
     )
     intake = Intake(ledger, replication, engine, advertised)
 
@@ -385,13 +386,8 @@ def assemble(
     )
 
     # -- who hears what ---------------------------------------------------------------------
-    for gone in (
-        rebalance.owner_gone,
-        welcome.forget,
-        replica_book.forget_peer,
-        lending.peer_gone,
-        join.neighbour_gone,
-    ):
+    gone_hooks = (rebalance.owner_gone, welcome.forget, replica_book.forget_peer)
+    for gone in (*gone_hooks, lending.peer_gone, join.neighbour_gone):
         roster.on_departure(gone)
     for changed in (
         advertised.forget,

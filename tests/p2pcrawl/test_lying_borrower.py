@@ -175,6 +175,12 @@ async def test_a_member_that_lies_about_finished_work_keeps_no_page_from_an_open
         await liar.aclose()
     archived = _archived([owner])
     vouching = owner.parts.vouching
+    # What the owner fetched is kept with its URL and digest only where a member may be
+    # asked to show it: an open network's (a keyed one's data directory stays as small).
+    fetched = [(key_for(urls.host_of(u)), urls.fingerprint(u)) for u in archived]
+    assert owner.ledger is not None
+    proofs = await owner.ledger.done.proofs(fetched)
+    assert len(proofs) == (len(fetched) if mode == "open" else 0)
     if mode == "open":
         assert set(archived) == truth and max(archived.values()) == 1
         assert (leases, tasks, owner.parts.lender.lends_answered) == (0, 0, 0)
