@@ -109,6 +109,8 @@ class RunResult:
     lend: bool = True
     open: bool = False  # an open network (no --secret): no lending, signed requests
     lent: int = 0  # tasks the owners lent to idle peers (network/lending.py)
+    # Pages fetched again to check a member's done claims (open network: network/vouching.py)
+    refetches: int = 0
     # Lending's counters summed over the peers: LENDs answered with a loan, leases made
     # (an answer may hold several), GIVE_BACKs served.
     lending: Counter[str] = field(default_factory=Counter)
@@ -336,6 +338,7 @@ class Runner:
                 ends.append(float(st.get("last_task_at") or 0.0))
                 lending = st.get("lending", {})
                 result.lent += int(lending.get("lent_total", 0))
+                result.refetches += int(st.get("claims", {}).get("refetches", 0))
                 for name in ("lends_answered", "leases_made", "reports_served"):
                     result.lending[name] += int(lending.get(name, 0))
                 for name, v in st.get("dispatch", {}).items():
@@ -483,9 +486,10 @@ def open_summary(
     keyed: dict[int, list[RunResult]], opened: dict[int, list[RunResult]]
 ) -> dict[str, dict[str, float]]:
     """The open network's runs beside the keyed ones of the same rounds: pages/s and CPU per
-    page, each also over the keyed figure at the same N."""
+    page, each also over the keyed figure at the same N; and the requests to the web its
+    checks of done claims cost (``refetches_per_page``: pages fetched again, per page)."""
     out: dict[str, dict[str, float]] = {"pages_per_s": {}, "cpu_ms_per_page": {}}
-    out.update(speed_over_keyed={}, cpu_over_keyed={})
+    out.update(speed_over_keyed={}, cpu_over_keyed={}, refetches_per_page={})
 
     def cpu_ms(r: RunResult) -> float:
         return 1000 * r.cpu_s / max(r.pages, 1)
@@ -501,6 +505,8 @@ def open_summary(
         out["cpu_ms_per_page"][str(n)] = round(cpu, 3)
         out["speed_over_keyed"][str(n)] = round(speed / k_speed, 3) if k_speed else 0.0
         out["cpu_over_keyed"][str(n)] = round(cpu / k_cpu, 3) if k_cpu else 0.0
+        refetched = statistics.median(r.refetches / max(r.pages, 1) for r in rs)
+        out["refetches_per_page"][str(n)] = round(refetched, 4)
     return out
 
 
@@ -515,7 +521,8 @@ def report_run(r: int, res: RunResult) -> None:
         f"{res.rpcs / max(res.pages, 1):.2f} RPCs/page "
         f"({per_page_text(res.rpc_types, res.pages)}; before the seed "
         f"{sum(res.rpc_types_before.values())}), "
-        f"{res.duplicates} duplicates, pages per peer {res.per_peer_pages} "
+        f"{res.duplicates} duplicates ({res.refetches} re-fetches to check claims), "
+        f"pages per peer {res.per_peer_pages} "
         f"(busiest/mean {res.busiest:.2f}; key space max/mean {res.key_space:.2f}); "
         f"lent {res.lent} ({res.lending['leases_made']} leases in "
         f"{res.lending['lends_answered']} LEND answers, {res.lending['reports_served']} "

@@ -8,6 +8,7 @@ types of ``model`` and the task chunks of ``codec``.
     quiet          [sender]                  {quiet, done}
     ping_req       [sender, target]          {ok, known}
     goodbye        [sender]                  {ok}
+    vouch          [sender, [[key, fp]...]]  {pages: [[key, fp, url, digest]...]}
 
 (LEND and GIVE_BACK are declared in ``loans``, LOAD in ``loadreport``; the server adds its
 node ID to every reply as ``"id"``.) Replies stay within one datagram: STORE_TASK answers with
@@ -23,6 +24,7 @@ import struct
 from collections.abc import Collection, Sequence
 from typing import Annotated
 
+import msgspec
 from msgspec import Meta
 
 from protocol.codec import (
@@ -48,13 +50,14 @@ from protocol.model import (
     check_id,
     check_url,
 )
-from protocol.procedures import Args, Count, Id, NoArgs, Procedure, Reply
+from protocol.procedures import U64, Args, Count, Id, NoArgs, Procedure, Reply
 
 __all__ = [
     "DELETE_BACKUP",
     "FPS_PER_CHUNK",
     "GOODBYE",
     "MAX_URL_LENGTH",
+    "MAX_VOUCH",
     "PAYLOAD_LIMIT",
     "PING_REQ",
     "QUIET",
@@ -62,6 +65,7 @@ __all__ = [
     "RPC_REQUEST_LIMIT",
     "STORE_BACKUP",
     "STORE_TASK",
+    "VOUCH",
     "BackupArgs",
     "BackupReply",
     "GoodbyeReply",
@@ -77,6 +81,10 @@ __all__ = [
     "StoreTaskArgs",
     "StoreTaskReply",
     "TaskItem",
+    "VouchArgs",
+    "VouchReply",
+    "Vouched",
+    "Wanted",
     "backup_reply",
     "check_id",
     "check_url",
@@ -176,6 +184,40 @@ class GoodbyeReply(Reply):
     ok: bool
 
 
+# Pages one VOUCH asks about: two URLs of MAX_URL_LENGTH fit a reply in one datagram.
+MAX_VOUCH = 2
+DIGEST_BYTES = 8
+
+
+class Wanted(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    key: Id
+    fp: U64
+
+
+class VouchArgs(Args):
+    """VOUCH: pages the sender says are done, which the asker samples to check that word
+    (docs/security.md, "Forged work claims")."""
+
+    wanted: Annotated[list[Wanted], Meta(min_length=1, max_length=MAX_VOUCH)]
+
+
+class Vouched(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """A page the answering peer fetched: its URL and its body's digest (``b""``: finished
+    without a page, a robots.txt exclusion or a final error)."""
+
+    key: Id
+    fp: U64
+    url: Annotated[str, Meta(max_length=MAX_URL_LENGTH)]
+    digest: Annotated[bytes, Meta(max_length=DIGEST_BYTES)]
+
+
+class VouchReply(Reply):
+    """The asked pages this peer fetched; one it did not (done on another's word, or not
+    done) is left out."""
+
+    pages: Annotated[list[Vouched], Meta(max_length=MAX_VOUCH)]
+
+
 STORE_TASK = Procedure("store_task", StoreTaskArgs, StoreTaskReply)
 STORE_BACKUP = Procedure("store_backup", BackupArgs, BackupReply)
 DELETE_BACKUP = Procedure("delete_backup", BackupArgs, Count)
@@ -185,6 +227,7 @@ PING_REQ = Procedure("ping_req", PingReqArgs, PingReqReply)
 # Served inline with the Kademlia RPCs (``rpc.Rpc.rpc_goodbye``); its one argument is the
 # sender's ID, as for every crawl RPC.
 GOODBYE = Procedure("goodbye", NoArgs, GoodbyeReply)
+VOUCH = Procedure("vouch", VouchArgs, VouchReply)
 
 
 def encode_batches(batches: Sequence[KeyBatch], limit: int = PAYLOAD_LIMIT) -> list[bytes]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from storage.backups import BackupStore
 from storage.bloom import SplittableBloom, false_positive_rate, optimal_k
-from storage.done import DoneRecord
+from storage.done import PROOF_DIGEST_BYTES, DoneRecord, Proof
 from storage.failures import StoreClosed, StoreCorrupt, StoreUnwritable
 from storage.lock import DataDirLocked, DirLock
 from storage.records import StoredTask
@@ -19,10 +19,12 @@ from storage.visits import MAX_VALIDATOR, Visit, VisitStore, pack_visits, unpack
 
 __all__ = [
     "MAX_VALIDATOR",
+    "PROOF_DIGEST_BYTES",
     "BackupStore",
     "DataDirLocked",
     "DirLock",
     "DoneRecord",
+    "Proof",
     "SplittableBloom",
     "StoreClosed",
     "StoreCorrupt",

@@ -31,7 +31,10 @@ from storage.db import BackgroundStep, SqliteWorker, WorkerStore
 from storage.hostkeys import HOSTS_TABLE, check_key, host_id
 from storage.records import from_sql_fp, to_sql_fp
 
-__all__ = ["DoneRecord"]
+__all__ = ["PROOF_DIGEST_BYTES", "DoneRecord", "Proof"]
+
+# (host key, fingerprint, URL, digest) of a page fetched here.
+Proof = tuple[bytes, int, str, bytes]
 
 APPLICATION_ID = 0x70324431  # "p2D1": marks the file as a done record
 
@@ -42,13 +45,33 @@ _SCHEMA = (
         fp INTEGER NOT NULL,
         PRIMARY KEY(key_id, fp)
     ) WITHOUT ROWID""",
+    # What a page fetched here was, for a peer that checks this one's word that it is done
+    # (docs/security.md, "Forged work claims"): its URL and 8 bytes of its body's digest
+    # (empty: finished without a page). Pages recorded done on another peer's word have
+    # none. A side table, so the rebuild and rehash scans of ``done`` stay as small as
+    # they were, and a data directory from before gains it empty when opened.
+    """CREATE TABLE IF NOT EXISTS proofs(
+        key_id INTEGER NOT NULL,
+        fp INTEGER NOT NULL,
+        url TEXT NOT NULL,
+        digest BLOB NOT NULL,
+        PRIMARY KEY(key_id, fp)
+    ) WITHOUT ROWID""",
 )
+
+PROOF_DIGEST_BYTES = 8
 
 _SCAN_CHUNK = 20_000  # rows per rehash step: a few tens of ms that writers may wait
 _HOST_CACHE = 100_000  # host key -> id entries kept in the worker thread
 _MIN_LEAF = 1024
 _FANOUT = 3  # the DSBF paper's experiments (§4) use c = 3
 _MIN_SQL_FP = -(1 << 63)
+
+
+def _digest(d: bytes) -> bytes:
+    if len(d) not in (0, PROOF_DIGEST_BYTES):
+        raise ValueError(f"a page's digest must be {PROOF_DIGEST_BYTES} bytes or none")
+    return d
 
 
 class DoneRecord(WorkerStore):
@@ -117,12 +140,14 @@ class DoneRecord(WorkerStore):
 
     # -- writes ----------------------------------------------------------------------------
 
-    async def add(self, items: Sequence[tuple[bytes, int]]) -> int:
+    async def add(self, items: Sequence[tuple[bytes, int]], proofs: Sequence[Proof] = ()) -> int:
         """Record (host key, fp) pairs as done; returns how many were new. Durable on
-        return, and :meth:`maybe_contains` already knows them by then."""
+        return, and :meth:`maybe_contains` already knows them by then. ``proofs``: what
+        pages fetched here were (their pairs must be among ``items``)."""
         if not items:
             return 0
         rows = [(check_key(key), to_sql_fp(fp)) for key, fp in items]
+        proven = [(key, to_sql_fp(fp), url, _digest(d)) for key, fp, url, d in proofs]
         known = self._host_ids
 
         def job(conn: sqlite3.Connection) -> tuple[list[int], dict[bytes, int]]:
@@ -133,6 +158,11 @@ class DoneRecord(WorkerStore):
                 ids[key] = key_id
                 if conn.execute("INSERT OR IGNORE INTO done VALUES (?, ?)", (key_id, fp)).rowcount:
                     new.append(fp)
+            for key, fp, url, d in proven:
+                key_id = ids.get(key) or known.get(key) or host_id(conn, key, create=True)
+                conn.execute(
+                    "INSERT OR IGNORE INTO proofs VALUES (?, ?, ?, ?)", (key_id, fp, url, d)
+                )
             return new, ids
 
         new, _ = await self._worker.run(job, on_commit=self._committed)
@@ -154,6 +184,7 @@ class DoneRecord(WorkerStore):
                 if key_id:
                     sql = "DELETE FROM done WHERE key_id = ? AND fp = ?"
                     gone += conn.execute(sql, (key_id, fp)).rowcount
+                    conn.execute("DELETE FROM proofs WHERE key_id = ? AND fp = ?", (key_id, fp))
             return gone
 
         return await self._worker.run(job, on_commit=self._forgotten)
@@ -239,6 +270,24 @@ class DoneRecord(WorkerStore):
         for i in await self._worker.run(job, write=False):
             flags[i] = True
         return flags
+
+    async def proofs(self, items: Sequence[tuple[bytes, int]]) -> list[Proof]:
+        """What the pages of those (host key, fp) pairs were, for those fetched here."""
+        rows = [(check_key(key), fp, to_sql_fp(fp)) for key, fp in items]
+        known = self._host_ids
+
+        def job(conn: sqlite3.Connection) -> list[Proof]:
+            out: list[Proof] = []
+            for key, fp, sql_fp in rows:
+                key_id = known.get(key) or host_id(conn, key, create=False)
+                row = conn.execute(
+                    "SELECT url, digest FROM proofs WHERE key_id = ? AND fp = ?", (key_id, sql_fp)
+                ).fetchone()
+                if key_id and row is not None:
+                    out.append((key, fp, str(row[0]), bytes(row[1])))
+            return out
+
+        return await self._worker.run(job, write=False)
 
     async def fps_for_keys(self, keys: Collection[bytes]) -> dict[bytes, list[int]]:
         """Every done fingerprint of those host keys (moving a host's history to its new

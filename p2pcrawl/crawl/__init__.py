@@ -11,7 +11,7 @@ from __future__ import annotations
 from p2pcrawl.crawl import hops, urls
 from p2pcrawl.crawl.domains import DomainTable, decode_rules, encode_rules, parse_domain_tables
 from p2pcrawl.crawl.engine import TAILS_PER_FETCH, Engine
-from p2pcrawl.crawl.fetcher import Fetcher, FetchResult, ForbiddenAddress
+from p2pcrawl.crawl.fetcher import Fetcher, FetchResult, ForbiddenAddress, page_digest
 from p2pcrawl.crawl.frontier import Frontier, HostQueue, Task
 from p2pcrawl.crawl.hostslot import HostSlot
 from p2pcrawl.crawl.ledger import Ledger, from_stored, to_stored
@@ -80,6 +80,7 @@ __all__ = [
     "make_task",
     "needs_worker",
     "normalise_domain",
+    "page_digest",
     "parse_bounded",
     "parse_domain_tables",
     "policy_from_lent",

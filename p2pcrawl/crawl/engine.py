@@ -68,8 +68,12 @@ class Engine:
         loans: LoanPort = NO_LOANS,
         data_dir: Path | None = None,
         link_bytes: Callable[[], int] | None = None,
+        keep_proofs: bool = False,
     ) -> None:
         self.settings = settings
+        # Each page's URL and body digest kept beside its done record, for the peers that
+        # check this one's word (an open network, docs/security.md); no one else asks.
+        self.keep_proofs = keep_proofs
         self.ledger = ledger
         self.warc = warc
         self.partition: Partition = partition
@@ -204,8 +208,7 @@ class Engine:
 
     @property
     def held(self) -> bool:
-        """No fetch may start now: a limit was reached, or the data directory is full by
-        the estimate until its next measurement (``crawl/disk.py``)."""
+        """No fetch may start now: a limit reached, or the disk full by estimate."""
         return self.exhausted or self.disk.over
 
     def over_host_budget(self, url: str) -> bool:
@@ -246,12 +249,8 @@ class Engine:
         return [self.links.seed_task(raw) for raw in seeds]
 
     def adopt_hosts(self, hostnames: Iterable[str]) -> None:
-        """Widen a seeds-derived scope with hosts the network says are in it.
-
-        With no ``--allow-domain`` the scope is the seeds' hosts, but seeds arrive through
-        one peer: the others learn them from the hosts they are handed as owners and from
-        the scope the seeding peer published in the DHT.
-        """
+        """Widen a seeds-derived scope (no ``--allow-domain``) with hosts the network says
+        are in it: seeds arrive through one peer, the others learn them as owners."""
         self.links.adopt_hosts(hostnames)
 
     async def add_seeds(self, seeds: Iterable[str]) -> int:
@@ -263,8 +262,7 @@ class Engine:
 
     def exclude_keys(self, keys: Iterable[bytes]) -> list[Task]:
         """Stop crawling these keys (moved to another peer); returns their window tasks.
-        Borrowed tasks of those keys stay: they are their lender's, not ours to hand over
-        (a replica hands on the done history of a key it may hold tasks of on loan)."""
+        Borrowed tasks of those keys stay: they are their lender's, not ours to hand over."""
         keys = self.refill.exclude(keys)
         if self.partition == "url":
             return []
@@ -426,9 +424,12 @@ class Engine:
         if self.on_finished is not None:
             await self.on_finished([task])  # the replicas drop their copies
 
-    async def finish(self, tasks: list[Task], *, hurry: bool = False) -> None:
+    async def finish(
+        self, tasks: list[Task], *, hurry: bool = False, digest: bytes | None = None
+    ) -> None:
         """Record ``tasks`` finished here and tell the replicas; ``hurry``: a remote caller
-        waits for it (a borrower's report)."""
+        waits for it (a borrower's report). ``digest``: of the page fetched here; without
+        it, tasks not reported by a borrower are recorded as finished here without a page."""
         if self.loans.borrowed and any(t.lease for t in tasks):
             await self.loans.settle([t for t in tasks if t.lease], finished=True)
             tasks = [t for t in tasks if not t.lease]
@@ -439,7 +440,8 @@ class Engine:
             tasks = await self.revisits.settle(tasks, elsewhere=hurry)
             if not tasks:
                 return
-        await self.ledger.finish(tasks)
+        proofs = self.keep_proofs and (digest is not None or not hurry)
+        await self.ledger.finish(tasks, {t.fp: digest or b"" for t in tasks} if proofs else {})
         if self.on_finished is not None:
             await self.on_finished(tasks, hurry=hurry)
 

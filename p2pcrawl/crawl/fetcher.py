@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import aiohttp
+import xxhash
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
@@ -23,10 +24,19 @@ from p2pcrawl.aio import Memo
 from p2pcrawl.crawl.scope import is_forbidden_address
 from p2pcrawl.settings import CrawlSettings
 
-__all__ = ["FetchResult", "Fetcher", "ForbiddenAddress", "parse_resolve"]
+__all__ = ["FetchResult", "Fetcher", "ForbiddenAddress", "page_digest", "parse_resolve"]
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _READ_CHUNK = 1 << 16
+
+
+def page_digest(body: bytes) -> bytes:
+    """8 bytes that stand for a fetched body: what a peer keeps of each page it fetched, so
+    that another may check its word that the page is done by fetching it again
+    (docs/security.md, "Forged work claims"). xxh3 hashes gigabytes a second, so a page
+    costs microseconds on the loop; the WARC record's SHA-1 is taken in the writer process,
+    and a ``noarchive`` page's record has no payload to take it of."""
+    return xxhash.xxh3_64_digest(body)
 
 
 class ForbiddenAddress(OSError):

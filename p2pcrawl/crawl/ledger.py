@@ -13,7 +13,7 @@ forty, and each caller still returns only once its own rows are committed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from p2pcrawl.aio import Coalescer
@@ -26,6 +26,7 @@ __all__ = ["Ledger"]
 # A page takes tens of milliseconds end to end, so 2 ms is small next to it, and at a few
 # hundred pages a second it gathers most concurrent finishes into one flush.
 GROUP_WINDOW_S = 0.002
+_NONE: Mapping[int, bytes] = {}
 
 
 def to_stored(t: Task) -> StoredTask:
@@ -62,7 +63,7 @@ class Ledger:
         self._accepts: Coalescer[None, Task, bool] = Coalescer(
             self._accept, window=group_window, name="ledger-accept"
         )
-        self._finishes: Coalescer[None, Task, None] = Coalescer(
+        self._finishes: Coalescer[None, tuple[Task, bytes | None], None] = Coalescer(
             self._finish, window=group_window, name="ledger-finish"
         )
 
@@ -173,15 +174,19 @@ class Ledger:
             rows = await self.tasks.page_key(key, after_seq, limit)
         return [(seq, from_stored(s)) for seq, s in rows]
 
-    async def finish(self, tasks: Sequence[Task]) -> None:
-        """Record the tasks as done, then drop them from the queue. Durable on return."""
+    async def finish(self, tasks: Sequence[Task], digests: Mapping[int, bytes] = _NONE) -> None:
+        """Record the tasks as done, then drop them from the queue. Durable on return.
+        ``digests``: of the pages fetched here, by fingerprint (``storage.DoneRecord``'s
+        proofs; ``b""``: finished here without a page)."""
         if not tasks:
             return
-        await self._finishes.submit(None, tasks)
+        await self._finishes.submit(None, [(t, digests.get(t.fp)) for t in tasks])
 
-    async def _finish(self, _: None, tasks: list[Task]) -> list[None]:
+    async def _finish(self, _: None, items: list[tuple[Task, bytes | None]]) -> list[None]:
+        tasks = [t for t, _ in items]
+        proofs = [(t.key, t.fp, t.url, d) for t, d in items if d is not None]
         # Done first: a task is never in neither store, so accept() cannot take it as new.
-        await self.done.add([(t.key, t.fp) for t in tasks])
+        await self.done.add([(t.key, t.fp) for t in tasks], proofs)
         removed = await self.tasks.remove([t.fp for t in tasks])
         self.queued -= removed
         self.done_count += removed

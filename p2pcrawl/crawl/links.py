@@ -120,10 +120,14 @@ class LinkFilter:
         partition)."""
         return queue_of(url, self.partition)
 
-    def key_of(self, url: str) -> bytes:
+    def key_of(self, url: str, host: str | None = None) -> bytes:
+        """The DHT key of ``url``; ``host``, if given, is ``urls.host_of(url)``."""
         if self.partition == "url":
             return key_for(url)
-        host = site_of(url) if self.partition == "domain" else urls.host_of(url)
+        if self.partition == "domain":
+            host = site_of(url)
+        elif host is None:
+            host = urls.host_of(url)
         k = self._key_cache.get(host)
         if k is None:
             k = self._key_cache.remember(host, key_for(host))
@@ -195,7 +199,7 @@ class LinkFilter:
                     budget["host_urls"] += 1
                     continue
                 admitted[host] += 1
-            out.append(Task(url, fp, self.key_of(url), depth, hops))
+            out.append(Task(url, fp, self.key_of(url, host), depth, hops))
         self.stats.out_of_scope += outside
         self.stats.seen_cache_hits += repeats
         return out
@@ -223,7 +227,7 @@ class LinkFilter:
                     budget["host_urls"] += 1
                     continue
                 self.admitted[host] += 1
-            out.append(Task(url, fp, self.key_of(url), depth, hops))
+            out.append(Task(url, fp, self.key_of(url, host), depth, hops))
         self.stats.out_of_scope += outside
         self.stats.requisites_found += len(out)
         return out

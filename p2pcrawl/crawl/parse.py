@@ -108,7 +108,7 @@ def extract_links(
 
     base_url = page_url
     for node in tree.tags("base"):
-        href = node.attributes.get("href")
+        href = node.attrs.get("href")
         if href is not None:
             resolved = LinkResolver(page_url).resolve(href, max_url_length)
             if resolved is not None:
@@ -118,7 +118,7 @@ def extract_links(
 
     said = NONE
     for node in tree.tags("meta"):
-        attributes = node.attributes
+        attributes = node.attrs
         name = attributes.get("name")
         if name is None:
             continue
@@ -128,15 +128,16 @@ def extract_links(
     nofollow, noindex, noarchive = said.nofollow, said.noindex, said.noarchive
 
     canonical = None
-    for node in tree.tags("link"):
-        attributes = node.attributes
+    link_elements = list(tree.tags("link"))  # page_requisites reads them too
+    for node in link_elements:
+        attributes = node.attrs
         rel = attributes.get("rel")
         href = attributes.get("href")
         if rel is not None and href is not None and "canonical" in rel.lower().split():
             canonical = base.resolve(href, max_url_length)
             break
     requisites = (
-        page_requisites(tree, base, rules.max_requisites, max_url_length)
+        page_requisites(tree, base, rules.max_requisites, max_url_length, link_elements)
         if rules.max_requisites > 0
         else []
     )
@@ -153,7 +154,8 @@ def extract_links(
     resolved_hrefs: dict[str, str | None] = {}
     emitted: set[str] = set()
     for node in tree.tags("a"):
-        attributes = node.attributes
+        # ``attrs`` reads one attribute from lexbor; ``attributes`` would build a dict of all.
+        attributes = node.attrs
         href = attributes.get("href")
         if href is None:
             continue

@@ -16,14 +16,16 @@ regular expression over the bytes to say which names occur cost more than walkin
 
 from __future__ import annotations
 
-from selectolax.lexbor import LexborHTMLParser
+from collections.abc import Iterable
+
+from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from p2pcrawl.crawl.css import css_references
 from p2pcrawl.crawl.urls import LinkResolver
 
 __all__ = ["page_requisites"]
 
-_ELEMENTS = ("link", "img", "source", "script", "video", "audio", "track", "input")
+_ELEMENTS = ("img", "source", "script", "video", "audio", "track", "input")
 _LINK_RELS = frozenset(
     {"stylesheet", "icon", "apple-touch-icon", "apple-touch-icon-precomposed", "mask-icon"}
 )
@@ -42,20 +44,24 @@ _SRCSET = frozenset({"img", "source"})
 
 
 def page_requisites(
-    tree: LexborHTMLParser, base: LinkResolver, most: int, max_url_length: int
+    tree: LexborHTMLParser,
+    base: LinkResolver,
+    most: int,
+    max_url_length: int,
+    links: Iterable[LexborNode] | None = None,
 ) -> list[str]:
     """Canonical URLs of the page's requisites, deduplicated, in element order by kind,
-    at most ``most``."""
+    at most ``most``. ``links``: the page's ``<link>`` elements, if the caller walked the
+    tree for them already."""
     raw: list[str] = []
     css: list[str] = []
+    for node in tree.tags("link") if links is None else links:
+        href = _link_href(node.attributes)
+        if href is not None:
+            raw.append(href)
     for tag in _ELEMENTS:
         for node in tree.tags(tag):
             attrs = node.attributes
-            if tag == "link":
-                href = _link_href(attrs)
-                if href is not None:
-                    raw.append(href)
-                continue
             if tag == "input":
                 if (attrs.get("type") or "").strip().lower() == "image" and attrs.get("src"):
                     raw.append(attrs["src"] or "")

@@ -46,6 +46,7 @@ import xxhash
 from yarl import URL
 
 from protocol import MAX_URL_LENGTH as PROTOCOL_MAX_URL_LENGTH
+from protocol import Memo
 
 __all__ = [
     "MAX_URL_LENGTH",
@@ -135,22 +136,41 @@ def _canonicalize_fast(url: str) -> str | None:
     scheme, host, port, path, query = m.groups()
     if path is not None and "/." in path:
         return None
-    if _ends_in_number(host) and _DOTTED_QUAD.fullmatch(host) is None:
+    said = (scheme, host, port)
+    verdict = _fast_authorities.get(said)
+    if verdict is None:
+        verdict = _fast_authorities.remember(said, _authority_verdict(scheme, host, port))
+    if verdict is _GENERAL:
         return None
     rebuild = path is None
-    if port is not None:
-        port_number = int(port)
-        if port_number > 65535:
-            return None
-        if port_number == _DEFAULT_PORTS[scheme]:
-            port = None
-            rebuild = True
+    if verdict is _DROP_PORT:
+        port = None
+        rebuild = True
     if rebuild:
         authority = host if port is None else f"{host}:{port}"
         return _join(f"{scheme}://{authority}{path or '/'}", query)
     if query is not None and "&" in query:
         return f"{url[: m.start(5)]}{_sort_fast_query(query)}"
     return url
+
+
+# What the fast path does with a URL's (scheme, host, port): keep it as written, drop the
+# default port, or leave the URL to the general path (a host that ends in a number but is no
+# dotted quad, a port over 65535). A page's links name a few authorities many times, and
+# deciding costs more than the rest of the fast path for an IP address (docs/benchmarks.md).
+_KEEP, _DROP_PORT, _GENERAL = "keep", "drop-port", "general"
+_fast_authorities: Memo[tuple[str, str, str | None], str] = Memo(_CACHE_SIZE)
+
+
+def _authority_verdict(scheme: str, host: str, port: str | None) -> str:
+    if _ends_in_number(host) and _DOTTED_QUAD.fullmatch(host) is None:
+        return _GENERAL
+    if port is None:
+        return _KEEP
+    port_number = int(port)
+    if port_number > 65535:
+        return _GENERAL
+    return _DROP_PORT if port_number == _DEFAULT_PORTS[scheme] else _KEEP
 
 
 def _sort_fast_query(query: str) -> str:

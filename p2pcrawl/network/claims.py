@@ -24,6 +24,10 @@ rank covers two peers whose views differ by a node. A node whose ID a stranger c
 at will is among K's nearest for about (r + 2) / N of the keys: about the share it could hold
 as owner or replica anyway. Lending, whose reports come from a borrower that is none of these,
 is off in an open network (``parts``).
+
+What passes the rule is still only a member's word: in an open network it is held and checked
+by a sample re-fetch before anything is recorded (``vouching``); a member caught lying is
+believed nowhere after.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from p2pcrawl.network.ports import Ownership
-from protocol import distance
+from p2pcrawl.network.vouching import Apply, Vouching
+from protocol import PeerRef, distance
 
 __all__ = ["ClaimMembers", "Claims"]
 
@@ -45,26 +50,48 @@ class ClaimMembers(Protocol):
 
 class Claims:
     def __init__(
-        self, ownership: Ownership, members: ClaimMembers, *, keyed: bool, replicas: int
+        self,
+        ownership: Ownership,
+        members: ClaimMembers,
+        *,
+        keyed: bool,
+        replicas: int,
+        vouching: Vouching | None = None,
     ) -> None:
+        """``vouching``: where an open network's claims wait for their check (without it,
+        what passes the rule is recorded at once)."""
         self._ownership = ownership
         self._members = members
         self.keyed = keyed
         self._ranks = replicas + 2
+        self.vouching = vouching
         self.refused = 0  # done fingerprints not taken
 
-    def taken(self, sender: bytes, done: Mapping[bytes, list[int]]) -> dict[bytes, list[int]]:
-        """What of ``done`` (fingerprints by key) to record, coming from ``sender``."""
+    def taken(
+        self,
+        sender: PeerRef,
+        done: Mapping[bytes, list[int]],
+        apply: Apply,
+        *,
+        urgent: bool = True,
+        checked: bool = True,
+    ) -> dict[bytes, list[int]]:
+        """What of ``done`` (fingerprints by key) to record now, coming from ``sender``;
+        what is held for a check is recorded later with ``apply``, if it passes
+        (``urgent``: ``Vouching.hold``). ``checked=False``: the rule alone decides."""
         if self.keyed or not done:
             return dict(done)
-        member = self._members.established_before(sender)
+        member = self._members.established_before(sender.id)
         out: dict[bytes, list[int]] = {}
         for key, fps in done.items():
-            if member and self._near(sender, key):
+            if member and self._near(sender.id, key):
                 out[key] = fps
             else:
                 self.refused += len(fps)
-        return out
+        if self.vouching is None or not out or not checked:
+            return out
+        self.vouching.hold(sender, out, apply, urgent=urgent)
+        return {}
 
     def believes(self, sender: bytes, key: bytes) -> bool:
         """Whether ``sender``'s word about the finished pages of ``key`` is taken (a visit

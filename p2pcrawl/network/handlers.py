@@ -192,7 +192,9 @@ class PeerHandler:
             await self.scope_sync.refresh()
         mine = await self._within_scope(offered)
         self.refused += len(refused)
-        kept = self.claims.taken(sender.id, {k: v for k, v in done.items() if k not in refused})
+        kept = self.claims.taken(
+            sender, {k: v for k, v in done.items() if k not in refused}, self.record_done
+        )
         # Stored, and what is new copied to the replicas, before the answer: the sender's
         # ack means the copies are held too. The wait for them is bounded well inside the
         # sender's deadline (``Replication.copy_new``).
@@ -207,7 +209,7 @@ class PeerHandler:
     async def handle_store_backup(
         self, sender: PeerRef, owner: bytes, batches: list[KeyBatch]
     ) -> Held:
-        done = self.claims.taken(sender.id, {b.key: b.done for b in batches if b.done})
+        done = self._news(sender, owner, {b.key: b.done for b in batches if b.done})
         if done:  # the owner's done range for a key this peer now replicates
             await self.holding.record_done(owner, done)
         decoded = [t for ts in self.decode(batches).values() for t in ts]
@@ -217,8 +219,31 @@ class PeerHandler:
     async def handle_delete_backup(
         self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
     ) -> int:
-        taken = self.claims.taken(sender.id, done)
+        taken = self._news(sender, owner, done)
         return await self.holding.record_done(owner, taken) if taken else 0
+
+    def _news(
+        self, sender: PeerRef, owner: bytes, done: dict[bytes, list[int]]
+    ) -> dict[bytes, list[int]]:
+        """An owner's news to its replica: what of it to record now. News about its own
+        tasks, from the owner of their keys as this peer sees it, is not checked: an owner
+        could sit on those tasks anyway (docs/security.md, "Own the key"), and news held
+        for a check when the owner dies would be fetched again by its successor."""
+
+        async def record(d: dict[bytes, list[int]]) -> int:
+            return await self.holding.record_done(owner, d)
+
+        def owns(key: bytes) -> bool:
+            found = self.ownership.closest_local(key, 1, with_self=True)
+            return bool(found) and found[0].id == sender.id
+
+        own = owner == sender.id and all(owns(k) for k in done)
+        return self.claims.taken(sender, done, record, urgent=False, checked=not own)
+
+    async def record_done(self, done: dict[bytes, list[int]]) -> int:
+        """A done range handed over, or known on a replica, that passed its check
+        (``vouching``): recorded, and the tasks it names dropped from the queue."""
+        return await self._accept([], done)
 
     async def handle_refresh_task(self, sender: PeerRef) -> RefreshAnswer:
         return await self._serve_refresh(sender)

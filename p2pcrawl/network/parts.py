@@ -52,6 +52,7 @@ from p2pcrawl.network.roster import Roster
 from p2pcrawl.network.scopesync import ScopeSync
 from p2pcrawl.network.seeding import Seeder
 from p2pcrawl.network.stall import StallResync
+from p2pcrawl.network.vouching import Vouching, VouchServer
 from p2pcrawl.settings import CrawlSettings, PeerSettings
 from protocol import (
     GIVE_BACK,
@@ -59,6 +60,7 @@ from protocol import (
     LEND,
     LOAD,
     QUIET,
+    VOUCH,
     CrawlNode,
     NoArgs,
     NodeKey,
@@ -112,10 +114,12 @@ class Parts:
     quiescence: Quiescence
     healing: Healing
     load_info: LoadInfo
+    vouching: Vouching
+    vouch_server: VouchServer
 
     def in_transit(self) -> int:
-        """URLs and news waiting in our RPC lanes (dispatch, deletes, replica copies)."""
-        return self.dispatcher.pending + self.replication.pending
+        """URLs and news waiting in our RPC lanes, and done claims waiting for a check."""
+        return self.dispatcher.pending + self.replication.pending + self.vouching.pending
 
 
 def assemble(
@@ -152,16 +156,15 @@ def assemble(
     advertised = Advertised()
     rebalance_due = asyncio.Event()
     keyed = bool(ps.secret)
-    # In an open network a borrower's report is the only evidence that its pages were
-    # fetched, and a re-fetch that checked it would cost the fetch lending saves: no loans
-    # (docs/security.md).
+    # No loans in an open network: checking a report would cost the fetch a loan saves.
     lending_on = ps.lend and ps.partition != "url" and keyed
-
     # -- the engine, and what it sends through ------------------------------------------
     replica_book = ReplicaBook(
         enroll_new=ledger.queued == 0 and ledger.done_count == 0, gone=roster.gone
     )
-    claims = Claims(node, node, keyed=keyed, replicas=ps.replicas)
+    vouching = Vouching(node.call, lambda: engine, ledger.done)
+    vouch_server = VouchServer(ledger.done)
+    claims = Claims(node, node, keyed=keyed, replicas=ps.replicas, vouching=vouching)
     replication = Replication(
         node,
         replica_book,
@@ -172,7 +175,7 @@ def assemble(
         replicas=ps.replicas,
         rpc_timeout=node.config.rpc_timeout,
         patient=lambda: patience(),
-        believe=claims.taken,
+        believe=lambda rep, done: claims.taken(rep, done, handler.record_done),
     )
     dispatcher = Dispatcher(
         node,
@@ -196,6 +199,7 @@ def assemble(
         loans=loans,
         data_dir=data_dir,
         link_bytes=lambda: rpc.bytes_in + UDP_FRAMING * rpc.datagrams_in,
+        keep_proofs=not keyed,  # only an open network's members are checked (VOUCH)
     )
     intake = Intake(ledger, replication, engine, advertised)
 
@@ -351,7 +355,7 @@ def assemble(
         events,
         me=node_id,
         done_count=lambda: ledger.done_count,
-        in_transit=lambda: dispatcher.pending + replication.pending,  # as Parts.in_transit
+        in_transit=lambda: dispatcher.pending + replication.pending + vouching.pending,
         backup_owners=backups.owner_counts,
         steady=lambda: active() and node.listening and not stall.resyncing,
         ask=ask_quiet,
@@ -382,13 +386,8 @@ def assemble(
     )
 
     # -- who hears what ---------------------------------------------------------------------
-    for gone in (
-        rebalance.owner_gone,
-        welcome.forget,
-        replica_book.forget_peer,
-        lending.peer_gone,
-        join.neighbour_gone,
-    ):
+    gone_hooks = (rebalance.owner_gone, welcome.forget, replica_book.forget_peer)
+    for gone in (*gone_hooks, lending.peer_gone, join.neighbour_gone):
         roster.on_departure(gone)
     for changed in (
         advertised.forget,
@@ -409,6 +408,7 @@ def assemble(
     node.serve(LEND, lender.serve_lend)
     node.serve(GIVE_BACK, lender.serve_return)
     node.serve_claims(STORE_HISTORY, visit_history.serve)
+    node.serve(VOUCH, vouch_server.serve)  # only an open network's peers ask
     return Parts(
         ledger=ledger,
         backups=backups,
@@ -441,4 +441,6 @@ def assemble(
         quiescence=quiescence,
         healing=healing,
         load_info=load_info,
+        vouching=vouching,
+        vouch_server=vouch_server,
     )

@@ -185,6 +185,7 @@ class Peer:
                 ("replication", parts.replication.aclose),
                 ("lending", parts.lending.aclose),
                 ("engine", parts.engine.aclose),
+                ("vouching", parts.vouching.aclose),  # it fetches through the engine
             ):
                 self._closing.push_async_callback(_guarded, closer, name)
             await self._run(parts, joining=bool(cfg.bootstrap or saved), saved=saved)
@@ -275,7 +276,10 @@ class Peer:
         if self.state != "active":
             return self.handoff
         self.state = "leaving"
-        return await self.parts.leave.leave()
+        report = await self.parts.leave.leave()
+        if not self.config.peer.secret:  # an open network: answer the checks of our claims
+            await self.parts.vouch_server.linger()
+        return report
 
     async def say_goodbye(self) -> list[PeerRef]:
         """GOODBYE to every peer we know (a peer that exits once the crawl is finished)."""
@@ -371,6 +375,7 @@ class Peer:
             "last_task_at": eng.last_task_at if eng else None,
             "handoff": self.handoff.as_dict(),
             "lending": p.lending.status() if p else {},
+            "claims": p.vouching.status() if p else {},
             "dispatch": self.dispatch_status(),
             **self._hostile_status(),
             # Continuous mode (docs/freshness.md): the revisits, and when the next is due.

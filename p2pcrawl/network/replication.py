@@ -66,8 +66,9 @@ DELETE_SPACING_S = 0.2
 COPY_WAIT_SHARE = 0.25
 
 StoreBackup = Callable[[PeerRef, bytes, Sequence[KeyBatch]], Awaitable[Held]]
-# Which done fingerprints (by key) said by a peer (its ID) to take: ``Claims.taken``.
-Believe = Callable[[bytes, Mapping[bytes, list[int]]], dict[bytes, list[int]]]
+# Which done fingerprints (by key) said by a peer to take now: ``Claims.taken`` (what it
+# holds for a check is recorded as a done range handed over, if it passes).
+Believe = Callable[[PeerRef, Mapping[bytes, list[int]]], dict[bytes, list[int]]]
 # What a replica did with a copy: ``None`` if it did not take it, else the fingerprints of
 # its tasks it knows as done already (a replica records every finished page of the keys
 # it replicates, whoever owned them then).
@@ -315,7 +316,7 @@ class Replication:
         claimed: dict[bytes, list[int]] = defaultdict(list)
         for it in items:
             claimed[it.key].extend(t.fp for t in it.tasks if t.fp in known)
-        believed = self._believe(rep.id, claimed)
+        believed = self._believe(rep, claimed)
         return [
             [t.fp for t in it.tasks if t.fp in known] if it.key in believed else [] for it in items
         ]

@@ -95,6 +95,7 @@ class Outcome:
     pages: int = 0  # the ground truth
     lost: int = 0  # ground-truth URLs never requested
     duplicates: int = 0  # requests beyond the first, for ground-truth URLs
+    refetched: int = 0  # of those, the live peers' checks of done claims (docs/security.md)
     # Of those, the killed peers' in-flight windows: a URL first requested by a peer that was
     # killed afterwards (its done news died with it), and how long before its kill at most.
     in_flight: int = 0
@@ -121,7 +122,7 @@ class Outcome:
 
     @property
     def dup_bound(self) -> float:
-        return max(1.0, DUP_SHARE * self.pages) + IN_FLIGHT_PER_KILL * self.kills
+        return max(1.0, DUP_SHARE * self.pages) + IN_FLIGHT_PER_KILL * self.kills + self.refetched
 
     def problems(self) -> list[str]:
         """Every guarantee the run broke, in words (empty: none)."""
@@ -314,7 +315,7 @@ class Scenario:
         page of the ground truth is unfetched or a backup is orphaned; then count."""
         out = self.outcome
         deadline = self.started + timeout
-        missing = len(self.truth) - self.fetched()
+        missing, statuses = len(self.truth) - self.fetched(), []
         while time.monotonic() < deadline:
             statuses = await self.cluster.statuses()
             missing = len(self.truth) - self.fetched()
@@ -339,6 +340,7 @@ class Scenario:
         counts = self.web.request_counts
         out.lost = len(self.truth - set(counts))
         out.duplicates = sum(n - 1 for u, n in counts.items() if u in self.truth)
+        out.refetched = sum(int((s.get("claims") or {}).get("refetches", 0)) for s in statuses)
         ages = self._in_flight()
         out.in_flight, out.in_flight_age = len(ages), max(ages, default=0.0)
         out.in_flight_median_age = statistics.median(ages) if ages else 0.0

@@ -187,6 +187,25 @@ class _Collector:
             c = CounterMetricFamily(name, help_)
             c.add_metric([], float(value))
             yield c
+        v = peer.parts.vouching
+        yield _labelled_counter(
+            "p2pcrawl_claims_checked",
+            "Open network: pages members said were done, held for a sample re-fetch, by what "
+            'became of them (docs/security.md, "Forged work claims")',
+            "outcome",
+            {
+                "verified": v.verified,
+                "mismatch": v.mismatched,
+                "unverified": v.unverified,
+                "overflow": v.overflow,
+                "distrusted": v.distrusted_refused,
+            },
+        )
+        c = CounterMetricFamily(
+            "p2pcrawl_claims_refetches", "Open network: pages fetched again to check a claim"
+        )
+        c.add_metric([], float(v.refetches))
+        yield c
         yield _labelled_counter(
             "p2pcrawl_tasks_rejected",
             "Tasks from peers outside this peer's own scope or depth limit, by reason",

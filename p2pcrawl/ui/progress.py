@@ -129,6 +129,8 @@ def summary(st: Mapping[str, Any], duration_s: float, warc: Mapping[str, Any]) -
         "duration_s": round(duration_s, 3),
         "warc_files": warc.get("paths", []),
         "warc_bytes": warc.get("bytes", 0),
+        # Open network: pages fetched again to check members' done claims (docs/security.md).
+        "claims_refetched": int((st.get("claims") or {}).get("refetches", 0)),
     }
 
 

@@ -23,6 +23,7 @@ from p2pcrawl.crawl import TAILS_PER_FETCH
 from p2pcrawl.network import read_contacts
 from p2pcrawl.settings import PeerSettings
 from p2pcrawl.testing import FAST_DETECTION, Cluster, PeerProc, TestWeb, TestWebConfig
+from tests.conftest import TEST_SECRET
 from tests.integration.conftest import CONCURRENCY, crawl_args, start_mesh
 
 pytestmark = pytest.mark.slow
@@ -73,6 +74,12 @@ async def finish_and_count(cluster: Cluster, web: TestWeb, what: str) -> tuple[i
     final = await cluster.wait_network_finished(timeout=180)
     assert all(s["backups_orphaned"] == 0 for s in final)
     dups, pages = server_duplicates(web)
+    # An open network (loopback, no key) fetches a few pages again to check its members'
+    # claims that pages are done (docs/security.md): those are no duplicate of the crawl.
+    # A peer killed on the way took its count with it; its few are left in ``dups``.
+    refetched = sum(s["claims"]["refetches"] for s in final)
+    print(f"{what}: {dups} second requests, {refetched} of them to check claims")
+    dups = max(0, dups - refetched)
     print(f"{what}: {dups} duplicate fetches of {pages} pages ({100 * dups / pages:.2f}%)")
     if dups:  # who fetched what twice, for whoever reads a failure
         by_peer = {p.name: set(read_warc_urls(p.data / "warc")) for p in cluster.peers}
@@ -99,7 +106,10 @@ async def test_joins_then_the_busiest_peer_crashes(churn_web: TestWeb, make_clus
 
 
 async def test_a_frozen_peer_is_not_crawled_twice(churn_web: TestWeb, make_cluster: Any) -> None:
-    cluster = await make_cluster(args(churn_web))
+    # Keyed: in an open network the peers that took the frozen peer's hosts over hand it back
+    # done ranges they were handed, which nobody can vouch for, and it fetches their pages
+    # again when their links come back (docs/security.md, "still does not guarantee").
+    cluster = await make_cluster(args(churn_web, "--secret", TEST_SECRET))
     peers = await start_mesh(cluster, 3)
     await cluster.api(peers[0], "/api/seed", "POST", {"urls": [churn_web.hub_url]})
     truth = len(churn_web.ground_truth())
@@ -175,7 +185,7 @@ async def test_exit_when_finished_ends_a_batch_crawl(web: TestWeb, make_cluster:
     assert len(summaries) == 3 and all(s["finished"] is True for s in summaries)
     assert sum(s["pages_fetched"] for s in summaries) == len(web.ground_truth())
     dups, _ = server_duplicates(web)
-    assert dups == 0
+    assert dups <= sum(s["claims_refetched"] for s in summaries)  # none but the checks
 
 
 def duplicates_within(dups: int, bound: float, what: str) -> None:

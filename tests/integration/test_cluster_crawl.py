@@ -22,10 +22,14 @@ async def test_five_peers_crawl_ground_truth_once(web: TestWeb, make_cluster: An
     assert [s["backups_held"] for s in final] == [0] * 5
     fetched_by = [s["pages_fetched"] for s in final]
     assert sum(1 for n in fetched_by if n) >= 2, fetched_by
+    # An open network (loopback, no key) fetches a few pages again to check its members'
+    # claims that pages are done (docs/security.md); the web sees no other second request.
+    refetched = sum(s["claims"]["refetches"] for s in final)
+    twice = sum(n - 1 for n in web.request_counts.values())
+    assert twice <= refetched, (twice, refetched)
     counts = await leave_all(cluster)
     assert set(counts) == web.ground_truth()
     assert max(counts.values()) == 1
-    assert max(web.request_counts.values()) == 1
 
 
 async def test_default_scope_reaches_every_peer(web: TestWeb, make_cluster: Any) -> None:

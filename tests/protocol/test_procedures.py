@@ -21,12 +21,16 @@ from protocol.messages import (
     REFRESH_TASK,
     STORE_BACKUP,
     STORE_TASK,
+    VOUCH,
     BackupArgs,
     Held,
     PingReqArgs,
     QuietReply,
     RefreshReply,
     StoreTaskArgs,
+    Vouched,
+    VouchReply,
+    Wanted,
     backup_reply,
     store_reply,
 )
@@ -35,7 +39,7 @@ from protocol.procedures import Malformed, NoArgs, Procedure, parse_args
 ME = b"\x01" * 20
 OWNER = b"\x02" * 20
 ALL: list[Procedure[Any, Any]] = [STORE_TASK, STORE_BACKUP, DELETE_BACKUP, REFRESH_TASK, QUIET]
-ALL += [PING_REQ, GOODBYE, LEND, GIVE_BACK, LOAD]
+ALL += [PING_REQ, GOODBYE, LEND, GIVE_BACK, LOAD, VOUCH]
 
 
 def call_bytes(proc: Procedure[Any, Any], args: Any) -> bytes:
@@ -166,3 +170,23 @@ def test_anything_a_peer_sends_is_checked_without_raising_anything_else(
             pass
         decoded = proc.decode_reply(data)
         assert isinstance(decoded, proc.reply | Malformed | dict)
+
+
+def test_vouch_is_bounded_and_its_largest_reply_fits_one_datagram() -> None:
+    want = [OWNER, 2**64 - 1]
+    assert parse_args(VOUCH, [[want, want]]).wanted[1].fp == 2**64 - 1
+    bad: list[Any]
+    for bad in ([[]], [[want] * 3], [[[b"short", 1]]], [[[OWNER, -1]]]):
+        with pytest.raises(MessageError):
+            parse_args(VOUCH, bad)
+    long_url = "http://h/" + "x" * 2039
+    page = Vouched(OWNER, 2**64 - 1, long_url, bytes(8))
+    body = wire.packb(VouchReply([page, page], id=ME))
+    assert len(body) < 8192
+    assert isinstance(VOUCH.decode_reply(body), VouchReply)
+    too_long = wire.packb(VouchReply([Vouched(OWNER, 1, long_url + "x", bytes(8))]))
+    assert isinstance(VOUCH.decode_reply(too_long), Malformed)
+    assert isinstance(
+        VOUCH.decode_reply(wire.packb({"pages": [[OWNER, 1, "u", bytes(9)]]})), Malformed
+    )
+    assert Wanted(OWNER, 1) == parse_args(VOUCH, [[[OWNER, 1]]]).wanted[0]

@@ -168,3 +168,43 @@ async def test_survives_reopen_after_growth(tmp_path: Path) -> None:
         assert await record.add([(HOST_B, items[0])]) == 0
     finally:
         await record.aclose()
+
+
+async def test_proofs_are_kept_beside_done_pages_and_a_record_from_before_gains_them(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "done.sqlite3"
+    # A record written before proofs existed: its done table alone.
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA application_id = 1882342449")  # "p2D1"
+    conn.execute("CREATE TABLE hosts(id INTEGER PRIMARY KEY, key BLOB NOT NULL UNIQUE)")
+    conn.execute(
+        "CREATE TABLE done(key_id INTEGER NOT NULL, fp INTEGER NOT NULL,"
+        " PRIMARY KEY(key_id, fp)) WITHOUT ROWID"
+    )
+    conn.execute("INSERT INTO hosts VALUES (1, ?)", (HOST_A,))
+    conn.execute("INSERT INTO done VALUES (1, 7)")
+    conn.commit()
+    conn.close()
+
+    record = await DoneRecord.open(path, expected=1_000)
+    try:
+        assert await record.contains([(HOST_A, 7)]) == [True]  # nothing lost
+        assert await record.proofs([(HOST_A, 7)]) == []  # done on nobody's evidence here
+        big = (1 << 64) - 1
+        await record.add(
+            [(HOST_A, 8), (HOST_B, big), (HOST_B, 9)],
+            [(HOST_A, 8, "http://a/8", b"12345678"), (HOST_B, big, "http://b/", b"")],
+        )
+        with pytest.raises(ValueError):
+            await record.add([(HOST_A, 10)], [(HOST_A, 10, "http://a/10", b"123")])
+    finally:
+        await record.aclose()
+    record = await DoneRecord.open(path, expected=1_000)
+    try:
+        got = await record.proofs([(HOST_A, 8), (HOST_B, big), (HOST_B, 9), (HOST_A, 99)])
+        assert got == [(HOST_A, 8, "http://a/8", b"12345678"), (HOST_B, big, "http://b/", b"")]
+        await record.forget([(HOST_A, 8)])
+        assert await record.proofs([(HOST_A, 8)]) == []
+    finally:
+        await record.aclose()
