@@ -313,9 +313,8 @@ class Engine:
             self._fetching -= 1
 
     async def _worker(self) -> None:
-        """Fetch, one host at a time; each fetched page's tail (archive, parse, route,
-        finish) runs as its own task, and a page holds a ``Pipeline`` ticket (a crash's
-        window) from its request to its done record, or until its fetch turns out slow."""
+        """Fetch, one host at a time; each page's tail runs as its own task, and a page holds
+        a ``Pipeline`` ticket from its request to its done record (or a slow fetch's end)."""
         while True:
             if self.paused or self.held:
                 self._progress.set()
