@@ -20,6 +20,7 @@ from p2pcrawl.crawl.parse import ParsedPage, extract_links
 from p2pcrawl.crawl.parsebound import Flattened, flatten_deep_nesting
 from p2pcrawl.crawl.parseproc import BoundedParse, ParseWorkers, needs_worker, parse_bounded
 from p2pcrawl.crawl.patterns import UrlPatterns
+from p2pcrawl.crawl.pipeline import PIPELINE_PAGES, Pipeline
 from p2pcrawl.crawl.ports import NO_LOANS, FinishedHook, LoanPort, LocalRouter, Router
 from p2pcrawl.crawl.revisit import Revisits
 from p2pcrawl.crawl.robots import RobotsCache, RobotsPolicy, policy_from_lent, policy_from_response
@@ -33,6 +34,7 @@ from p2pcrawl.crawl.stats import CrawlStats, EventLog, Histogram
 __all__ = [
     "CANONICAL_FIELD",
     "NO_LOANS",
+    "PIPELINE_PAGES",
     "ROBOTS_FIELD",
     "TAILS_PER_FETCH",
     "BoundedParse",
@@ -56,6 +58,7 @@ __all__ = [
     "LocalRouter",
     "ParseWorkers",
     "ParsedPage",
+    "Pipeline",
     "Revisits",
     "RobotsCache",
     "RobotsPolicy",

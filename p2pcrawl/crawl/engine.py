@@ -32,6 +32,7 @@ from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import LinkFilter
 from p2pcrawl.crawl.pacing import Pacer, response_on_wire
 from p2pcrawl.crawl.parseproc import ParseWorkers
+from p2pcrawl.crawl.pipeline import Pipeline, Ticket
 from p2pcrawl.crawl.ports import NO_LOANS, FinishedHook, LoanPort, LocalRouter, Router
 from p2pcrawl.crawl.refill import WindowRefill
 from p2pcrawl.crawl.revisit import Revisits
@@ -123,8 +124,8 @@ class Engine:
         self.tail_slots = TAILS_PER_FETCH * settings.concurrency
         self._tail_slots = asyncio.Semaphore(self.tail_slots)
         self.tails = 0  # tails under way, each holding one of those slots
-        # Wall-clock time a task last left the fetchers (its tail over, or requeued): when
-        # this peer's part of a crawl was over, whenever it is asked.
+        self.pipeline = Pipeline()
+        # When a task last left the fetchers (wall clock): when this peer's part was over.
         self.last_task_at: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -312,38 +313,40 @@ class Engine:
             self._fetching -= 1
 
     async def _worker(self) -> None:
-        """Fetch, one host at a time; each fetched page's tail (archive, parse, route,
-        finish) runs as its own task, so ``concurrency`` is the number of fetches under way
-        rather than of pages anywhere between request and done."""
+        """Fetch, one host at a time; each page's tail runs as its own task, and a page holds
+        a ``Pipeline`` ticket from its request to its done record (or a slow fetch's end)."""
         while True:
             if self.paused or self.held:
                 self._progress.set()
                 await asyncio.sleep(0.2 if self.exhausted else NEAR_EVERY_S)
                 continue
-            task: Task | None = None
             outcome: Outcome | Exception = Outcome.WAITING
             res: FetchResult | None = None
+            ticket = await self.pipeline.ticket()
             async with self.frontier.slot() as slot:
-                if self.paused or self.held:
-                    continue
-                task = slot.pop()
+                task = None if self.paused or self.held else slot.pop()
                 if task is None:
+                    ticket.release()
                     continue
                 self.in_flight[task.fp] = task
+                ticket.started()
                 try:
                     outcome, res = await attempt(self, slot, task)
                 except asyncio.CancelledError:
+                    ticket.release()
                     self._done_with(task)
                     raise
                 except Exception as exc:
                     outcome = exc
+                ticket.fetched()
             # The host is handed back: what is left of the task does not hold it.
             handed_over = False
             try:
                 if outcome is Outcome.PAGE:
                     assert res is not None
                     await self._tail_slots.acquire()
-                    handed_over = self._tasks.spawn(self._tail(task, res), "tail") is not None
+                    tail = self._tail(task, res, ticket)
+                    handed_over = self._tasks.spawn(tail, "tail") is not None
                     if handed_over:
                         self.tails += 1
                     else:
@@ -362,24 +365,22 @@ class Engine:
                             await self.on_finished([task])
                 elif isinstance(outcome, Exception):
                     await self._failed(task, outcome)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
+            except Exception as exc:  # not CancelledError: the ticket goes, the task stays
                 await self._failed(task, exc)
             finally:
                 if not handed_over:
+                    ticket.release()
                     self._done_with(task)
 
-    async def _tail(self, task: Task, res: FetchResult) -> None:
+    async def _tail(self, task: Task, res: FetchResult, ticket: Ticket) -> None:
         try:
             await page_tail(self, task, res)
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:
             await self._failed(task, exc)
         finally:
             self.tails -= 1
             self._tail_slots.release()
+            ticket.release()
             self._done_with(task)
 
     async def _failed(self, task: Task, exc: Exception) -> None:

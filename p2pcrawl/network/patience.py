@@ -3,7 +3,8 @@ news of finished pages (``dispatch.STALE_AFTER``, ``replication.PATIENT_COPY_SPA
 
 They may while more is queued than two rounds of our fetchers (so the crawl's end waits on
 nothing here), no hand-off or leave waits for our pages, and a quarter of the page tails'
-slots is free. A tail holds its slot while it waits, and the fetchers stop when none is
+room is free: their slots, or the pipeline's tickets where those are fewer
+(``crawl.pipeline``). A tail holds both while it waits, and the fetchers stop when none is
 free; as they fill, batches leave at their usual spacing again, so a fast link is never held
 to slots-per-wait pages a second (docs/architecture.md, "Async plumbing").
 """
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
+from p2pcrawl.crawl import Pipeline
 from p2pcrawl.settings import CrawlSettings
 
 __all__ = ["Backlog", "Patience"]
@@ -34,6 +36,9 @@ class Backlog(Protocol):
     @property
     def tail_slots(self) -> int: ...
 
+    @property
+    def pipeline(self) -> Pipeline: ...
+
 
 class Patience:
     def __init__(
@@ -50,7 +55,8 @@ class Patience:
         if not self._active() or self.handing_off:
             return False
         conc = crawl.settings.concurrency
-        return crawl.tasks_queued > 2 * conc and 4 * crawl.tails < 3 * crawl.tail_slots
+        room = min(crawl.tail_slots, crawl.pipeline.pages)
+        return crawl.tasks_queued > 2 * conc and 4 * crawl.tails < 3 * room
 
     @contextmanager
     def waiting(self) -> Iterator[None]:

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from p2pcrawl.aio import Coalescer
-from p2pcrawl.crawl import Ledger, Task, to_stored
+from p2pcrawl.crawl import PIPELINE_PAGES, Ledger, Task, to_stored
 from p2pcrawl.network.follower import ReplicaBook
 from p2pcrawl.network.ports import Ownership, to_batches
 from protocol import Held, KeyBatch, PeerRef, PeerTimeout, RemoteError, TaskSet
@@ -54,6 +54,11 @@ COPY_SPACING_S = 0.2
 # COPY_SPACING_S of the lane's last flush, sharing it as before: sent at once, each cost a
 # STORE_BACKUP of its own, and at 4 peers they were 0.49 a page.
 PATIENT_COPY_SPACING_S = 0.5
+# A lane flushes as soon as this many keys' news waits in it, whatever its spacing. A page
+# holds its place in the pipeline (``crawl.Pipeline``, a crash's window) until its news is
+# out, so at full speed the spacing would set the pages per second, not the RPCs per page;
+# a third of the pipeline leaves the rest of it fetching and parsing meanwhile.
+FLUSH_AT_ITEMS = PIPELINE_PAGES // 3
 # The same for telling earlier holders (no longer replicas) that pages are finished.
 DELETE_SPACING_S = 0.2
 # A STORE_TASK handler waits at most this share of the RPC timeout for its copies: the
@@ -118,7 +123,7 @@ class Replication:
             self._send_copies,
             spacing=COPY_SPACING_S,
             spacing_of=self._copy_spacing,
-            max_items=256,
+            max_items=FLUSH_AT_ITEMS,
             name="store-backup",
         )
         self.copy_wait_s = COPY_WAIT_SHARE * rpc_timeout

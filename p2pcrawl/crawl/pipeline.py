@@ -1,0 +1,75 @@
+"""How many pages may be between their request and their done record while fetches are quick.
+
+A peer killed loses the pages it requested whose done record had not reached its replicas
+yet: its successor fetches them again (docs/membership.md, "What a crash costs"). On a web
+that answers faster than the page tails finish, every fetch slot and every tail slot fills,
+and that window is the whole pipeline, (1 + ``TAILS_PER_FETCH``) x concurrency pages, whatever
+the replica lane's spacing. A fetch starts here only with a ticket, and a ticket is held
+until the page is done; ``PIPELINE_PAGES`` of them bound the window at full speed.
+
+A slow fetch (a remote web, a large body) gives its ticket back after ``QUICK_FETCH_S``:
+there the fetches themselves are what ``--concurrency`` is for, the tails keep up, and a
+ticket held for a whole fetch would cut the fetches under way to the tickets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+__all__ = ["PIPELINE_PAGES", "QUICK_FETCH_S", "Pipeline", "Ticket"]
+
+# Pages between request and done at full speed. 24 keeps a crash's in-flight window under
+# half a percent of a 5,000-page web; the cap is reached only where the tails are the
+# bottleneck, and there a deeper pipeline adds latency, not pages per second.
+PIPELINE_PAGES = 24
+# A fetch still under way after this long holds no ticket: it is a slow web's, not a window.
+QUICK_FETCH_S = 0.1
+
+
+class Ticket:
+    """One page's place in the pipeline, given back once (``release``), or at once by a
+    slow fetch (``started`` arms the timer, ``fetched`` disarms it)."""
+
+    __slots__ = ("_held", "_pipeline", "_timer")
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self._pipeline = pipeline
+        self._held = True
+        self._timer: asyncio.TimerHandle | None = None
+
+    def started(self) -> None:
+        if self._held and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._pipeline.quick_s, self._slow)
+
+    def fetched(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _slow(self) -> None:
+        self._timer = None
+        self._pipeline.slow_fetches += 1
+        self.release()
+
+    def release(self) -> None:
+        self.fetched()
+        if self._held:
+            self._held = False
+            self._pipeline.release()
+
+
+class Pipeline:
+    def __init__(self, pages: int = PIPELINE_PAGES, quick_s: float = QUICK_FETCH_S) -> None:
+        if pages < 1 or quick_s <= 0:
+            raise ValueError("a pipeline needs at least one page and a positive quick time")
+        self.pages = pages
+        self.quick_s = quick_s
+        self._free = asyncio.Semaphore(pages)
+        self.slow_fetches = 0  # tickets given back by a fetch still under way
+
+    async def ticket(self) -> Ticket:
+        await self._free.acquire()
+        return Ticket(self)
+
+    def release(self) -> None:
+        self._free.release()
