@@ -219,6 +219,15 @@ def test_no_import_circle_joins_more_than_three_modules() -> None:
     assert [c for c in KNOWN_CIRCLES if c not in big] == [], "fixed: remove from KNOWN_CIRCLES"
 
 
+MAX_MODULE_LINES = 450  # a module a newcomer reads in one sitting (docs/architecture.md)
+
+
+def test_no_product_module_is_longer_than_a_sitting() -> None:
+    lines = {module_name(p): len(p.read_text().splitlines()) for p in product_files()}
+    assert len(lines) > 100  # the product's modules were found
+    assert {m: n for m, n in lines.items() if n > MAX_MODULE_LINES} == {}
+
+
 def test_the_checks_read_the_diagram_and_the_imports() -> None:
     """The parser finds what is there, so the tests above cannot pass by reading nothing."""
     listed = diagram()

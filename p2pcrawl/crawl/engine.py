@@ -69,6 +69,7 @@ class Engine:
         data_dir: Path | None = None,
         link_bytes: Callable[[], int] | None = None,
         keep_proofs: bool = False,
+        pipeline: Pipeline | None = None,  # a crash's window (crawl/pipeline.py); None: none
     ) -> None:
         self.settings = settings
         # Each page's URL and body digest kept beside its done record, for the peers that
@@ -119,12 +120,11 @@ class Engine:
         self.refused_hosts = RefusedHosts()  # said once each, with how to allow them
         # Set by whoever watches the network's total (--max-network-pages).
         self.network_limit_reached = False
-        # Fetched pages waiting for (or in) their tail: the tail waits on the WARC writer and
-        # the stores, so with only one per fetch slot the fetchers sat idle behind them.
+        # Fetched pages in their tails, which wait on the WARC writer and the stores.
         self.tail_slots = TAILS_PER_FETCH * settings.concurrency
         self._tail_slots = asyncio.Semaphore(self.tail_slots)
         self.tails = 0  # tails under way, each holding one of those slots
-        self.pipeline = Pipeline()
+        self.pipeline = pipeline or Pipeline(pages=None)
         # When a task last left the fetchers (wall clock): when this peer's part was over.
         self.last_task_at: float | None = None
 

@@ -58,16 +58,36 @@ class Ticket:
             self._pipeline.release()
 
 
+class _Free(Ticket):
+    """The ticket of an unbounded pipeline: nothing to hold, nothing to give back."""
+
+    def started(self) -> None:
+        pass
+
+    def fetched(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+
 class Pipeline:
-    def __init__(self, pages: int = PIPELINE_PAGES, quick_s: float = QUICK_FETCH_S) -> None:
-        if pages < 1 or quick_s <= 0:
+    """``pages`` tickets; ``None``: unbounded, for a crawl with no replicas to tell (a peer
+    alone: its fetch slots and tail slots bound it, and a ticket held until the done record
+    would only make its batches smaller, -20% pages a second in ``single_peer.py``)."""
+
+    def __init__(self, pages: int | None = PIPELINE_PAGES, quick_s: float = QUICK_FETCH_S) -> None:
+        if (pages is not None and pages < 1) or quick_s <= 0:
             raise ValueError("a pipeline needs at least one page and a positive quick time")
         self.pages = pages
         self.quick_s = quick_s
-        self._free = asyncio.Semaphore(pages)
+        self._free = asyncio.Semaphore(pages or 1)
+        self._unbounded = _Free(self) if pages is None else None
         self.slow_fetches = 0  # tickets given back by a fetch still under way
 
     async def ticket(self) -> Ticket:
+        if self._unbounded is not None:
+            return self._unbounded
         await self._free.acquire()
         return Ticket(self)
 

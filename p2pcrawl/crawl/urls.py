@@ -154,10 +154,8 @@ def _canonicalize_fast(url: str) -> str | None:
     return url
 
 
-# What the fast path does with a URL's (scheme, host, port): keep it as written, drop the
-# default port, or leave the URL to the general path (a host that ends in a number but is no
-# dotted quad, a port over 65535). A page's links name a few authorities many times, and
-# deciding costs more than the rest of the fast path for an IP address (docs/benchmarks.md).
+# The fast path's verdict on a (scheme, host, port), remembered: a page's links name a few
+# authorities many times, and deciding cost more than the rest of the path for an IP address.
 _KEEP, _DROP_PORT, _GENERAL = "keep", "drop-port", "general"
 _fast_authorities: Memo[tuple[str, str, str | None], str] = Memo(_CACHE_SIZE)
 
@@ -403,12 +401,9 @@ def _resolver_for(base: str) -> LinkResolver:
 
 
 def resolve(base: str, href: str, *, max_length: int = MAX_URL_LENGTH) -> str | None:
-    """Join ``href`` against ``base`` (which must already be canonical) and canonicalise it.
-
-    None for empty or whitespace-only hrefs, schemes other than http/https (``mailto:``,
-    ``javascript:``, ``data:``, ``tel:``…), and anything ``canonicalize`` refuses. A
-    fragment-only href ("#top") resolves to ``base`` itself.
-    """
+    """Join ``href`` against canonical ``base`` and canonicalise it. None for empty hrefs,
+    schemes other than http/https (``mailto:``, ``javascript:``…) and anything
+    ``canonicalize`` refuses; a fragment-only href ("#top") resolves to ``base`` itself."""
     return _resolver_for(base).resolve(href, max_length)
 
 
@@ -417,24 +412,17 @@ def fingerprint(url: str) -> int:
     return xxhash.xxh3_64_intdigest(url.encode())
 
 
-def _authority(url: str) -> str:
+def host_of(url: str) -> str:
+    """The host key of a canonical URL, the unit of ownership under ``--partition host``: its
+    authority, "host" or "host:port" (canonical URLs carry no userinfo and no default port)."""
     start = url.find("://") + 3
     end = url.find("/", start)
     return url[start:] if end == -1 else url[start:end]
 
 
-def host_of(url: str) -> str:
-    """The host key of a canonical URL: "host", or "host:port" for a non-default port.
-
-    This is the unit of ownership under ``--partition host``. Because canonical URLs carry no
-    userinfo and no default port, it is exactly the authority.
-    """
-    return _authority(url)
-
-
 def hostname_of(url: str) -> str:
     """The host of a canonical URL without the port; IPv6 without brackets ("::1")."""
-    authority = _authority(url)
+    authority = host_of(url)
     if authority.startswith("["):
         return authority[1 : authority.find("]")]
     return authority.partition(":")[0]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from p2pcrawl.archive import WarcWriter
-from p2pcrawl.crawl import Engine, EventLog, Ledger
+from p2pcrawl.crawl import Engine, EventLog, Ledger, Pipeline
 from p2pcrawl.network.announce import store_guard
 from p2pcrawl.network.borrower import Borrower
 from p2pcrawl.network.claims import Claims
@@ -200,6 +200,7 @@ def assemble(
         data_dir=data_dir,
         link_bytes=lambda: rpc.bytes_in + UDP_FRAMING * rpc.datagrams_in,
         keep_proofs=not keyed,  # only an open network's members are checked (VOUCH)
+        pipeline=Pipeline(),
     )
     intake = Intake(ledger, replication, engine, advertised)
 

@@ -55,7 +55,7 @@ class Patience:
         if not self._active() or self.handing_off:
             return False
         conc = crawl.settings.concurrency
-        room = min(crawl.tail_slots, crawl.pipeline.pages)
+        room = min(crawl.tail_slots, crawl.pipeline.pages or crawl.tail_slots)
         return crawl.tasks_queued > 2 * conc and 4 * crawl.tails < 3 * room
 
     @contextmanager

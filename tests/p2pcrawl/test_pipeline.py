@@ -54,7 +54,7 @@ async def test_a_full_speed_crawl_has_at_most_the_pipeline_between_request_and_d
         settings = fast_settings([s.host for s in servers], concurrency=32)
         ledger = await Ledger.open(tmp_path / "stores")
         stack.push_async_callback(ledger.aclose)
-        engine = Engine(settings, ledger, warc=None, on_finished=lane)
+        engine = Engine(settings, ledger, warc=None, on_finished=lane, pipeline=Pipeline())
         stack.push_async_callback(engine.aclose)
         tasks = [engine.seed_tasks([f"{s.base}/p{i}"])[0] for s in servers for i in range(60)]
         assert len(await ledger.accept(tasks)) == 240
