@@ -26,7 +26,7 @@ from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.attempt import Outcome, RefusedHosts, attempt
 from p2pcrawl.crawl.disk import NEAR_EVERY_S, DiskBudget
 from p2pcrawl.crawl.domains import DomainGate, DomainTable
-from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
+from p2pcrawl.crawl.fetcher import Fetcher, FetchResult, page_digest
 from p2pcrawl.crawl.frontier import Frontier, HostQueue, Task
 from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import LinkFilter
@@ -424,11 +424,10 @@ class Engine:
             await self.on_finished([task])  # the replicas drop their copies
 
     async def finish(
-        self, tasks: list[Task], *, hurry: bool = False, digest: bytes | None = None
+        self, tasks: list[Task], *, hurry: bool = False, body: bytes | None = None
     ) -> None:
-        """Record ``tasks`` finished here and tell the replicas; ``hurry``: a remote caller
-        waits for it (a borrower's report). ``digest``: of the page fetched here; without
-        it, tasks not reported by a borrower are recorded as finished here without a page."""
+        """Record ``tasks`` finished here and tell the replicas; ``hurry``: a borrower's
+        report, its sender waits; ``body``: the page fetched here (none: finished without)."""
         if self.loans.borrowed and any(t.lease for t in tasks):
             await self.loans.settle([t for t in tasks if t.lease], finished=True)
             tasks = [t for t in tasks if not t.lease]
@@ -439,8 +438,9 @@ class Engine:
             tasks = await self.revisits.settle(tasks, elsewhere=hurry)
             if not tasks:
                 return
-        proofs = self.keep_proofs and (digest is not None or not hurry)
-        await self.ledger.finish(tasks, {t.fp: digest or b"" for t in tasks} if proofs else {})
+        proofs = self.keep_proofs and (body is not None or not hurry)
+        digest = page_digest(body) if proofs and body is not None else b""
+        await self.ledger.finish(tasks, {t.fp: digest for t in tasks} if proofs else {})
         if self.on_finished is not None:
             await self.on_finished(tasks, hurry=hurry)
 

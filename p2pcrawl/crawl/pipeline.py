@@ -81,15 +81,16 @@ class Pipeline:
             raise ValueError("a pipeline needs at least one page and a positive quick time")
         self.pages = pages
         self.quick_s = quick_s
-        self._free = asyncio.Semaphore(pages or 1)
-        self._unbounded = _Free(self) if pages is None else None
+        self._free = None if pages is None else asyncio.Semaphore(pages)
+        self._nothing = _Free(self)  # every ticket of an unbounded pipeline
         self.slow_fetches = 0  # tickets given back by a fetch still under way
 
     async def ticket(self) -> Ticket:
-        if self._unbounded is not None:
-            return self._unbounded
+        if self._free is None:
+            return self._nothing
         await self._free.acquire()
         return Ticket(self)
 
     def release(self) -> None:
-        self._free.release()
+        if self._free is not None:
+            self._free.release()

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from p2pcrawl.crawl import urls
 from p2pcrawl.crawl.conditional import Plan, plan_page, validators
-from p2pcrawl.crawl.fetcher import FetchResult, page_digest
+from p2pcrawl.crawl.fetcher import FetchResult
 from p2pcrawl.crawl.frontier import Frontier, Task
 from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import make_task
@@ -61,7 +61,7 @@ class EngineSide(Protocol):
     @property
     def idle(self) -> bool: ...
     async def finish(
-        self, tasks: list[Task], *, hurry: bool = False, digest: bytes | None = None
+        self, tasks: list[Task], *, hurry: bool = False, body: bytes | None = None
     ) -> None: ...
     def over_host_budget(self, url: str) -> bool: ...
     def key_of(self, url: str) -> bytes: ...
@@ -228,7 +228,7 @@ class Revisits:
         )
         if prev is None:
             self._recorded.add(task.fp)
-            await self.engine.finish([task], digest=page_digest(res.body))
+            await self.engine.finish([task], body=res.body)
 
     async def settle(self, tasks: Sequence[Task], *, elsewhere: bool) -> list[Task]:
         """Tasks that end without a page here (robots.txt, an error, a budget; or, with

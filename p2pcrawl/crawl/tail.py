@@ -14,7 +14,7 @@ from p2pcrawl.archive import FetchRecord
 from p2pcrawl.crawl import hops, urls
 from p2pcrawl.crawl.css import css_references, decode_css
 from p2pcrawl.crawl.directives import Directives
-from p2pcrawl.crawl.fetcher import FetchResult, page_digest
+from p2pcrawl.crawl.fetcher import FetchResult
 from p2pcrawl.crawl.frontier import Task
 from p2pcrawl.crawl.parse import ParsedPage, extract_links
 from p2pcrawl.crawl.parseproc import needs_worker
@@ -89,8 +89,7 @@ async def page_tail(engine: Engine, task: Task, res: FetchResult) -> None:
         assert engine.revisits is not None
         await engine.revisits.settle_page(task, plan, res)
     else:
-        digest = page_digest(res.body) if engine.keep_proofs else None
-        await engine.finish([task], digest=digest)
+        await engine.finish([task], body=res.body)
 
 
 def _count(engine: Engine, directives: Directives) -> None:
