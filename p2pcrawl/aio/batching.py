@@ -96,10 +96,25 @@ class Coalescer(Generic[K, T, R]):
         ``max_items`` (a window without it is a plain sleep): they go in the next flush.
         Items ``within`` a time go in a flush that starts no later than that after the
         lane's last one (a stretched spacing does not hold them)."""
-        if self._closed:
-            raise RuntimeError("Coalescer is closed")
         if not items:
             return []
+        due, start = self._enqueue(lane, items, urgent, within)
+        # shield: a cancelled caller leaves its lane-mates' flush alone.
+        results = await asyncio.shield(due)
+        return results[start : start + len(items)]
+
+    def post(self, lane: K, items: Sequence[T]) -> None:
+        """Queue ``items`` for the lane's next flush without waiting for it: for news whose
+        sender must not wait on its receiver. A failed flush is counted by nobody here; the
+        flush itself handles its errors."""
+        if items:
+            self._enqueue(lane, items, False, None)
+
+    def _enqueue(
+        self, lane: K, items: Sequence[T], urgent: bool, within: float | None
+    ) -> tuple[asyncio.Future[list[R]], int]:
+        if self._closed:
+            raise RuntimeError("Coalescer is closed")
         state = self._lanes.get(lane)
         if state is None:
             state = self._lanes[lane] = _Lane()
@@ -118,9 +133,7 @@ class Coalescer(Generic[K, T, R]):
             state.runner = self._runners.spawn(self._run(lane, state), "flush")
             if state.runner is None:  # closing: the runners refuse work
                 raise RuntimeError("Coalescer is closed")
-        # shield: a cancelled caller leaves its lane-mates' flush alone.
-        results = await asyncio.shield(due)
-        return results[start : start + len(items)]
+        return due, start
 
     @staticmethod
     def _hurry(state: _Lane[T, R], within: float) -> None:

@@ -193,3 +193,17 @@ async def test_items_within_a_time_are_not_held_by_a_stretched_spacing() -> None
     gc.kick()
     assert await again == [10]
     assert store.flushes == [[1], [2, 3], [4], [5]]
+
+
+async def test_posted_items_go_in_the_lane_s_next_flush_without_a_waiting_caller() -> None:
+    store = Store()
+    store.release.clear()
+    gc = Coalescer[str | None, int, int](store.flush)
+    waiting = asyncio.ensure_future(gc.submit("a", [1]))
+    await store.started.wait()
+    gc.post("a", [2, 3])  # returns at once, during the flush under way
+    assert gc.pending == 3  # still counted until flushed: "finished" waits for it
+    store.release.set()
+    assert await waiting == [2]
+    await gc.drain()
+    assert store.flushes == [[1], [2, 3]] and gc.pending == 0

@@ -56,6 +56,7 @@ class Copies:
         self.held_back = asyncio.Event()  # a held-back call is under way
         self.known_done: set[int] = set()  # what every replica knows as done
         self.slow: dict[bytes, asyncio.Event] = {}  # replicas that answer once it is set
+        self.slow_delete: dict[bytes, asyncio.Event] = {}  # DELETE_BACKUP answered once set
 
     async def store_backup(self, to: PeerRef, owner: bytes, batches: Sequence[KeyBatch]) -> Held:
         self.net.calls.append(("store_backup", to, (owner, list(batches))))
@@ -84,6 +85,9 @@ class Copies:
         self.net.calls.append(("delete_backup", to, (owner, dict(done))))
         if to.id in self.gone:
             self.after_gone.append(("delete_backup", to.id))
+        slow = self.slow_delete.get(to.id)
+        if slow is not None:
+            await slow.wait()
         for fps in done.values():
             self.held[to.id].difference_update(fps)
         return 0
@@ -225,6 +229,42 @@ async def test_a_replica_declared_dead_during_its_resync_is_not_told_of_finished
         await replication._copies.drain()
         await replication._deletes.drain()
         assert copies.after_gone == []
+        await assert_redundant(net, ledger, copies)
+    finally:
+        await replication.aclose()
+
+
+async def test_a_finished_page_does_not_wait_for_a_holder_that_is_no_longer_a_replica(
+    stores: tuple[Ledger, BackupStore],
+) -> None:
+    """A joiner nearer the key displaces a replica, which keeps its copies and is told of
+    finished pages by DELETE_BACKUP. Each page's tail waited for that answer too, and so the
+    owner crawled at one delete-lane spacing per pipeline while the joiner was young. The
+    news still reaches it, and once it is a replica again the follower sends it the done
+    range."""
+    ledger, backups = stores
+    net = Net(OWNER, [Y1, Y2])
+    copies = Copies(net)
+    replication, follower = build(net, copies, ledger, backups)
+    try:
+        await queue(ledger, replication, ALL[:10])
+        await replication._copies.drain()
+        net.add(Y3)  # nearer than Y2: Y2 is an earlier holder from now on
+        await settle(replication, follower)
+        copies.slow_delete[Y2] = asyncio.Event()
+        await ledger.finish(ALL[:5])
+        fin = asyncio.ensure_future(replication.finished(ALL[:5]))
+        done, _ = await asyncio.wait([fin], timeout=10.0)
+        assert fin in done, "the page's finish waited for the earlier holder"
+        assert {t.fp for t in ALL[:5]} <= copies.held[Y2]  # not told yet
+        copies.slow_delete[Y2].set()
+        await replication._deletes.drain()
+        assert not {t.fp for t in ALL[:5]} & copies.held[Y2]
+        # Y3 dies before it owns anything: Y2 is a replica again, and in step.
+        del net.members[Y3]
+        copies.gone.add(Y3)
+        follower.book.forget_peer(Y3)
+        await settle(replication, follower)
         await assert_redundant(net, ledger, copies)
     finally:
         await replication.aclose()
