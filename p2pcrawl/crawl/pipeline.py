@@ -85,6 +85,11 @@ class Pipeline:
         self._nothing = _Free(self)  # every ticket of an unbounded pipeline
         self.slow_fetches = 0  # tickets given back by a fetch still under way
 
+    @property
+    def exhausted(self) -> bool:
+        """Every ticket is held: the next page waits for a tail to finish."""
+        return self._free is not None and self._free.locked()
+
     async def ticket(self) -> Ticket:
         if self._free is None:
             return self._nothing

@@ -2,11 +2,13 @@
 news of finished pages (``dispatch.STALE_AFTER``, ``replication.PATIENT_COPY_SPACING_S``).
 
 They may while more is queued than two rounds of our fetchers (so the crawl's end waits on
-nothing here), no hand-off or leave waits for our pages, and a quarter of the page tails'
-room is free: their slots, or the pipeline's tickets where those are fewer
-(``crawl.pipeline``). A tail holds both while it waits, and the fetchers stop when none is
-free; as they fill, batches leave at their usual spacing again, so a fast link is never held
-to slots-per-wait pages a second (docs/architecture.md, "Async plumbing").
+nothing here), no hand-off or leave waits for our pages, a quarter of the page tails' room
+is free (their slots, or the pipeline's tickets where those are fewer: ``crawl.pipeline``),
+and no fetch waits for a ticket: a new owner, whose pages' links are all new to it, had its
+fetches wait for tickets while each tail waited out a stretched spacing, and crawled at a
+third of its pace for seconds. A tail holds both while it waits, and the fetchers stop when
+none is free; as they fill, batches leave at their usual spacing again, so a fast link is
+never held to slots-per-wait pages a second (docs/architecture.md, "Async plumbing").
 """
 
 from __future__ import annotations
@@ -55,7 +57,11 @@ class Patience:
         if not self._active() or self.handing_off:
             return False
         conc = crawl.settings.concurrency
-        room = min(crawl.tail_slots, crawl.pipeline.pages or crawl.tail_slots)
+        pipeline = crawl.pipeline
+        if pipeline.exhausted:
+            # A fetch waits for a tail to end: every tail's wait is a page not fetched.
+            return False
+        room = min(crawl.tail_slots, pipeline.pages or crawl.tail_slots)
         return crawl.tasks_queued > 2 * conc and 4 * crawl.tails < 3 * room
 
     @contextmanager

@@ -83,3 +83,13 @@ async def test_a_peer_is_patient_only_with_a_backlog(make_peer: PeerFactory) -> 
     with peer.parts.patience.waiting():
         assert not peer.parts.patience()
     assert peer.parts.patience()
+    # Every pipeline ticket held: the next fetch waits for a tail, and a tail waiting out
+    # a stretched spacing is a page not fetched.
+    pipeline = peer.engine.pipeline
+    assert pipeline.pages is not None
+    held = [await pipeline.ticket() for _ in range(pipeline.pages)]
+    assert pipeline.exhausted and not peer.parts.patience()
+    held.pop().release()
+    assert peer.parts.patience()
+    for ticket in held:
+        ticket.release()
