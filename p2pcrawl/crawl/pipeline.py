@@ -15,8 +15,9 @@ ticket held for a whole fetch would cut the fetches under way to the tickets.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
-__all__ = ["PIPELINE_PAGES", "QUICK_FETCH_S", "Pipeline", "Ticket"]
+__all__ = ["GATING_S", "PIPELINE_PAGES", "QUICK_FETCH_S", "Pipeline", "Ticket"]
 
 # Pages between request and done at full speed. 24 keeps a crash's in-flight window under
 # half a percent of a 5,000-page web; the cap is reached only where the tails are the
@@ -24,6 +25,8 @@ __all__ = ["PIPELINE_PAGES", "QUICK_FETCH_S", "Pipeline", "Ticket"]
 PIPELINE_PAGES = 24
 # A fetch still under way after this long holds no ticket: it is a slow web's, not a window.
 QUICK_FETCH_S = 0.1
+# A fetch that waited for a ticket this recently means the tails gate the crawl.
+GATING_S = 1.0
 
 
 class Ticket:
@@ -84,15 +87,30 @@ class Pipeline:
         self._free = None if pages is None else asyncio.Semaphore(pages)
         self._nothing = _Free(self)  # every ticket of an unbounded pipeline
         self.slow_fetches = 0  # tickets given back by a fetch still under way
+        self.waits = 0  # fetches that waited for a ticket
+        self._waited_at = float("-inf")  # loop time of the last such wait
+        # Told when a fetch waits for a ticket after a quiet ``GATING_S`` (the RPC lanes
+        # waiting out a stretched spacing send now: ``network.patience``).
+        self.on_gating: Callable[[], None] | None = None
 
     @property
-    def exhausted(self) -> bool:
-        """Every ticket is held: the next page waits for a tail to finish."""
-        return self._free is not None and self._free.locked()
+    def gating(self) -> bool:
+        """The tails gate the crawl: every ticket is held, or a fetch waited for one in the
+        last ``GATING_S``. Sampled once per flush, "held now" alone missed most of it."""
+        if self._free is None:
+            return False
+        return self._free.locked() or asyncio.get_running_loop().time() - self._waited_at < GATING_S
 
     async def ticket(self) -> Ticket:
         if self._free is None:
             return self._nothing
+        if self._free.locked():
+            now = asyncio.get_running_loop().time()
+            quiet = now - self._waited_at >= GATING_S
+            self.waits += 1
+            self._waited_at = now
+            if quiet and self.on_gating is not None:
+                self.on_gating()
         await self._free.acquire()
         return Ticket(self)
 

@@ -51,6 +51,8 @@ class Patience:
         self._active = active
         self.hurry = hurry
         self.handing_off = 0  # hand-offs waiting for their keys' pages to finish here
+        # A lane that began a stretched wait before the tails filled sends now.
+        crawl.pipeline.on_gating = hurry
 
     def __call__(self) -> bool:
         crawl = self.crawl
@@ -58,8 +60,8 @@ class Patience:
             return False
         conc = crawl.settings.concurrency
         pipeline = crawl.pipeline
-        if pipeline.exhausted:
-            # A fetch waits for a tail to end: every tail's wait is a page not fetched.
+        if pipeline.gating:
+            # Fetches wait for tails to end: every tail's wait is a page not fetched.
             return False
         room = min(crawl.tail_slots, pipeline.pages or crawl.tail_slots)
         return crawl.tasks_queued > 2 * conc and 4 * crawl.tails < 3 * room

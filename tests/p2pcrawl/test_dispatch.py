@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from p2pcrawl.crawl import Task, urls
@@ -88,8 +90,13 @@ async def test_a_peer_is_patient_only_with_a_backlog(make_peer: PeerFactory) -> 
     pipeline = peer.engine.pipeline
     assert pipeline.pages is not None
     held = [await pipeline.ticket() for _ in range(pipeline.pages)]
-    assert pipeline.exhausted and not peer.parts.patience()
+    assert pipeline.gating and not peer.parts.patience()
+    # A fetch that waits for one keeps the lanes impatient for a while after it got it.
+    waiting = asyncio.ensure_future(pipeline.ticket())
+    await asyncio.sleep(0)
     held.pop().release()
-    assert peer.parts.patience()
+    held.append(await waiting)
+    held.pop().release()
+    assert pipeline.waits == 1 and not peer.parts.patience()
     for ticket in held:
         ticket.release()
