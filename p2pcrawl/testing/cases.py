@@ -14,6 +14,8 @@ full speed with every timer at its default, and returns the
   30%;
 * ``crash_joins_crash``: four peers; the busiest crashes at 15%, two peers join at once,
   and the busiest crashes at 60% (or as soon as the joins are through, if that is later);
+* ``takeover``: four peers, the founder owning the big host; at 30% a peer joins with an
+  ID nearer the host's key and takes the host over (``benchmarks/cases.py``);
 * ``steady``: four peers and no event, the time the others are compared with.
 
 Where a case depends on who owns the big host (host 0, most of the pages), the peers' node
@@ -127,6 +129,20 @@ async def graceful_leave(sc: Scenario) -> Outcome:
     return await sc.finish(FINISH_S)
 
 
+async def takeover(sc: Scenario) -> Outcome:
+    """Four peers, the founder owning the big host; at 30% a fifth joins with an ID nearer
+    the host's key, and takes the host over once it is old enough: a join's whole cost."""
+    key = big_key(sc)
+    preset_id(sc, "p0", id_near(key, 134))
+    peers = await sc.start(4)
+    await sc.wait_mesh()
+    await sc.seed(peers[0])
+    await sc.until_share(0.3)
+    preset_id(sc, "p4", id_near(key, 130))
+    await sc.join(peers[1], 1)
+    return await sc.finish(FINISH_S)
+
+
 async def crash_joins_crash(sc: Scenario) -> Outcome:
     peers = await sc.start(4)
     await sc.wait_mesh()
@@ -146,4 +162,5 @@ CASES: dict[str, Callable[[Scenario], Awaitable[Outcome]]] = {
     "crash_during_joins": crash_during_joins,
     "graceful_leave": graceful_leave,
     "crash_joins_crash": crash_joins_crash,
+    "takeover": takeover,
 }
