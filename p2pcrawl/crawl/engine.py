@@ -323,11 +323,9 @@ class Engine:
             outcome: Outcome | Exception = Outcome.WAITING
             res: FetchResult | None = None
             async with self.frontier.slot() as slot:
-                # The ticket is for a page, so it is taken once a host is ready: workers
-                # waiting for one big host held tickets the tails never got, the tails never
-                # filled three quarters of them, the lanes stayed patient (network.patience),
-                # and a new owner's every page waited out a stretched outbox spacing: 40
-                # pages a second for several seconds after a takeover, against 300.
+                # The ticket is a page's, taken once a host is ready: a worker waiting for a
+                # busy host holds none, and the tickets held are the pages between request
+                # and done, which the lanes' patience weighs (network.patience).
                 ticket = await self.pipeline.ticket()
                 task = None if self.paused or self.held else slot.pop()
                 if task is None:
