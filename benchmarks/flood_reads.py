@@ -4,14 +4,16 @@ One keyed peer (a ``CrawlNode`` in a process of its own) is flooded from one sou
 datagrams as fast as one process sends them (``_detection.FLOOD``, the flood of the churn
 test and benchmark). Meanwhile a member (a node of this process, in the peer's routing table,
 with the same secret) pings it ``--calls`` times, paced over the flood, each call with the
-default 2 s timeout and its resends (``protocol.outstanding``). Three builds of the peer's read
+default 2 s timeout and its resends (``protocol.outstanding``). Builds of the peer's read
 path, interleaved round by round:
 
 * ``one-per-wakeup``: one datagram per readiness event and every datagram through the HMAC
   (``InboundLimits(drain=1, junk=None)``: what asyncio's own datagram transport does);
 * ``drain``: up to ``datagram.DRAIN`` datagrams per readiness event;
 * ``drain+junk``: that, and a source whose datagrams keep failing to open is dropped unread
-  for a second (``datagram.JunkSources``; the defaults).
+  for a second (``datagram.JunkSources``; the defaults);
+* ``one-per-wakeup+4MiB``: the first with a 4 MiB receive buffer asked for (the node asks for
+  2 MiB): whether a bigger buffer helps under a sustained flood.
 
 Prints per build: flood datagrams sent, datagrams the peer read per second, the share of the
 flood it read (the kernel dropped the rest at the full socket, members' datagrams with them),
@@ -42,18 +44,19 @@ from protocol import (
 from protocol.serving import NoWork
 
 SECRET = "flood-reads-benchmark"
-BUILDS = {
-    "one-per-wakeup": {"drain": 1, "junk": False},
-    "drain": {"drain": 0, "junk": False},  # 0: the default
-    "drain+junk": {"drain": 0, "junk": True},
+BUILDS = {  # drain 0: the default; rcvbuf 0: the node's own (sockstats.SOCKET_BUFFER)
+    "one-per-wakeup": {"drain": 1, "junk": 0, "rcvbuf": 0},
+    "one-per-wakeup+4MiB": {"drain": 1, "junk": 0, "rcvbuf": 4 << 20},
+    "drain": {"drain": 0, "junk": 0, "rcvbuf": 0},
+    "drain+junk": {"drain": 0, "junk": 1, "rcvbuf": 0},
 }
 
 # The flooded peer: prints its address, serves until its stdin closes, then prints its stats.
 TARGET = r"""
-import asyncio, dataclasses, json, sys
+import asyncio, dataclasses, json, socket, sys
 from protocol import CrawlNode, InboundLimits, NodeConfig, new_node_id
 from protocol.serving import NoWork
-secret, drain, junk = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+secret, drain, junk, rcvbuf = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4])
 limits = InboundLimits()
 if drain:
     limits = dataclasses.replace(limits, drain=drain)
@@ -62,6 +65,9 @@ if not junk:
 async def main():
     node = CrawlNode(new_node_id(), NoWork(), NodeConfig(secret=secret, inbound=limits))
     await node.listen_on("127.0.0.1", 0)
+    if rcvbuf:
+        sock = node.rpc.endpoint.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     print(json.dumps([node.me.id.hex(), node.me.host, node.me.port]), flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
     s = node.rpc_stats
@@ -86,7 +92,8 @@ async def one_run(build: str, seconds: float, calls: int) -> dict[str, float]:
         TARGET,
         SECRET,
         str(opts["drain"]),
-        "1" if opts["junk"] else "0",
+        str(opts["junk"]),
+        str(opts["rcvbuf"]),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -159,23 +166,24 @@ async def main() -> int:
             result = await one_run(build, seconds, calls)
             runs[build].append(result)
             shown = json.dumps({k: round(v, 3) for k, v in result.items()})
-            print(f"round {r + 1} {build:15s} {shown}")
+            print(f"round {r + 1} {build:20s} {shown}")
     print(
         f"\n{rounds} rounds of {seconds:.0f} s floods, {calls} member pings each "
         f"({time.monotonic() - started:.0f} s)"
     )
     med = {b: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for b, rs in runs.items()}
     base = med["one-per-wakeup"]
-    print(f"{'build':15s} {'sent/s':>9s} {'read/s':>9s} {'read':>6s} {'pings answered':>15s}")
+    print(f"{'build':20s} {'sent/s':>9s} {'read/s':>9s} {'read':>6s} {'pings answered':>15s}")
     for build, m in med.items():
         print(
-            f"{build:15s} {m['sent'] / seconds:9.0f} {m['read_per_s']:9.0f} "
+            f"{build:20s} {m['sent'] / seconds:9.0f} {m['read_per_s']:9.0f} "
             f"{100 * m['read_share']:5.1f}% {100 * m['answered']:14.1f}%"
         )
     for build, m in med.items():
         if build != "one-per-wakeup":
             print(
-                f"{build}: reads {m['read_per_s'] / base['read_per_s']:.2f}x, pings unanswered "
+                f"{build}: reads {m['read_per_s'] / base['read_per_s']:.2f}x a second, "
+                f"{m['read_share'] / base['read_share']:.2f}x the flood's share; pings unanswered "
                 f"{1 - m['answered']:.3f} against {1 - base['answered']:.3f}"
             )
     print(json.dumps({b: {k: round(v, 3) for k, v in m.items()} for b, m in med.items()}))
