@@ -7,20 +7,23 @@ with the same secret) pings it ``--calls`` times, paced over the flood, each cal
 default 2 s timeout and its resends (``protocol.outstanding``). Builds of the peer's read
 path, interleaved round by round:
 
-* ``one-per-wakeup``: one datagram per readiness event and every datagram through the HMAC
-  (``InboundLimits(drain=1, junk=None)``: what asyncio's own datagram transport does);
+* ``asyncio``: the node's socket served by asyncio's own datagram transport, as before
+  ``protocol.datagram`` (one datagram per readiness event, each into a fresh 256 KiB buffer),
+  every datagram through the HMAC;
+* ``asyncio+4MiB``: that, with a 4 MiB receive buffer asked for (the node asks for 2 MiB):
+  whether a bigger buffer helps under a sustained flood;
+* ``one-per-wakeup``: ``DrainingTransport`` reading one datagram per readiness event, every
+  datagram through the HMAC (``InboundLimits(drain=1, junk=None)``);
 * ``drain``: up to ``datagram.DRAIN`` datagrams per readiness event;
 * ``drain+junk``: that, and a source whose datagrams keep failing to open is dropped unread
-  for a second (``datagram.JunkSources``; the defaults);
-* ``one-per-wakeup+4MiB``: the first with a 4 MiB receive buffer asked for (the node asks for
-  2 MiB): whether a bigger buffer helps under a sustained flood.
+  for a second (``datagram.JunkSources``): the defaults.
 
 Prints per build: flood datagrams sent, datagrams the peer read per second, the share of the
 flood it read (the kernel dropped the rest at the full socket, members' datagrams with them),
 and the share of the member's pings answered; then each build's ratios against the first.
 
     python benchmarks/flood_reads.py                 # 3 rounds, 8 s floods, 200 pings each
-    python benchmarks/flood_reads.py --quick         # 1 round, 4 s floods, 80 pings
+    python benchmarks/flood_reads.py --quick         # 1 round, 6 s floods, 80 pings
 """
 
 from __future__ import annotations
@@ -44,9 +47,11 @@ from protocol import (
 from protocol.serving import NoWork
 
 SECRET = "flood-reads-benchmark"
-BUILDS = {  # drain 0: the default; rcvbuf 0: the node's own (sockstats.SOCKET_BUFFER)
+# drain 0: the default, -1: asyncio's transport; rcvbuf 0: the node's own (sockstats)
+BUILDS = {
+    "asyncio": {"drain": -1, "junk": 0, "rcvbuf": 0},
+    "asyncio+4MiB": {"drain": -1, "junk": 0, "rcvbuf": 4 << 20},
     "one-per-wakeup": {"drain": 1, "junk": 0, "rcvbuf": 0},
-    "one-per-wakeup+4MiB": {"drain": 1, "junk": 0, "rcvbuf": 4 << 20},
     "drain": {"drain": 0, "junk": 0, "rcvbuf": 0},
     "drain+junk": {"drain": 0, "junk": 1, "rcvbuf": 0},
 }
@@ -58,10 +63,17 @@ from protocol import CrawlNode, InboundLimits, NodeConfig, new_node_id
 from protocol.serving import NoWork
 secret, drain, junk, rcvbuf = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4])
 limits = InboundLimits()
-if drain:
+if drain > 0:
     limits = dataclasses.replace(limits, drain=drain)
 if not junk:
     limits = dataclasses.replace(limits, junk=None)
+if drain < 0:  # the node's socket as it was served before: asyncio's transport
+    import protocol.node
+    async def asyncio_udp(proto, host, port, drain=0):
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.create_datagram_endpoint(lambda: proto, local_addr=(host, port))
+        return transport
+    protocol.node.open_udp = asyncio_udp
 async def main():
     node = CrawlNode(new_node_id(), NoWork(), NodeConfig(secret=secret, inbound=limits))
     await node.listen_on("127.0.0.1", 0)
@@ -151,7 +163,7 @@ async def one_run(build: str, seconds: float, calls: int) -> dict[str, float]:
 
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="1 round, 4 s floods, 80 pings")
+    ap.add_argument("--quick", action="store_true", help="1 round, 6 s floods, 80 pings")
     ap.add_argument("--rounds", type=int, help="interleaved rounds (3)")
     ap.add_argument("--seconds", type=float, help="flood duration (8)")
     ap.add_argument("--calls", type=int, help="member pings per flood (200)")
@@ -172,7 +184,7 @@ async def main() -> int:
         f"({time.monotonic() - started:.0f} s)"
     )
     med = {b: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for b, rs in runs.items()}
-    base = med["one-per-wakeup"]
+    base = med["asyncio"]
     print(f"{'build':20s} {'sent/s':>9s} {'read/s':>9s} {'read':>6s} {'pings answered':>15s}")
     for build, m in med.items():
         print(
@@ -180,7 +192,7 @@ async def main() -> int:
             f"{100 * m['read_share']:5.1f}% {100 * m['answered']:14.1f}%"
         )
     for build, m in med.items():
-        if build != "one-per-wakeup":
+        if build != "asyncio":
             print(
                 f"{build}: reads {m['read_per_s'] / base['read_per_s']:.2f}x a second, "
                 f"{m['read_share'] / base['read_share']:.2f}x the flood's share; pings unanswered "

@@ -7,7 +7,8 @@ What it serves is asked of a ``Server`` (``rpc.Rpc``); what differs from rpcudp:
 * Datagrams are authenticated first (``auth.Framer``), signed requests are checked for replays
   (``replay.ReplayGuard``), and everything is parsed defensively; rpcudp's
   ``_solve_datagram`` raised inside an unowned task on bad msgpack. Every drop is counted by
-  reason (``stats``) and nothing a peer sends can raise out of ``datagram_received``.
+  reason (``stats``) and nothing a peer sends can raise out of ``datagram_received``. A
+  stranger whose datagrams keep failing to open goes unread for a while (``datagram``).
 * A handler exception, an unknown name or a wrong arity gets ``{"error": ...}`` back at once;
   rpcudp sent no reply, so the caller waited out its timeout and then evicted a live peer.
 * Each call has its own timer, and a cancelled caller removes its entry immediately
