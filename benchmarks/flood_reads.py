@@ -14,7 +14,8 @@ path, interleaved round by round:
   whether a bigger buffer helps under a sustained flood;
 * ``one-per-wakeup``: ``DrainingTransport`` reading one datagram per readiness event, every
   datagram through the HMAC (``InboundLimits(drain=1, junk=None)``);
-* ``drain``: up to ``datagram.DRAIN`` datagrams per readiness event;
+* ``drain``: up to ``datagram.DRAIN`` datagrams per readiness event (``drain+4MiB``: with
+  the bigger buffer);
 * ``drain+junk``: that, and a source whose datagrams keep failing to open is dropped unread
   for a second (``datagram.JunkSources``): the defaults.
 
@@ -53,6 +54,7 @@ BUILDS = {
     "asyncio+4MiB": {"drain": -1, "junk": 0, "rcvbuf": 4 << 20},
     "one-per-wakeup": {"drain": 1, "junk": 0, "rcvbuf": 0},
     "drain": {"drain": 0, "junk": 0, "rcvbuf": 0},
+    "drain+4MiB": {"drain": 0, "junk": 0, "rcvbuf": 4 << 20},
     "drain+junk": {"drain": 0, "junk": 1, "rcvbuf": 0},
 }
 
