@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from protocol.backoff import Backoff, backoff_delay
 from protocol.balance import bit_loads
+from protocol.endpoint import InboundLimits
 from protocol.errors import BootstrapError, Busy, MessageError, PeerTimeout, RemoteError
 from protocol.loadreport import LOAD, MAX_PEERS, LoadReport, serve_load
 from protocol.loans import (
@@ -98,6 +99,7 @@ __all__ = [
     "GiveBackArgs",
     "GiveBackReply",
     "Held",
+    "InboundLimits",
     "KeyBatch",
     "LagSnapshot",
     "LendArgs",

@@ -7,7 +7,8 @@ What it serves is asked of a ``Server`` (``rpc.Rpc``); what differs from rpcudp:
 * Datagrams are authenticated first (``auth.Framer``), signed requests are checked for replays
   (``replay.ReplayGuard``), and everything is parsed defensively; rpcudp's
   ``_solve_datagram`` raised inside an unowned task on bad msgpack. Every drop is counted by
-  reason (``stats``) and nothing a peer sends can raise out of ``datagram_received``.
+  reason (``stats``) and nothing a peer sends can raise out of ``datagram_received``. A
+  stranger whose datagrams keep failing to open goes unread for a while (``datagram``).
 * A handler exception, an unknown name or a wrong arity gets ``{"error": ...}`` back at once;
   rpcudp sent no reply, so the caller waited out its timeout and then evicted a live peer.
 * Each call has its own timer, and a cancelled caller removes its entry immediately
@@ -50,6 +51,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from protocol import wire
 from protocol.auth import ID_LEN, REPLY, REQUEST, Frame, Framer, Rejected, Signer
 from protocol.codec import RPC_REQUEST_LIMIT
+from protocol.datagram import DRAIN, JunkSources
 from protocol.errors import Busy, MessageError
 from protocol.nodekey import verify
 from protocol.outstanding import Outstanding
@@ -83,6 +85,9 @@ class InboundLimits:
     stranger: Rate = field(default_factory=lambda: Rate(per_s=20.0, burst=40.0))
     stranger_ip: Rate = field(default_factory=lambda: Rate(per_s=200.0, burst=400.0))
     strangers: Rate = field(default_factory=lambda: Rate(per_s=1000.0, burst=2000.0))
+    # Datagrams that fail to open a stranger may send before it goes unread (None: never).
+    junk: Rate | None = field(default_factory=lambda: Rate(per_s=100.0, burst=200.0))
+    drain: int = DRAIN  # datagrams read per wakeup of the event loop (``datagram``)
 
 
 def sendable(host: object, port: object) -> tuple[str, int] | None:
@@ -146,6 +151,7 @@ class Endpoint(asyncio.DatagramProtocol):
         self._strangers_in = SourceLimits(limits.stranger)
         self._stranger_ips_in = SourceLimits(limits.stranger_ip)
         self._all_strangers_in = SourceLimits(limits.strangers, max_sources=1)
+        self._junk = None if limits.junk is None else JunkSources(limits.junk)
         self.reply_budget: int | None = None  # bytes an inline handler may answer with
         self.rpc_timeout = rpc_timeout
         self._framer = Framer(secret, signer)
@@ -175,10 +181,16 @@ class Endpoint(asyncio.DatagramProtocol):
         addr = (addr[0], addr[1])
         self.stats.datagrams_in += 1
         self.stats.bytes_in += len(data)
+        junk = self._junk
+        if junk is not None and junk.held(addr):
+            self._drop("junk_source")  # dropped unread: its last ones failed to open
+            return
         try:
             frame = self._framer.open(data, addr)
         except Rejected as rej:
             self._drop(rej.reason)
+            if junk is not None and not self._server.from_member(addr):
+                junk.junk(addr)
             held = self._secret_warning.admit() if rej.reason == "bad_hmac" else None
             if held is not None:
                 log.warning(

@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from protocol.calls import CrawlCalls
+from protocol.datagram import open_udp
 from protocol.dht import digest, get_value, set_value
 from protocol.errors import BootstrapError
 from protocol.identities import Identities
@@ -163,9 +164,8 @@ class CrawlNode:
     async def listen(self, port: int, interface: str = "0.0.0.0") -> None:
         if self._me is not None:
             raise RuntimeError("already listening")
-        loop = asyncio.get_running_loop()
-        transport, _ = await loop.create_datagram_endpoint(
-            lambda: self.rpc.endpoint, local_addr=(interface, port)
+        transport = await open_udp(
+            self.rpc.endpoint, interface, port, drain=self.config.inbound.drain
         )
         sock = transport.get_extra_info("socket")
         widen_buffers(sock)
