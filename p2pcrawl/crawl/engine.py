@@ -323,9 +323,7 @@ class Engine:
             outcome: Outcome | Exception = Outcome.WAITING
             res: FetchResult | None = None
             async with self.frontier.slot() as slot:
-                # The ticket is a page's, taken once a host is ready: a worker waiting for a
-                # busy host holds none, and the tickets held are the pages between request
-                # and done, which the lanes' patience weighs (network.patience).
+                # A page's ticket: a worker still waiting for a host holds none.
                 ticket = await self.pipeline.ticket()
                 task = None if self.paused or self.held else slot.pop()
                 if task is None:
