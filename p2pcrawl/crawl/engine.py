@@ -314,7 +314,7 @@ class Engine:
 
     async def _worker(self) -> None:
         """Fetch, one host at a time; each page's tail runs as its own task, and a page holds
-        a ``Pipeline`` ticket from its request to its done record (or a slow fetch's end)."""
+        a ``Pipeline`` ticket from its host's turn to its done record (or a slow fetch's end)."""
         while True:
             if self.paused or self.held:
                 self._progress.set()
@@ -323,9 +323,6 @@ class Engine:
             outcome: Outcome | Exception = Outcome.WAITING
             res: FetchResult | None = None
             async with self.frontier.slot() as slot:
-                # The ticket is a page's, taken once a host is ready: a worker waiting for a
-                # busy host holds none, and the tickets held are the pages between request
-                # and done, which the lanes' patience weighs (network.patience).
                 ticket = await self.pipeline.ticket()
                 task = None if self.paused or self.held else slot.pop()
                 if task is None:
