@@ -121,6 +121,16 @@ def build(
     return replication, Follower(book, ledger, net, replication)
 
 
+def owner_of_y1_y2(
+    ledger: Ledger, backups: BackupStore
+) -> tuple[Net, Copies, Replication, Follower]:
+    """The owner, with Y1 and Y2 its replicas."""
+    net = Net(OWNER, [Y1, Y2])
+    copies = Copies(net)
+    replication, follower = build(net, copies, ledger, backups)
+    return net, copies, replication, follower
+
+
 async def queue(ledger: Ledger, replication: Replication, tasks: list[Task]) -> None:
     """As the intake does: store, then copy what is new."""
     new = await ledger.accept(tasks)
@@ -204,9 +214,7 @@ async def test_a_replica_declared_dead_during_its_resync_is_not_told_of_finished
     the re-sync put it back among the key's holders: from then on every finished page of the
     key waited on a DELETE_BACKUP to a dead peer."""
     ledger, backups = stores
-    net = Net(OWNER, [Y1, Y2])
-    copies = Copies(net)
-    replication, follower = build(net, copies, ledger, backups)
+    net, copies, replication, follower = owner_of_y1_y2(ledger, backups)
     try:
         await queue(ledger, replication, ALL[:10])
         await replication._copies.drain()
@@ -243,9 +251,7 @@ async def test_a_finished_page_does_not_wait_for_a_holder_that_is_no_longer_a_re
     news still reaches it, and once it is a replica again the follower sends it the done
     range."""
     ledger, backups = stores
-    net = Net(OWNER, [Y1, Y2])
-    copies = Copies(net)
-    replication, follower = build(net, copies, ledger, backups)
+    net, copies, replication, follower = owner_of_y1_y2(ledger, backups)
     try:
         await queue(ledger, replication, ALL[:10])
         await replication._copies.drain()
