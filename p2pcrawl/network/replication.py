@@ -352,7 +352,8 @@ class Replication:
     # -- finished work ----------------------------------------------------------------------
 
     async def finished(self, tasks: list[Task], *, hurry: bool = False) -> None:
-        """Tell every peer that may hold a copy that ``tasks`` are finished, and wait.
+        """Tell every peer that may hold a copy that ``tasks`` are finished; wait for the
+        current replicas (earlier holders are told without waiting, below).
 
         Waiting keeps a crash from leaving a replica with a copy of a finished page and no
         record that it is finished: it would fetch it again. ``hurry``: a remote caller waits
