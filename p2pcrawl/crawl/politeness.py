@@ -84,6 +84,13 @@ class HostPoliteness:
     robots_from: object | None = None
     consecutive_errors: int = 0
 
+    def cycle(self, settings: PolitenessSettings) -> float:
+        """Seconds between the starts of two requests to this host here: its last response
+        time and the gap after it (lending compares it with a loan's pace)."""
+        return self.last_response_time + next_gap(
+            settings, self.robots_delay, self.last_response_time
+        )
+
     def ready(self, now: float) -> bool:
         """Whether a request may start now: none in flight, and the gap has passed."""
         return not self.busy and now >= self.next_allowed

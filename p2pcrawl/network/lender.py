@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from p2pcrawl.crawl import HostQueue, Task, urls
+from p2pcrawl.crawl import HostQueue, Pipeline, Task, urls
 from p2pcrawl.network.loanbook import LoanBook
 from p2pcrawl.network.ports import FrontierView
 from protocol import (
@@ -60,6 +60,13 @@ MIN_LEND_IDLE = 1
 # How long a LEND may wait for the request under way to the host it lends to end. Well
 # inside the borrower's RPC timeout (its resends of the request are not served twice).
 LEND_WAIT_S = 0.8
+# A loan's pace, one page per this many seconds at best: the borrower waits for our word
+# every ``loanbook.MAX_UNSETTLED`` pages, and our word waits for our lane to the replicas
+# (up to ``replication.COPY_SPACING_S``). Measured at full speed, a lent host went at 10-16
+# pages a second. A host that goes faster here is lent only while it may wait here for a
+# fetch (``Lender._saturated``). Lent otherwise, a host fetched here at 400 pages a second
+# went at 12 for the rest of the crawl (steady run of ``benchmarks/cases.py``).
+LOAN_PAGE_S = 0.05
 
 
 def _robots_size(robots: LentRobots | None) -> int:
@@ -76,6 +83,9 @@ class LendingCrawl(FrontierView, Protocol):
     async def finish(self, tasks: list[Task], *, hurry: bool = False) -> None: ...
 
     def after_lent(self, key: bytes) -> None: ...
+
+    @property
+    def pipeline(self) -> Pipeline: ...
 
 
 @dataclass(slots=True)
@@ -116,6 +126,7 @@ class Lender:
         self.lent_total = 0  # tasks lent, ever (status)
         self.robots_lent = 0  # loans that carried our robots.txt policy (status)
         self.lapsed = 0  # leases ended without their borrower (it died or went silent)
+        self.outgrown = 0  # leases recalled because more of their host queued here
         self.lends_answered = 0  # LENDs answered with a loan (one or more hosts)
         self.leases_made = 0
         self.reports_served = 0  # GIVE_BACKs served (each reports on one or more leases)
@@ -220,6 +231,16 @@ class Lender:
             and self._is_member(borrower.id)  # only members borrow
         )
 
+    def _saturated(self) -> bool:
+        """Whether a host ready here may wait for a fetch: every fetcher busy, or fetches
+        waiting for room in the pipeline."""
+        crawl = self.crawl
+        return len(crawl.in_flight) >= crawl.settings.concurrency or crawl.pipeline.gating
+
+    def _faster_here(self, hq: HostQueue) -> bool:
+        """Whether ``hq`` goes faster here than on a loan (``LOAN_PAGE_S``)."""
+        return hq.polite.cycle(self.crawl.settings.politeness) < LOAN_PAGE_S
+
     def _worth_lending(self, hq: HostQueue, least: int = MIN_LEND) -> bool:
         """Enough of ``hq`` queued here, ours, and ours to keep; not our leader: it goes
         first here and has most of our link, while on loan it shares the borrower's and
@@ -252,6 +273,7 @@ class Lender:
         if most < least:
             return None
         lent = {id(le.hq) for le in self.leases.values()}
+        room = not self._saturated()
 
         def skip(hq: HostQueue) -> bool:
             key = hq.key
@@ -260,6 +282,7 @@ class Lender:
                 or self.crawl.excludes(key)
                 or id(hq) in lent  # busy because it is lent: its rest waits for that
                 or len(hq.tasks) < least + self.crawl.kept_back(hq)
+                or (room and self._faster_here(hq))
             )
 
         return self.crawl.frontier.largest_lendable(busy=busy, least=least, most=most, skip=skip)
@@ -339,6 +362,22 @@ class Lender:
         self.crawl.frontier.release(lease.hq, response_time=0.0, gap=0.0)
         self.crawl.after_lent(lease.key)
 
+    def recall_outgrown(self) -> None:
+        """Recall each lease of a host that goes faster here than on a loan and has more
+        tasks waiting here than the borrower still holds: the links to a host arrive at its
+        owner while the host is lent, and wait for the whole lease. The crawl's longest
+        host, lent in its first second (before its links came in, while this peer's fetches
+        waited for the pipeline), otherwise stood still here for 14 s with 2,900 tasks
+        queued and this peer's fetchers idle (steady run of ``benchmarks/cases.py``)."""
+        for lease in self.leases.values():
+            if (
+                not lease.recalled
+                and len(lease.hq.tasks) > max(MIN_LEND, len(lease.tasks))
+                and self._faster_here(lease.hq)
+            ):
+                lease.recalled = True
+                self.outgrown += 1
+
     def recall(self, keys: set[bytes] | None = None) -> None:
         """Leaving (or handing ``keys`` over): each borrower is asked, at its next report,
         to give back what it has not started; what it finishes meanwhile is reported as
@@ -395,6 +434,7 @@ class Lender:
             "lent_total": self.lent_total,
             "robots_lent": self.robots_lent,
             "leases_lapsed": self.lapsed,
+            "leases_outgrown": self.outgrown,
             "lends_answered": self.lends_answered,
             "leases_made": self.leases_made,
             "reports_served": self.reports_served,

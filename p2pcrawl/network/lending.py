@@ -76,6 +76,7 @@ class LendingLoop:
             now = time.monotonic()
             borrower.give_back_if_stopped()
             self.lender.lapse_expired(now)
+            self.lender.recall_outgrown()
             self.reports.report_due(now)
             if not borrower.enabled:
                 continue
