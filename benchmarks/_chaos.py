@@ -13,7 +13,12 @@ fetched, draws events a second or two apart from the seed's generator:
   the founder within the first 5 s, and joins run in the background so kills land during
   them;
 * ``stop``: SIGSTOP for 3-12 s, then SIGCONT;
-* ``flood``: 10 s of junk datagrams at a peer's UDP port.
+* ``flood``: 10 s of junk datagrams at a peer's UDP port, ``--flood-rate`` a second (50,000
+  by default: 200-byte datagrams, 80 Mbit/s; 0 sends as fast as one process can). An
+  attacker sends from a machine of its own; a flooder on this one that sends as fast as it
+  can takes one of the two cores the crawl runs on, which is the machine's cost, not the
+  peer's. What the flooded peer spends reading and dropping the junk still counts, and
+  ``benchmarks/_detection.py`` floods at full rate where false deaths are measured.
 
 At least three peers keep running, and at most two are killed or stopped within any 10 s
 (r = 2 replicas: a third loss inside one detection time may lose pages, docs/membership.md).
@@ -30,21 +35,49 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _detection import FLOOD, FLOOD_S
+from _detection import FLOOD_S
 
 from p2pcrawl.testing import Cluster, PeerProc, TestWeb
 from p2pcrawl.testing.cases import CASES, FINISH_S, id_near, preset_id
 from p2pcrawl.testing.scenarios import Outcome, Scenario, full_speed_args, full_speed_web
 
 KINDS = {"join": 3, "leave": 1, "kill": 3, "stop": 1, "flood": 1}
+FLOOD_RATE = 50_000  # junk datagrams a second
+# Junk at ``rate`` datagrams a second (0: as fast as one process sends); prints how many.
+PACED_FLOOD = """
+import os, socket, sys, time
+host, port, seconds, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+junk = os.urandom(200)
+start = time.monotonic()
+sent = 0
+while (now := time.monotonic()) < start + seconds:
+    due = int((now - start) * rate) if rate > 0 else sent + 200
+    while sent < due:
+        try:
+            s.sendto(junk, (host, port))
+        except OSError:
+            pass
+        sent += 1
+    if rate > 0:
+        time.sleep(0.005)
+print(sent)
+"""
 LOSS_WINDOW_S = 10.0
 
 
 class Chaos:
     def __init__(
-        self, sc: Scenario, rng: random.Random, seed: int, kinds: dict[str, int] = KINDS
+        self,
+        sc: Scenario,
+        rng: random.Random,
+        seed: int,
+        kinds: dict[str, int] = KINDS,
+        flood_rate: float = FLOOD_RATE,
     ) -> None:
         self.sc, self.rng, self.seed, self.kinds = sc, rng, seed, kinds
+        self.flood_rate = flood_rate
+        self.flood_sent: list[int] = []  # datagrams each flood sent
         self.background: list[asyncio.Future[Any]] = []
         self.losses: list[float] = []  # monotonic times of kills and stops
         self.leaving: set[str] = set()
@@ -154,13 +187,21 @@ class Chaos:
         self.sc.note(f"flood:{p.name}@{self.sc.share():.0%}")
         host, port = p.listen.rsplit(":", 1)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", FLOOD, host, port, str(FLOOD_S)
+            sys.executable,
+            "-c",
+            PACED_FLOOD,
+            host,
+            port,
+            str(FLOOD_S),
+            str(self.flood_rate),
+            stdout=asyncio.subprocess.PIPE,
         )
-        await proc.wait()
+        out, _ = await proc.communicate()
+        self.flood_sent.append(int(out or 0))
 
 
 async def one_seed(
-    web: TestWeb, root: Path, seed: int, events: int, kinds: dict[str, int]
+    web: TestWeb, root: Path, seed: int, events: int, kinds: dict[str, int], flood_rate: float
 ) -> dict[str, Any]:
     async with Cluster(root / "steady", full_speed_args(web)) as cluster:
         sc = Scenario(cluster, web)
@@ -170,7 +211,7 @@ async def one_seed(
             await sc.aclose()
     async with Cluster(root / "chaos", full_speed_args(web)) as cluster:
         sc = Scenario(cluster, web)
-        run = Chaos(sc, random.Random(seed), seed, kinds)
+        run = Chaos(sc, random.Random(seed), seed, kinds, flood_rate)
         try:
             chaos = await run.run(events)
         finally:
@@ -204,11 +245,16 @@ async def one_seed(
         "finished": chaos.finished,
         "problems": chaos.problems(),
         "events": chaos.events,
+        "flood_rates": [round(n / FLOOD_S) for n in run.flood_sent],
     }
 
 
 async def chaos(
-    seeds: list[int], events: int, pages: int, kinds: list[str] | None = None
+    seeds: list[int],
+    events: int,
+    pages: int,
+    kinds: list[str] | None = None,
+    flood_rate: float = FLOOD_RATE,
 ) -> dict[str, Any]:
     drawn = {k: w for k, w in KINDS.items() if kinds is None or k in kinds}
     if not drawn or set(kinds or ()) - set(KINDS):
@@ -217,7 +263,9 @@ async def chaos(
     with tempfile.TemporaryDirectory(prefix="p2pcrawl-chaos-") as tmp:
         async with TestWeb(full_speed_web(pages)) as web:
             for seed in seeds:
-                row = await one_seed(web, Path(tmp) / f"seed{seed}", seed, events, drawn)
+                row = await one_seed(
+                    web, Path(tmp) / f"seed{seed}", seed, events, drawn, flood_rate
+                )
                 rows.append(row)
                 det = row["detections"]
                 print(
@@ -233,6 +281,7 @@ async def chaos(
                     f"{row['longest_stall_s']} s), finished at {row['finished_s']} s, detection s "
                     f"{det or '-'}, every peer finished: {row['finished']}; problems "
                     f"{row['problems'] or 'none'}\n  events {' '.join(row['events'])}"
+                    f"\n  floods, datagrams a second: {row['flood_rates'] or '-'}"
                     f"\n  beyond the windows, by first -> second fetcher: "
                     f"{'; '.join(row['beyond_pairs']) or '-'}",
                     flush=True,
@@ -282,4 +331,5 @@ async def chaos(
         "seeds_within_median_budget": sum(1 for r in rows if r["within_median_budget"]),
         "all_finished": all(r["finished"] for r in rows),
         "seeds_with_problems": sum(1 for r in rows if r["problems"]),
+        "flood_rate": flood_rate,
     }

@@ -13,6 +13,7 @@ Prints the median and range over the seeds; the last line is one JSON object.
     python benchmarks/churn.py --detection     # detection time and false deaths, defaults
     python benchmarks/churn.py --chaos --seeds 10   # a random schedule at full speed (_chaos.py)
     python benchmarks/churn.py --chaos --kinds join,leave,kill,stop   # the same, no floods
+    python benchmarks/churn.py --chaos --flood-rate 0   # floods as fast as one process sends
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _chaos import chaos
+from _chaos import FLOOD_RATE, chaos
 from _detection import LOADS, detection
 
 from p2pcrawl.testing import FAST_DETECTION, Cluster, PeerProc, TestWeb, TestWebConfig
@@ -146,10 +147,21 @@ async def main() -> int:
         help="--chaos: the events drawn (without flood: a flood's junk costs a 2-core machine "
         "its crawl time, not the protocol)",
     )
+    ap.add_argument(
+        "--flood-rate",
+        type=float,
+        default=FLOOD_RATE,
+        help="--chaos: junk datagrams a second per flood (0: as fast as one process sends, "
+        "which takes a core of this machine from the crawl)",
+    )
     args = ap.parse_args()
+    if args.flood_rate < 0:
+        ap.error("--flood-rate: 0 or more")
     if args.chaos:
         seeds = list(range(args.seed, args.seed + (2 if args.quick else args.seeds)))
-        out = await chaos(seeds, args.events, args.web_pages, args.kinds.split(","))
+        out = await chaos(
+            seeds, args.events, args.web_pages, args.kinds.split(","), args.flood_rate
+        )
         print(json.dumps(out))
         return 0 if out["lost_max"] == 0 else 1
     if args.detection:

@@ -25,6 +25,14 @@ if TYPE_CHECKING:
     from p2pcrawl.testing import TestWeb
     from p2pcrawl.ui import StatusServer
 
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The peer processes the suite starts load cached bytecode (``testing.bytecode``)."""
+    from p2pcrawl.testing import cache_bytecode
+
+    cache_bytecode()
+
+
 WebFactory = Callable[..., Awaitable["TestWeb"]]
 PeerFactory = Callable[..., Awaitable["Peer"]]
 StatusFactory = Callable[..., Awaitable["StatusServer"]]

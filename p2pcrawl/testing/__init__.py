@@ -4,6 +4,7 @@ harness that runs real peer processes on loopback. Tests, benchmarks, examples a
 
 from __future__ import annotations
 
+from p2pcrawl.testing.bytecode import cache_bytecode
 from p2pcrawl.testing.changing import ChangingConfig, ChangingWeb, Freshness
 from p2pcrawl.testing.cluster import FAST_DETECTION, Cluster, PeerProc
 from p2pcrawl.testing.hostile import HostileConfig, HostileWeb
@@ -21,6 +22,7 @@ __all__ = [
     "PeerProc",
     "TestWeb",
     "TestWebConfig",
+    "cache_bytecode",
     "canonical_target",
     "raw_spoofing",
     "send_spoofed",

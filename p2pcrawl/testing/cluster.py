@@ -23,6 +23,7 @@ import aiohttp
 
 from p2pcrawl.aio import TaskSet
 from p2pcrawl.archive import read_warc_urls
+from p2pcrawl.testing.bytecode import cache_bytecode
 
 __all__ = ["FAST_DETECTION", "Cluster", "PeerProc"]
 
@@ -76,6 +77,7 @@ class Cluster:
         self._readers = TaskSet("cluster-stdout")
 
     async def __aenter__(self) -> Cluster:
+        await asyncio.to_thread(cache_bytecode)
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         return self
 

@@ -21,7 +21,7 @@ from p2pcrawl.network.borrower import Borrower
 from p2pcrawl.network.lender import Lender
 from p2pcrawl.network.loanbook import Borrowed, LoanBook
 from p2pcrawl.network.reporting import Reports
-from p2pcrawl.settings import CrawlSettings, ScopeSettings
+from p2pcrawl.settings import CrawlSettings, PolitenessSettings, ScopeSettings
 from protocol import GiveBack, GiveBackArgs, KeyBatch, LendArgs, Loan, PeerRef, PeerTimeout, key_for
 from protocol.loans import answers_of, loan_of
 from tests.p2pcrawl.netfakes import Net, peer, tasks_of
@@ -43,8 +43,12 @@ def decode(batches: list[KeyBatch]) -> dict[bytes, list[Task]]:
 class Side:
     """One peer's lending parts around its own ledger and engine."""
 
-    def __init__(self, ledger: Ledger, me: bytes, other: bytes) -> None:
-        settings = CrawlSettings(concurrency=2, scope=ScopeSettings(allow_domains=(SMALL, BIG)))
+    def __init__(self, ledger: Ledger, me: bytes, other: bytes, delay: float = 1.0) -> None:
+        settings = CrawlSettings(
+            concurrency=2,
+            scope=ScopeSettings(allow_domains=(SMALL, BIG)),
+            politeness=PolitenessSettings(delay=delay, politeness_factor=0.0),
+        )
         self.ledger = ledger
         self.net = Net(me, [other])
         self.forwarded: list[tuple[bytes, list[int]]] = []
@@ -215,3 +219,76 @@ async def test_a_borrower_whose_lender_is_silent_parks_the_loan_and_tells_its_re
     other.fail_reports = False
     report_now(other)
     await eventually(lambda: len(borrowed_here(other)) == 5)
+
+
+@pytest.fixture
+async def full_speed(tmp_path: Path) -> AsyncIterator[tuple[Side, Side]]:
+    """An owner crawling at full speed (no politeness gap, 5 ms answers) with two hosts
+    queued, and a peer whose fetchers idle."""
+    owner = Side(await Ledger.open(tmp_path / "owner"), OWNER, BORROWER, delay=0.0)
+    other = Side(await Ledger.open(tmp_path / "borrower"), BORROWER, OWNER)
+    other.lend_from = owner.lender
+    try:
+        await owner.queue(SMALL, 10)
+        await owner.queue(BIG, 20)
+        for hq in owner.engine.frontier.hosts.values():
+            hq.polite.last_response_time = 0.005  # as after a fetch
+        yield owner, other
+    finally:
+        await other.aclose()
+        await owner.aclose()
+
+
+async def test_a_host_that_goes_faster_at_its_owner_is_lent_only_while_it_would_wait_there(
+    full_speed: tuple[Side, Side],
+) -> None:
+    """A loan goes a few pages per report round trip: lent while its owner's fetchers are
+    free, a host fetched at hundreds of pages a second went at a dozen."""
+    owner, _ = full_speed
+    refused = await owner.lender.serve_lend(peer(BORROWER), LendArgs(8, 0, 1))
+    assert refused.lease == 0 and refused.backlog == 30 and not owner.lender.leases
+    # Every fetcher of the owner busy: its ready hosts wait, and a loan gains time.
+    owner.engine.in_flight.update({t.fp: t for t in tasks_of("busy.test", 2)})
+    lent = await owner.lender.serve_lend(peer(BORROWER), LendArgs(8, 0, 1))
+    assert lent.lease != 0 and len(owner.lender.leases) == 1
+
+
+async def test_a_lease_whose_host_outgrew_it_at_its_owner_is_recalled(
+    full_speed: tuple[Side, Side],
+) -> None:
+    owner, other = full_speed
+    owner.engine.in_flight.update({t.fp: t for t in tasks_of("busy.test", 2)})
+    await other.borrower.borrow()
+    (held,) = other.book.loans.values()
+    (lease,) = owner.lender.leases.values()
+    lent = len(lease.tasks)
+    owner.engine.in_flight.clear()
+    # Links to the lent host arrive at its owner: while fewer wait there than the loan
+    # holds, the lease runs on.
+    host = held.host
+    waiting = len(owner.engine.frontier.hosts[host])
+    more = tasks_of(host, range(100, 100 + lent - waiting))
+    await owner.ledger.accept(more)
+    for t in more:
+        owner.engine.frontier.push(host, t)
+    owner.lender.recall_outgrown()
+    assert not lease.recalled
+    # One more, and the owner would fetch more of the host than the borrower still has:
+    # the borrower hears it at its next report, gives back what it has not started, and
+    # the host is the owner's to fetch again.
+    fetched = fetch(other, held, 2)
+    late = tasks_of(host, [999])
+    await owner.ledger.accept(late)
+    owner.engine.frontier.push(host, late[0])
+    owner.lender.recall_outgrown()
+    assert lease.recalled and owner.lender.outgrown == 1
+    word = other.book.settle_now(fetched, finished=True)
+    report_now(other)
+    assert word is not None
+    await asyncio.wait_for(word, 5)
+    assert held.back  # what it had not started, to go back with its next report
+    report_now(other)
+    await eventually(lambda: not owner.lender.leases and not other.book.loans)
+    assert await owner.ledger.is_done(fetched) == [True, True]
+    back = owner.engine.frontier.hosts[host]
+    assert not back.polite.busy and len(back) == 2 * lent - 2 + 1
