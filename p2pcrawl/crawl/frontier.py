@@ -46,8 +46,10 @@ class HostQueue:
     """One server's URLs and politeness state."""
 
     __slots__ = (
+        "backlog_start",
         "est",
         "host",
+        "pace",
         "polite",
         "queued",
         "removed",
@@ -74,9 +76,22 @@ class HostQueue:
         # --politeness-by ip: the server address whose politeness ``polite`` is (shared with
         # the other hosts at that address), once known; None: the host's own.
         self.unit: str | None = None
+        # Seconds between the starts of its requests here while more of it was queued (a
+        # moving average; None until measured): how fast this peer gets through it, which
+        # lending compares with a loan's pace. ``backlog_start``: when the last such request
+        # started, None if the host had nothing more queued then (it waited for links).
+        self.pace: float | None = None
+        self.backlog_start: float | None = None
 
     def __len__(self) -> int:
         return len(self.tasks)
+
+    def started(self, now: float) -> None:
+        """A request to it starts (its task still queued): measure the pace."""
+        if self.backlog_start is not None:
+            interval = now - self.backlog_start
+            self.pace = interval if self.pace is None else 0.7 * self.pace + 0.3 * interval
+        self.backlog_start = now if len(self.tasks) > 1 else None
 
     @property
     def startable(self) -> bool:
@@ -219,6 +234,7 @@ class Frontier:
             if self.gate is not None and not self.gate.enter(hq):
                 continue  # parked until a request to its domain ends
             hq.polite.start(now)
+            hq.started(now)
             return hq
         return None
 
@@ -365,6 +381,7 @@ class Frontier:
         out = [t for _, t in hq.tasks]
         self._size -= len(out)
         hq.tasks = []
+        hq.backlog_start = None  # the lease's span says nothing of the pace here
         hq.polite.busy = True
         hq.reserved = None
         if self.leader is hq:

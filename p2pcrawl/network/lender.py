@@ -60,13 +60,13 @@ MIN_LEND_IDLE = 1
 # How long a LEND may wait for the request under way to the host it lends to end. Well
 # inside the borrower's RPC timeout (its resends of the request are not served twice).
 LEND_WAIT_S = 0.8
-# A loan's pace, one page per this many seconds at best: the borrower waits for our word
-# every ``loanbook.MAX_UNSETTLED`` pages, and our word waits for our lane to the replicas
-# (up to ``replication.COPY_SPACING_S``). Measured at full speed, a lent host went at 10-16
-# pages a second. A host that goes faster here is lent only while it may wait here for a
-# fetch (``Lender._saturated``). Lent otherwise, a host fetched here at 400 pages a second
-# went at 12 for the rest of the crawl (steady run of ``benchmarks/cases.py``).
-LOAN_PAGE_S = 0.05
+# A loan's pace, one page per this many seconds: the borrower waits for our word every
+# ``loanbook.MAX_UNSETTLED`` pages, and our word waits for our lane to the replicas (up to
+# ``replication.COPY_SPACING_S``). Measured at full speed, a lent host went at 10-16 pages a
+# second. A host that goes faster here (``HostQueue.pace``) is not lent. Lent, a host fetched
+# here at 400 pages a second went at 12 for the rest of the crawl, and one with a 50 ms
+# Crawl-delay (18 a second here) at 6-10 (steady run of ``benchmarks/cases.py``).
+LOAN_PAGE_S = 0.1
 
 
 def _robots_size(robots: LentRobots | None) -> int:
@@ -238,8 +238,14 @@ class Lender:
         return len(crawl.in_flight) >= crawl.settings.concurrency or crawl.pipeline.gating
 
     def _faster_here(self, hq: HostQueue) -> bool:
-        """Whether ``hq`` goes faster here than on a loan (``LOAN_PAGE_S``)."""
-        return hq.polite.cycle(self.crawl.settings.politeness) < LOAN_PAGE_S
+        """Whether ``hq`` goes faster here than on a loan (``LOAN_PAGE_S``): as measured
+        (``HostQueue.pace``: waits for our fetchers or pipeline included), or, before it is,
+        by its last response time and politeness gap unless it may wait for a fetch."""
+        if hq.pace is not None:
+            return hq.pace < LOAN_PAGE_S
+        return (
+            not self._saturated() and hq.polite.cycle(self.crawl.settings.politeness) < LOAN_PAGE_S
+        )
 
     def _worth_lending(self, hq: HostQueue, least: int = MIN_LEND) -> bool:
         """Enough of ``hq`` queued here, ours, and ours to keep; not our leader: it goes
@@ -273,7 +279,6 @@ class Lender:
         if most < least:
             return None
         lent = {id(le.hq) for le in self.leases.values()}
-        room = not self._saturated()
 
         def skip(hq: HostQueue) -> bool:
             key = hq.key
@@ -282,7 +287,7 @@ class Lender:
                 or self.crawl.excludes(key)
                 or id(hq) in lent  # busy because it is lent: its rest waits for that
                 or len(hq.tasks) < least + self.crawl.kept_back(hq)
-                or (room and self._faster_here(hq))
+                or self._faster_here(hq)
             )
 
         return self.crawl.frontier.largest_lendable(busy=busy, least=least, most=most, skip=skip)

@@ -407,3 +407,37 @@ async def test_a_domains_concurrency_parks_its_hosts_until_one_of_its_requests_e
     assert f.acquire_nowait() is None
     f.release(woken, response_time=0.1, gap=0.0)
     assert take(f)[0].host == "e.example.org"
+
+
+def test_a_hosts_pace_is_the_time_between_its_requests_while_more_of_it_waits() -> None:
+    """Lending compares it with a loan's pace (``network.lender.LOAN_PAGE_S``): the time a
+    request takes, its gap, and the wait for a fetcher all count; a host that waited for
+    links, or was lent, does not count that wait."""
+    f, clock = make()
+    for i in range(3):
+        f.push("a", task(f"http://a/{i}"))
+    hq, _ = take(f)
+    assert hq.pace is None
+    clock.now += 0.01
+    f.release(hq, response_time=0.01, gap=0.04)
+    clock.now += 0.1  # no fetcher free until now: 0.06 s past the gap
+    take(f)
+    assert hq.pace == pytest.approx(0.11)
+    clock.now += 0.01
+    f.release(hq, response_time=0.01, gap=0.0)
+    take(f)  # the last one: nothing more of it waits
+    assert hq.pace == pytest.approx(0.7 * 0.11 + 0.3 * 0.01)
+    f.release(hq, response_time=0.01, gap=0.0)
+    clock.now += 60.0  # its links came in a minute later: not its pace here
+    f.push("a", task("http://a/late"))
+    f.push("a", task("http://a/later"))
+    take(f)
+    assert hq.pace == pytest.approx(0.7 * 0.11 + 0.3 * 0.01)
+    f.release(hq, response_time=0.01, gap=0.0)
+    f.lend_host(hq)
+    clock.now += 30.0  # on loan for half a minute
+    f.push("a", task("http://a/back"))
+    f.push("a", task("http://a/back2"))
+    f.release(hq, response_time=0.0, gap=0.0)
+    take(f)
+    assert hq.pace == pytest.approx(0.7 * 0.11 + 0.3 * 0.01)
