@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from p2pcrawl.crawl import HostQueue, Pipeline, Task, urls
+from p2pcrawl.crawl import HostQueue, Task, urls
 from p2pcrawl.network.loanbook import LoanBook
 from p2pcrawl.network.ports import FrontierView
 from protocol import (
@@ -63,9 +63,10 @@ LEND_WAIT_S = 0.8
 # A loan's pace, one page per this many seconds: the borrower waits for our word every
 # ``loanbook.MAX_UNSETTLED`` pages, and our word waits for our lane to the replicas (up to
 # ``replication.COPY_SPACING_S``). Measured at full speed, a lent host went at 10-16 pages a
-# second. A host that goes faster here (``HostQueue.pace``) is not lent. Lent, a host fetched
-# here at 400 pages a second went at 12 for the rest of the crawl, and one with a 50 ms
-# Crawl-delay (18 a second here) at 6-10 (steady run of ``benchmarks/cases.py``).
+# second. A host that goes faster here (``HostQueue.pace``) is not lent while our fetchers
+# have room (``Lender._faster_here``). Lent, a host fetched here at 400 pages a second went at
+# 12 for the rest of the crawl, and one with a 50 ms Crawl-delay (18 a second here) at 6-10
+# (steady run of ``benchmarks/cases.py``).
 LOAN_PAGE_S = 0.1
 
 
@@ -83,9 +84,6 @@ class LendingCrawl(FrontierView, Protocol):
     async def finish(self, tasks: list[Task], *, hurry: bool = False) -> None: ...
 
     def after_lent(self, key: bytes) -> None: ...
-
-    @property
-    def pipeline(self) -> Pipeline: ...
 
 
 @dataclass(slots=True)
@@ -231,21 +229,16 @@ class Lender:
             and self._is_member(borrower.id)  # only members borrow
         )
 
-    def _saturated(self) -> bool:
-        """Whether a host ready here may wait for a fetch: every fetcher busy, or fetches
-        waiting for room in the pipeline."""
-        crawl = self.crawl
-        return len(crawl.in_flight) >= crawl.settings.concurrency or crawl.pipeline.gating
-
     def _faster_here(self, hq: HostQueue) -> bool:
-        """Whether ``hq`` goes faster here than on a loan (``LOAN_PAGE_S``): as measured
-        (``HostQueue.pace``: waits for our fetchers or pipeline included), or, before it is,
-        by its last response time and politeness gap unless it may wait for a fetch."""
-        if hq.pace is not None:
-            return hq.pace < LOAN_PAGE_S
-        return (
-            not self._saturated() and hq.polite.cycle(self.crawl.settings.politeness) < LOAN_PAGE_S
-        )
+        """Whether ``hq`` is better kept here: our fetchers have room (with every one of
+        them busy, a host lent frees a share of them for the others), and it goes faster
+        here than on a loan (``LOAN_PAGE_S``), as measured (``HostQueue.pace``) or, before
+        it is, by its last response time and politeness gap."""
+        crawl = self.crawl
+        if len(crawl.in_flight) >= crawl.settings.concurrency:
+            return False
+        pace = hq.pace if hq.pace is not None else hq.polite.cycle(crawl.settings.politeness)
+        return pace < LOAN_PAGE_S
 
     def _worth_lending(self, hq: HostQueue, least: int = MIN_LEND) -> bool:
         """Enough of ``hq`` queued here, ours, and ours to keep; not our leader: it goes
