@@ -216,7 +216,10 @@ async def test_a_peer_whose_warc_output_fails_hands_off_and_exits(
     await cluster.api(peers[0], "/api/seed", "POST", {"urls": [slow_web.hub_url]})
     truth = len(slow_web.ground_truth())
     await wait_fetched(cluster, truth // 4)
-    victim = peers[1]
+    # The peer with most queued: one with nothing left to fetch never writes again, and
+    # never learns that its writer is gone (a run picked an idle one and waited in vain).
+    queued = [(await cluster.api(p, "/api/status"))["tasks_queued"] for p in peers]
+    victim = peers[queued.index(max(queued))]
     (writer,) = _children(victim.pid)
     os.kill(writer, signal.SIGKILL)
     assert await cluster.wait_exit(victim, 60) == 1, cluster.log(victim)
