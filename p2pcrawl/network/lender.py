@@ -64,7 +64,7 @@ LEND_WAIT_S = 0.8
 # ``loanbook.MAX_UNSETTLED`` pages, and our word waits for our lane to the replicas (up to
 # ``replication.COPY_SPACING_S``). Measured at full speed, a lent host went at 10-16 pages a
 # second. A host that goes faster here (``HostQueue.pace``) is not lent while our fetchers
-# have room (``Lender._faster_here``). Lent, a host fetched here at 400 pages a second went at
+# have room (``Lender._better_at_home``). Lent, a host fetched here at 400 pages a second went at
 # 12 for the rest of the crawl, and one with a 50 ms Crawl-delay (18 a second here) at 6-10
 # (steady run of ``benchmarks/cases.py``).
 LOAN_PAGE_S = 0.1
@@ -229,7 +229,7 @@ class Lender:
             and self._is_member(borrower.id)  # only members borrow
         )
 
-    def _faster_here(self, hq: HostQueue) -> bool:
+    def _better_at_home(self, hq: HostQueue) -> bool:
         """Whether ``hq`` is better kept here: our fetchers have room (with every one of
         them busy, a host lent frees a share of them for the others), and it goes faster
         here than on a loan (``LOAN_PAGE_S``), as measured (``HostQueue.pace``) or, before
@@ -280,7 +280,7 @@ class Lender:
                 or self.crawl.excludes(key)
                 or id(hq) in lent  # busy because it is lent: its rest waits for that
                 or len(hq.tasks) < least + self.crawl.kept_back(hq)
-                or self._faster_here(hq)
+                or self._better_at_home(hq)
             )
 
         return self.crawl.frontier.largest_lendable(busy=busy, least=least, most=most, skip=skip)
@@ -364,14 +364,14 @@ class Lender:
         """Recall each lease of a host that goes faster here than on a loan and has more
         tasks waiting here than the borrower still holds: the links to a host arrive at its
         owner while the host is lent, and wait for the whole lease. The crawl's longest
-        host, lent in its first second (before its links came in, while this peer's fetches
-        waited for the pipeline), otherwise stood still here for 14 s with 2,900 tasks
-        queued and this peer's fetchers idle (steady run of ``benchmarks/cases.py``)."""
+        host, lent in its first second (before its links came in), otherwise stood still
+        here for 14 s with 2,900 tasks queued and this peer's fetchers idle (steady run of
+        ``benchmarks/cases.py``)."""
         for lease in self.leases.values():
             if (
                 not lease.recalled
                 and len(lease.hq.tasks) > max(MIN_LEND, len(lease.tasks))
-                and self._faster_here(lease.hq)
+                and self._better_at_home(lease.hq)
             ):
                 lease.recalled = True
                 self.outgrown += 1
