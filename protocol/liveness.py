@@ -27,8 +27,7 @@ when all of this holds:
   while *this* peer shows signs of overload -- its event loop stalled, its UDP socket dropped
   datagrams (``/proc/net/udp``), it was flooded with junk, or helpers did not even answer its
   indirect probes -- and falls again after clean rounds. A flooded peer thus stops blaming
-  others for the replies it could not read. Not once ``confirmations`` helpers answered that
-  they cannot reach the suspect either: that silence is not ours.
+  others for the replies it could not read.
 
 ``Detector`` and ``LocalHealth`` are pure (a clock is injected); ``looplag.LoopLagMonitor`` and
 ``socket_drops`` measure this process; the probing itself is ``upkeep.probe_suspects``.
@@ -236,14 +235,7 @@ class Detector:
         longest = shortest * max(1.0, cfg.max_timeout_mult)
         # Confirmations that could come: none in a network too small to have helpers.
         k = cfg.confirmations if n - 2 >= cfg.confirmations else 0
-        if k > 0 and s.confirmed >= k:
-            # Helpers answered that they cannot reach it either: we read their nacks, and
-            # they are as silent to peers in good health, so our own health explains none
-            # of it (memberlist scales its probes by its awareness, never a suspicion). A
-            # flooded peer stretched this ninefold and routed links to a dead owner for
-            # 29 s while the others had declared it dead in 4 (``churn.py --chaos``).
-            return shortest
-        if k <= 0:
+        if k <= 0 or s.confirmed >= k:
             base = shortest
         else:
             frac = math.log(s.confirmed + 1) / math.log(k + 1)
