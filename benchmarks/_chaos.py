@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _detection import FLOOD_S
+from _detection import FLOOD, FLOOD_S
 
 from p2pcrawl.testing import Cluster, PeerProc, TestWeb
 from p2pcrawl.testing.cases import CASES, FINISH_S, id_near, preset_id
@@ -43,26 +43,6 @@ from p2pcrawl.testing.scenarios import Outcome, Scenario, full_speed_args, full_
 
 KINDS = {"join": 3, "leave": 1, "kill": 3, "stop": 1, "flood": 1}
 FLOOD_RATE = 50_000  # junk datagrams a second
-# Junk at ``rate`` datagrams a second (0: as fast as one process sends); prints how many.
-PACED_FLOOD = """
-import os, socket, sys, time
-host, port, seconds, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-junk = os.urandom(200)
-start = time.monotonic()
-sent = 0
-while (now := time.monotonic()) < start + seconds:
-    due = int((now - start) * rate) if rate > 0 else sent + 200
-    while sent < due:
-        try:
-            s.sendto(junk, (host, port))
-        except OSError:
-            pass
-        sent += 1
-    if rate > 0:
-        time.sleep(0.005)
-print(sent)
-"""
 LOSS_WINDOW_S = 10.0
 
 
@@ -189,7 +169,7 @@ class Chaos:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
-            PACED_FLOOD,
+            FLOOD,
             host,
             port,
             str(FLOOD_S),

@@ -29,19 +29,27 @@ from p2pcrawl.testing import Cluster, PeerProc, TestWeb, TestWebConfig
 
 LOADS = ("idle", "crawl", "hog", "flood")
 FLOOD_S = 10.0
-# As tests/integration/test_churn.py's flood: junk datagrams as fast as one process sends.
+# As tests/integration/test_churn.py's flood: junk datagrams as fast as one process sends,
+# or at ``rate`` a second (a fifth argument, ``_chaos``); prints how many it sent.
 FLOOD = """
 import os, socket, sys, time
 host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+rate = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 junk = os.urandom(200)
-end = time.monotonic() + seconds
-while time.monotonic() < end:
-    for _ in range(200):
+start = time.monotonic()
+sent = 0
+while (now := time.monotonic()) < start + seconds:
+    batch = max(0, int((now - start) * rate) - sent) if rate > 0 else 200
+    for _ in range(batch):
         try:
             s.sendto(junk, (host, port))
         except OSError:
             pass
+    sent += batch
+    if rate > 0:
+        time.sleep(0.005)
+print(sent, flush=True)
 """
 KILL_GAP_S = 10.0  # between kills: long enough for the slowest detection we accept
 _HOG = """
@@ -127,7 +135,13 @@ async def one(root: Path, web: TestWeb, peers: int, load: str, kills: int) -> De
             if load == "flood":
                 host, port = founder.listen.rsplit(":", 1)
                 flood = await asyncio.create_subprocess_exec(
-                    sys.executable, "-c", FLOOD, host, port, str(FLOOD_S)
+                    sys.executable,
+                    "-c",
+                    FLOOD,
+                    host,
+                    port,
+                    str(FLOOD_S),
+                    stdout=asyncio.subprocess.DEVNULL,
                 )
                 await flood.wait()
                 await asyncio.sleep(3.0)

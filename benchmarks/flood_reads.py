@@ -90,13 +90,6 @@ async def main():
 asyncio.run(main())
 """
 
-FLOOD_COUNTING = (
-    FLOOD.replace("end = time.monotonic()", "n = 0\nend = time.monotonic()").replace(
-        "s.sendto(junk, (host, port))", "s.sendto(junk, (host, port)); n += 1"
-    )
-    + "\nprint(n, flush=True)\n"
-)
-
 
 async def one_run(build: str, seconds: float, calls: int) -> dict[str, float]:
     opts = BUILDS[build]
@@ -122,7 +115,7 @@ async def one_run(build: str, seconds: float, calls: int) -> dict[str, float]:
         flood = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
-            FLOOD_COUNTING,
+            FLOOD,
             host,
             str(port),
             str(seconds),
