@@ -30,7 +30,8 @@ from p2pcrawl.testing import Cluster, PeerProc, TestWeb, TestWebConfig
 LOADS = ("idle", "crawl", "hog", "flood")
 FLOOD_S = 10.0
 # As tests/integration/test_churn.py's flood: junk datagrams as fast as one process sends,
-# or at ``rate`` a second (a fifth argument, ``_chaos``); prints how many it sent.
+# or at ``rate`` a second (a fifth argument, ``_chaos``); prints how many it sent and the
+# CPU seconds it took (on this machine, the crawl's cores).
 FLOOD = """
 import os, socket, sys, time
 host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
@@ -49,7 +50,7 @@ while (now := time.monotonic()) < start + seconds:
     sent += batch
     if rate > 0:
         time.sleep(0.005)
-print(sent, flush=True)
+print(sent, time.process_time(), flush=True)
 """
 KILL_GAP_S = 10.0  # between kills: long enough for the slowest detection we accept
 _HOG = """

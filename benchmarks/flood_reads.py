@@ -138,7 +138,7 @@ async def one_run(build: str, seconds: float, calls: int) -> dict[str, float]:
             await asyncio.sleep(gap)
         answered = sum(await asyncio.gather(*pings))
         out, _ = await asyncio.wait_for(flood.communicate(), seconds + 30)
-        sent = int(out.decode().strip() or 0)
+        sent = int((out.decode().split() or ["0"])[0])
         target.stdin.close()
         stats = json.loads(await asyncio.wait_for(target.stdout.readline(), 30))
     finally:

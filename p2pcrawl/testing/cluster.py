@@ -25,7 +25,7 @@ from p2pcrawl.aio import TaskSet
 from p2pcrawl.archive import read_warc_urls
 from p2pcrawl.testing.bytecode import cache_bytecode
 
-__all__ = ["FAST_DETECTION", "Cluster", "PeerProc"]
+__all__ = ["FAST_DETECTION", "Cluster", "PeerProc", "cpu_seconds"]
 
 # Flags for fast failure detection, so churn tests and benchmarks stay short: a peer that
 # stops answering is suspected after a missed 0.5 s ping and declared dead 2 s later, and
@@ -46,6 +46,24 @@ FAST_DETECTION = (
 )
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` and its living children, from /proc;
+    0.0 where that cannot be read (another system, or the process is gone)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pids = [pid]
+    with contextlib.suppress(OSError, ValueError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                pids += [int(c) for c in f.read().split()]
+    for p in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 @dataclass
 class PeerProc:
     name: str
@@ -57,6 +75,9 @@ class PeerProc:
     log_path: Path | None = None
     exit_code: int | None = None
     stdout_lines: list[str] = field(default_factory=list)
+    # CPU seconds of the peer and its WARC writer from spawn to its ready line: what starting
+    # a peer costs the machine (benchmarks/_chaos.py counts what joiners took of the crawl's).
+    start_cpu_s: float = 0.0
 
     @property
     def pid(self) -> int:
@@ -154,6 +175,7 @@ class Cluster:
                         doc["listen"],
                         doc["status"],
                     )
+                    peer.start_cpu_s = cpu_seconds(peer.pid)
                     if not ready.done():
                         ready.set_result(None)
         peer.exit_code = await peer.proc.wait()
