@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import socket
 import statistics
 import sys
 import tempfile
@@ -60,6 +61,7 @@ class Chaos:
         self.flood_rate = flood_rate
         self.flood_sent: list[int] = []  # datagrams each flood sent
         self.flood_cpu_s = 0.0  # CPU seconds the flooders took, on this machine
+        self.flood_at: list[float] = []  # when each flood began, seconds from the seed
         self.background: list[asyncio.Future[Any]] = []
         self.losses: list[float] = []  # monotonic times of kills and stops
         self.leaving: set[str] = set()
@@ -180,6 +182,7 @@ class Chaos:
 
     async def _flood(self, p: PeerProc) -> None:
         self.sc.note(f"flood:{p.name}@{self.sc.share():.0%}")
+        self.flood_at.append(time.monotonic() - self.sc.started)
         host, port = p.listen.rsplit(":", 1)
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -197,8 +200,57 @@ class Chaos:
         self.flood_cpu_s += float(cpu)
 
 
+_BURN = """
+import sys, time
+end = time.process_time() + float(sys.argv[1])
+while time.process_time() < end:
+    pass
+"""
+
+
+async def _machine_load(
+    sc: Scenario, joiners: list[tuple[float, float]], floods: list[float], flood_rate: float
+) -> None:
+    """What the chaos run's own processes took of this machine, at the same moments from
+    the seed: a burner per joiner (its start-up CPU), a flooder per flood."""
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.bind(("127.0.0.1", 0))
+    port = sink.getsockname()[1]
+    load = sorted(
+        [(at, "burn", cpu) for at, cpu in joiners] + [(at, "flood", 0.0) for at in floods]
+    )
+    procs = []
+    try:
+        for at, kind, cpu in load:
+            await asyncio.sleep(max(0.0, sc.started + at - time.monotonic()))
+            args = (
+                [_BURN, str(cpu)]
+                if kind == "burn"
+                else [FLOOD, "127.0.0.1", str(port), str(FLOOD_S), str(flood_rate)]
+            )
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable, "-c", *args, stdout=asyncio.subprocess.DEVNULL
+                )
+            )
+        for proc in procs:
+            await proc.wait()
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        sink.close()
+
+
 async def one_seed(
-    web: TestWeb, root: Path, seed: int, events: int, kinds: dict[str, int], flood_rate: float
+    web: TestWeb,
+    root: Path,
+    seed: int,
+    events: int,
+    kinds: dict[str, int],
+    flood_rate: float,
+    control: bool = False,
 ) -> dict[str, Any]:
     async with Cluster(root / "steady", full_speed_args(web)) as cluster:
         sc = Scenario(cluster, web)
@@ -212,9 +264,28 @@ async def one_seed(
         try:
             chaos = await run.run(events)
             # The joiners' start-ups (the first four peers start as in the steady run).
-            started_s = sum(p.start_cpu_s for p in cluster.peers[4:])
+            joiners = [(p.spawned_at - sc.started, p.start_cpu_s) for p in cluster.peers[4:]]
+            started_s = sum(cpu for _, cpu in joiners)
         finally:
             await sc.aclose()
+    loaded = None
+    if control:
+        # The control: the steady run again, with the chaos run's machine load and none of its
+        # events. At each joiner's spawn a process burns the CPU that joiner took until it was
+        # up, and at each flood a flooder sends as many datagrams to a socket nobody reads.
+        async with Cluster(root / "control", full_speed_args(web)) as cluster:
+            sc = Scenario(cluster, web)
+            load = None
+            try:
+                peers = await sc.start(4)  # as CASES["steady"]
+                await sc.wait_mesh()
+                await sc.seed(peers[0])
+                load = asyncio.ensure_future(_machine_load(sc, joiners, run.flood_at, flood_rate))
+                loaded = await sc.finish(FINISH_S)
+            finally:
+                if load is not None:
+                    await asyncio.gather(load, return_exceptions=True)
+                await sc.aclose()
     # The issue's budget: the steady crawl plus a detection time per kill, the time a stopped
     # peer's hosts stood still (a stop shorter than detection is waited out), and each
     # graceful leave's hand-off ("a graceful leave costs no more than its handoff").
@@ -249,6 +320,7 @@ async def one_seed(
         "joiners_cpu_s": round(started_s, 1),
         "machine_s": round(machine_s, 1),
         "within_budget_and_machine": chaos.crawled <= budget + machine_s,
+        "control_s": round(loaded.crawled, 1) if loaded else None,
         "finished_s": round(chaos.elapsed, 1),
         "detections": [round(d, 1) for d in sorted(chaos.detections)],
         "finished": chaos.finished,
@@ -264,6 +336,7 @@ async def chaos(
     pages: int,
     kinds: list[str] | None = None,
     flood_rate: float = FLOOD_RATE,
+    control: bool = False,
 ) -> dict[str, Any]:
     drawn = {k: w for k, w in KINDS.items() if kinds is None or k in kinds}
     if not drawn or set(kinds or ()) - set(KINDS):
@@ -273,7 +346,7 @@ async def chaos(
         async with TestWeb(full_speed_web(pages)) as web:
             for seed in seeds:
                 row = await one_seed(
-                    web, Path(tmp) / f"seed{seed}", seed, events, drawn, flood_rate
+                    web, Path(tmp) / f"seed{seed}", seed, events, drawn, flood_rate, control
                 )
                 rows.append(row)
                 det = row["detections"]
@@ -296,7 +369,13 @@ async def chaos(
                     f"{row['problems'] or 'none'}\n  events {' '.join(row['events'])}"
                     f"\n  floods, datagrams a second: {row['flood_rates'] or '-'}"
                     f"\n  beyond the windows, by first -> second fetcher: "
-                    f"{'; '.join(row['beyond_pairs']) or '-'}",
+                    f"{'; '.join(row['beyond_pairs']) or '-'}"
+                    + (
+                        f"\n  control: the steady run with this run's machine load and no "
+                        f"event, {row['control_s']} s"
+                        if control
+                        else ""
+                    ),
                     flush=True,
                 )
     dets = [d for r in rows for d in r["detections"]]
@@ -346,4 +425,14 @@ async def chaos(
         "all_finished": all(r["finished"] for r in rows),
         "seeds_with_problems": sum(1 for r in rows if r["problems"]),
         "flood_rate": flood_rate,
+        **(
+            {
+                "control_median_s": statistics.median(r["control_s"] for r in rows),
+                "seeds_within_budget_on_control": sum(
+                    1 for r in rows if r["chaos_s"] <= r["control_s"] + r["allowance_s"]
+                ),
+            }
+            if control and rows
+            else {}
+        ),
     }

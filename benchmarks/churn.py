@@ -14,6 +14,7 @@ Prints the median and range over the seeds; the last line is one JSON object.
     python benchmarks/churn.py --chaos --seeds 10   # a random schedule at full speed (_chaos.py)
     python benchmarks/churn.py --chaos --kinds join,leave,kill,stop   # the same, no floods
     python benchmarks/churn.py --chaos --flood-rate 0   # floods as fast as one process sends
+    python benchmarks/churn.py --chaos --control   # + the steady run under the events' load
 """
 
 from __future__ import annotations
@@ -154,13 +155,25 @@ async def main() -> int:
         help="--chaos: junk datagrams a second per flood (0: as fast as one process sends, "
         "which takes a core of this machine from the crawl)",
     )
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help="--chaos: also the steady run under each chaos run's machine load (a burner per "
+        "joiner, as much CPU as its start-up took, and its floods, at the same moments) and "
+        "no event: what the events cost this machine, apart from what they cost the crawl",
+    )
     args = ap.parse_args()
     if args.flood_rate < 0:
         ap.error("--flood-rate: 0 or more")
     if args.chaos:
         seeds = list(range(args.seed, args.seed + (2 if args.quick else args.seeds)))
         out = await chaos(
-            seeds, args.events, args.web_pages, args.kinds.split(","), args.flood_rate
+            seeds,
+            args.events,
+            args.web_pages,
+            args.kinds.split(","),
+            args.flood_rate,
+            args.control,
         )
         print(json.dumps(out))
         return 0 if out["lost_max"] == 0 else 1

@@ -78,6 +78,7 @@ class PeerProc:
     # CPU seconds of the peer and its WARC writer from spawn to its ready line: what starting
     # a peer costs the machine (benchmarks/_chaos.py counts what joiners took of the crawl's).
     start_cpu_s: float = 0.0
+    spawned_at: float = 0.0  # time.monotonic() when its process was started
 
     @property
     def pid(self) -> int:
@@ -144,7 +145,9 @@ class Cluster:
             *args, stdout=asyncio.subprocess.PIPE, stderr=log_file, stdin=asyncio.subprocess.DEVNULL
         )
         log_file.close()
-        peer = PeerProc(name=name, data=data, proc=proc, log_path=log_path)
+        peer = PeerProc(
+            name=name, data=data, proc=proc, log_path=log_path, spawned_at=time.monotonic()
+        )
         self.peers.append(peer)
         ready = asyncio.get_running_loop().create_future()
         self._readers.spawn(self._read_stdout(peer, ready), name)
