@@ -62,25 +62,10 @@ from _netns import WEB_ADDR, Topology, netns_available, peer_addr
 from _zipfweb import ZipfWeb
 
 from p2pcrawl.crawl.scheduling import POLICIES
+from p2pcrawl.testing.cluster import cpu_seconds
 from protocol.balance import key_space_share
 
 BENCH = Path(__file__).resolve().parent
-
-
-def proc_cpu_s(pid: int) -> float:
-    """CPU seconds of a process and of its live children (the WARC writer)."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(entry.name) == pid or int(fields[1]) == pid:
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 @dataclass
@@ -307,13 +292,13 @@ class Runner:
                 await asyncio.sleep(0.5)  # a fresh dump of every peer's totals
                 loop0 = self.loop_cpu(root, [p.pid for p in procs])
             probe = await start_probe()
-            cpu0 = sum(proc_cpu_s(p.pid) for p in procs)
+            cpu0 = sum(cpu_seconds(p.pid) for p in procs)
             t0, t0_wall = time.perf_counter(), time.time()
             seed = self.web.url(0, 0)
             await self.api(addrs[0], "/api/seed", "POST", {"urls": [seed]})
             t_end, result.settled = await self.wait_finished(addrs, t0)
             result.wall_s = result.wall_s_polled = t_end - t0
-            result.cpu_s = sum(proc_cpu_s(p.pid) for p in procs) - cpu0
+            result.cpu_s = sum(cpu_seconds(p.pid) for p in procs) - cpu0
             result.probe_us = await stop_probe(probe)
             if env is not None:
                 await asyncio.sleep(0.5)
