@@ -445,11 +445,7 @@ async def test_pages_finished_on_a_loan_that_ended_unreported_are_done_at_the_bo
     web = await make_web(hosts=4, pages_per_host=60, features=False)
     owner_id, other_id = ids_where_one_owns_all(host_keys(web))
     alone = replace(DETECT, replicas=0)  # the borrower hears of no page as a replica
-    # Its hosts go slower at the owner than on a loan (``LOAN_PAGE_S``), so they are lent: at
-    # the default 0.03 s each went at its own pace there and stayed.
-    owner = await start_peer(
-        tmp_path, "owner", owner_id, web, concurrency=2, delay=0.15, settings=alone
-    )
+    owner = await start_peer(tmp_path, "owner", owner_id, web, concurrency=2, settings=alone)
     other = await start_peer(
         tmp_path, "other", other_id, web, concurrency=4, settings=alone, bootstrap=(owner.me.addr,)
     )
