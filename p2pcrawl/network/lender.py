@@ -68,13 +68,6 @@ LEND_WAIT_S = 0.8
 # 12 for the rest of the crawl, and one with a 50 ms Crawl-delay (18 a second here) at 6-10
 # (steady run of ``benchmarks/cases.py``).
 LOAN_PAGE_S = 0.1
-# A host whose pace here is within this factor of its own cycle (its answer and politeness
-# gap) does not wait for our fetchers, busy or not: lending it frees only the share of one
-# fetcher its requests use, and slows it to a loan's pace. Chaos seed 7 of
-# ``benchmarks/churn.py``: the 50 ms Crawl-delay host (the crawl's longest), lent because
-# the page tails of its owner's big host filled ``in_flight``, went at 10 pages a second on
-# loan for 8 s against 18 at home, and set the crawl's end.
-OWN_PACE = 1.5
 
 
 def _robots_size(robots: LentRobots | None) -> int:
@@ -237,17 +230,15 @@ class Lender:
         )
 
     def _better_at_home(self, hq: HostQueue) -> bool:
-        """Whether ``hq`` is better kept here: it goes faster here than on a loan
-        (``LOAN_PAGE_S``), as measured (``HostQueue.pace``) or, before it is, by its last
-        response time and politeness gap; and our fetchers have room, or it does not wait
-        for them (``OWN_PACE``). With every fetcher busy, a host that waits for one is lent:
-        that frees a share of them for the others."""
+        """Whether ``hq`` is better kept here: our fetchers have room (with every one of
+        them busy, a host lent frees a share of them for the others), and it goes faster
+        here than on a loan (``LOAN_PAGE_S``), as measured (``HostQueue.pace``) or, before
+        it is, by its last response time and politeness gap."""
         crawl = self.crawl
-        full = len(crawl.in_flight) >= crawl.settings.concurrency
-        cycle = hq.polite.cycle(crawl.settings.politeness)
-        if hq.pace is None:
-            return not full and cycle < LOAN_PAGE_S
-        return hq.pace < LOAN_PAGE_S and (not full or hq.pace < OWN_PACE * cycle)
+        if len(crawl.in_flight) >= crawl.settings.concurrency:
+            return False
+        pace = hq.pace if hq.pace is not None else hq.polite.cycle(crawl.settings.politeness)
+        return pace < LOAN_PAGE_S
 
     def _worth_lending(self, hq: HostQueue, least: int = MIN_LEND) -> bool:
         """Enough of ``hq`` queued here, ours, and ours to keep; not our leader: it goes

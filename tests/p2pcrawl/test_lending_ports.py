@@ -18,7 +18,7 @@ import pytest
 
 from p2pcrawl.crawl import Engine, Ledger, Task, urls
 from p2pcrawl.network.borrower import Borrower
-from p2pcrawl.network.lender import LOAN_PAGE_S, Lender
+from p2pcrawl.network.lender import Lender
 from p2pcrawl.network.loanbook import Borrowed, LoanBook
 from p2pcrawl.network.reporting import Reports
 from p2pcrawl.settings import CrawlSettings, PolitenessSettings, ScopeSettings
@@ -307,27 +307,5 @@ async def test_a_hosts_measured_pace_at_its_owner_decides_whether_it_is_lent(
     assert refused.lease == 0 and not owner.lender.leases
     for hq in owner.engine.frontier.hosts.values():
         hq.pace = 0.5  # two pages a second here: each waited for a fetcher
-    lent = await owner.lender.serve_lend(peer(BORROWER), LendArgs(8, 0, 1))
-    assert lent.lease != 0 and len(owner.lender.leases) == 1
-
-
-async def test_a_host_at_its_own_pace_is_kept_though_every_fetcher_is_busy(
-    full_speed: tuple[Side, Side],
-) -> None:
-    """With every fetcher of the owner busy (its page tails count), a host whose pace here is
-    its own cycle (its answer and a Crawl-delay) waits for none of them: lent, it would
-    only go slower, and free a tenth of one fetcher. One whose pace is well beyond its cycle
-    waits for a fetcher here, and is lent."""
-    owner, _ = full_speed
-    owner.engine.in_flight.update({t.fp: t for t in tasks_of("busy.test", 2)})
-    politeness = owner.lender.crawl.settings.politeness
-    for hq in owner.engine.frontier.hosts.values():
-        hq.polite.robots_delay = 0.05
-        hq.pace = hq.polite.cycle(politeness)  # as fast as its server and robots.txt allow
-        assert hq.pace < LOAN_PAGE_S
-    refused = await owner.lender.serve_lend(peer(BORROWER), LendArgs(8, 0, 1))
-    assert refused.lease == 0 and not owner.lender.leases
-    for hq in owner.engine.frontier.hosts.values():
-        hq.pace = 0.095  # still faster than a loan, but each request waited for a fetcher
     lent = await owner.lender.serve_lend(peer(BORROWER), LendArgs(8, 0, 1))
     assert lent.lease != 0 and len(owner.lender.leases) == 1
