@@ -45,7 +45,14 @@ class Outcome(enum.Enum):
 
 async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, FetchResult | None]:
     ledger = engine.ledger
-    if task.lease and not engine.loans.may_fetch(task, engine.in_flight):
+    polite = slot.hq.polite
+    if task.lease and not engine.loans.may_fetch(
+        task,
+        engine.in_flight,
+        politeness.next_gap(
+            engine.settings.politeness, polite.robots_delay, polite.last_response_time
+        ),
+    ):
         slot.requeue(task)
         slot.after(0.0, BORROWED_WAIT_S)
         return Outcome.WAITING, None

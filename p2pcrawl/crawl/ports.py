@@ -69,9 +69,10 @@ class LoanPort(Protocol):
     def borrowed(self) -> int:
         """Tasks of other owners held here on loan (queued or under way)."""
 
-    def may_fetch(self, task: Task, under_way: Mapping[int, Task]) -> bool:
+    def may_fetch(self, task: Task, under_way: Mapping[int, Task], gap: float = 0.0) -> bool:
         """Whether a borrowed ``task`` may be fetched now; ``under_way`` are the engine's
-        tasks being fetched or in their tail, ``task`` included."""
+        tasks being fetched or in their tail, ``task`` included; ``gap``: its host's
+        politeness gap here, seconds."""
 
     async def settle(self, tasks: list[Task], *, finished: bool) -> None:
         """Borrowed tasks end here: finished (returns once their owner has recorded them,
@@ -84,7 +85,7 @@ class _NoLoans:
     lent: Collection[int] = frozenset()
     borrowed = 0
 
-    def may_fetch(self, task: Task, under_way: Mapping[int, Task]) -> bool:
+    def may_fetch(self, task: Task, under_way: Mapping[int, Task], gap: float = 0.0) -> bool:
         return True
 
     async def settle(self, tasks: list[Task], *, finished: bool) -> None:

@@ -10,12 +10,14 @@
 
 A borrowed page's tail ends only once its lender has recorded it, as a page's tail ends only
 once its links are durable at their owners, and a loan has at most ``MAX_UNSETTLED`` pages
-between their fetch and that word (``may_fetch``): what a crash of either side can cost.
+between their fetch and that word (``may_fetch``; more for a host whose politeness spaces
+its requests, ``unsettled_limit``): what a crash of either side can cost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,13 +25,30 @@ from dataclasses import dataclass, field
 from p2pcrawl.crawl import Task
 from protocol import PeerRef
 
-__all__ = ["MAX_UNSETTLED", "Borrowed", "LoanBook"]
+__all__ = ["MAX_UNSETTLED", "Borrowed", "LoanBook", "unsettled_limit"]
 
 # A loan's pages between their fetch and the lender's word, at most. Should the lender die,
 # its successor cannot know of them and fetches them again: this bounds what a lender's
 # crash costs per loan. The word comes within about a report interval, so in a healthy
 # network a loan seldom has this many pages waiting.
 MAX_UNSETTLED = 4
+# A host whose politeness spaces its requests may have as many pages waiting as that spacing
+# lets it fetch in this long, up to POLITE_UNSETTLED: the word takes a report interval and a
+# flush of the lender's lane to its replicas, 0.3-0.5 s under load, and at four pages a
+# round trip a host with a 50 ms Crawl-delay (18 pages a second at its owner) went at 10 on
+# loan (chaos seed 7), so lending it, as a busy owner does, set the crawl's end. In time a
+# crash costs the same as a fast loan's four pages: what half a second of the host brings.
+UNSETTLED_S = 0.5
+POLITE_UNSETTLED = 10
+
+
+def unsettled_limit(gap: float) -> int:
+    """How many of a loan's pages may wait for the lender's word, its host's politeness gap
+    being ``gap`` seconds: at least ``MAX_UNSETTLED``, and what ``gap`` lets the host fetch
+    in ``UNSETTLED_S``, up to ``POLITE_UNSETTLED``."""
+    if gap <= 0:
+        return MAX_UNSETTLED
+    return max(MAX_UNSETTLED, min(POLITE_UNSETTLED, math.ceil(UNSETTLED_S / gap)))
 
 
 @dataclass(slots=True)
@@ -78,10 +97,11 @@ class LoanBook:
         self.wake = asyncio.Event()  # something to report: the lending loop runs now
         self._orphaned = orphaned
 
-    def may_fetch(self, task: Task, under_way: Mapping[int, Task]) -> bool:
-        """The loan has fewer than ``MAX_UNSETTLED`` other pages fetched (or being fetched)
-        and not yet recorded by its lender."""
-        return sum(1 for t in under_way.values() if t.lease == task.lease) <= MAX_UNSETTLED
+    def may_fetch(self, task: Task, under_way: Mapping[int, Task], gap: float = 0.0) -> bool:
+        """The loan has fewer than ``unsettled_limit(gap)`` other pages fetched (or being
+        fetched) and not yet recorded by its lender."""
+        limit = unsettled_limit(gap)
+        return sum(1 for t in under_way.values() if t.lease == task.lease) <= limit
 
     async def settle(self, tasks: list[Task], *, finished: bool) -> None:
         """Borrowed tasks finished (or given back) here; a finished one returns once its

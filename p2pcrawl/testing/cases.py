@@ -16,6 +16,9 @@ full speed with every timer at its default, and returns the
   and the busiest crashes at 60% (or as soon as the joins are through, if that is later);
 * ``takeover``: four peers, the founder owning the big host; at 30% a peer joins with an
   ID nearer the host's key and takes the host over (``benchmarks/cases.py``);
+* ``busy_lender``: four peers, the founder owning the big host and the Crawl-delay host (the
+  crawl's longest) with four fetchers: busy with the big host, it lends the Crawl-delay host,
+  whose pace on loan then sets the crawl's end (no membership event: what a loan costs);
 * ``steady``: four peers and no event, the time the others are compared with.
 
 Where a case depends on who owns the big host (host 0, most of the pages), the peers' node
@@ -143,6 +146,25 @@ async def takeover(sc: Scenario) -> Outcome:
     return await sc.finish(FINISH_S)
 
 
+async def busy_lender(sc: Scenario) -> Outcome:
+    big = int.from_bytes(big_key(sc), "big")
+    polite = int.from_bytes(key_for(sc.web.crawl_delay_host or ""), "big")
+    preset_id(sc, "p0", _hex(big ^ 1))  # nearest the big host
+    for i in (1, 2, 3):
+        # Far from the Crawl-delay host (their distance to it starts with ten 1 bits), so the
+        # founder, the nearest to the big host, is also the nearest to it but about once in
+        # a thousand webs.
+        preset_id(sc, f"p{i}", _hex(polite ^ (0x3FF << 150) ^ (i << 140)))
+    peers = await sc.start(4, founder_args=["--concurrency", "4"])
+    await sc.wait_mesh()
+    await sc.seed(peers[0])
+    return await sc.finish(FINISH_S)
+
+
+def _hex(node_id: int) -> str:
+    return node_id.to_bytes(20, "big").hex()
+
+
 async def crash_joins_crash(sc: Scenario) -> Outcome:
     peers = await sc.start(4)
     await sc.wait_mesh()
@@ -163,4 +185,5 @@ CASES: dict[str, Callable[[Scenario], Awaitable[Outcome]]] = {
     "graceful_leave": graceful_leave,
     "crash_joins_crash": crash_joins_crash,
     "takeover": takeover,
+    "busy_lender": busy_lender,
 }

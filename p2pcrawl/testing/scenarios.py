@@ -22,6 +22,7 @@ import signal
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,11 +183,13 @@ class Scenario:
         self._names += 1
         return f"{prefix}{self._names - 1}"
 
-    async def start(self, n: int, *, together: bool = True) -> list[PeerProc]:
-        """A founder, then ``n - 1`` joiners through it: all at once (``together``), or
-        each once the one before is up."""
+    async def start(
+        self, n: int, *, together: bool = True, founder_args: Sequence[str] = ()
+    ) -> list[PeerProc]:
+        """A founder (with ``founder_args`` besides the cluster's), then ``n - 1`` joiners
+        through it: all at once (``together``), or each once the one before is up."""
         name = self._name("p")
-        founder = await self.cluster.start_peer(name, extra=agent(name))
+        founder = await self.cluster.start_peer(name, extra=[*agent(name), *founder_args])
         if n == 1:
             return [founder]
         return [founder, *await self.join(founder, n - 1, together=together)]

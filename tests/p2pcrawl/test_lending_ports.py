@@ -19,7 +19,7 @@ import pytest
 from p2pcrawl.crawl import Engine, Ledger, Task, urls
 from p2pcrawl.network.borrower import Borrower
 from p2pcrawl.network.lender import Lender
-from p2pcrawl.network.loanbook import Borrowed, LoanBook
+from p2pcrawl.network.loanbook import MAX_UNSETTLED, POLITE_UNSETTLED, Borrowed, LoanBook
 from p2pcrawl.network.reporting import Reports
 from p2pcrawl.settings import CrawlSettings, PolitenessSettings, ScopeSettings
 from protocol import GiveBack, GiveBackArgs, KeyBatch, LendArgs, Loan, PeerRef, PeerTimeout, key_for
@@ -219,6 +219,25 @@ async def test_a_borrower_whose_lender_is_silent_parks_the_loan_and_tells_its_re
     other.fail_reports = False
     report_now(other)
     await eventually(lambda: len(borrowed_here(other)) == 5)
+
+
+def test_a_polite_hosts_loan_runs_as_far_ahead_of_its_lenders_word_as_its_gap_allows() -> None:
+    """A loan's pages wait for the lender's word every few pages. Four pages a round trip
+    of that word held a host with a 50 ms Crawl-delay to 10 pages a second on loan, against
+    18 at its owner: such a host may have as many pages waiting as its gap lets it fetch in
+    half a second (capped), and a host fetched without a gap keeps MAX_UNSETTLED."""
+    book = LoanBook(orphaned=lambda key, fps: None)
+    key = key_for(SMALL)
+
+    def under_way(n: int, lease: int = 7) -> dict[int, Task]:
+        return {i: Task(f"http://{SMALL}/{i}", i, key, 1, lease=lease) for i in range(n)}
+
+    task = under_way(1)[0]  # the task asking is among those under way
+    for gap, limit in ((0.0, MAX_UNSETTLED), (0.05, 10), (0.01, POLITE_UNSETTLED), (1.0, 4)):
+        assert book.may_fetch(task, under_way(limit), gap), gap
+        assert not book.may_fetch(task, under_way(limit + 1), gap), gap
+    # Another loan's pages under way do not count against this one.
+    assert book.may_fetch(task, {**under_way(1), **under_way(30, lease=8)}, 0.0)
 
 
 @pytest.fixture
