@@ -203,6 +203,11 @@ class Detector:
     def suspects(self) -> list[bytes]:
         return list(self._suspects)
 
+    def silences(self) -> dict[bytes, float]:
+        """Each suspect, and how long it has been silent (seconds)."""
+        now = self.clock()
+        return {i: now - s.since for i, s in self._suspects.items()}
+
     def size(self) -> int:
         """The network's size: as the node says, or the contacts heard from plus us."""
         if self.network_size is not None:

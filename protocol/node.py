@@ -328,6 +328,10 @@ class CrawlNode:
         """IDs of contacts the failure detector suspects now (``liveness``)."""
         return self.rpc.liveness.suspects()
 
+    def silences(self) -> dict[bytes, float]:
+        """The contacts suspected now, and how long each has been silent (seconds)."""
+        return self.rpc.liveness.silences()
+
     async def _lookup(self, key: bytes) -> list[Node]:
         target = Node(key)
         start = self.rpc.router.find_neighbors(target, self.ksize)

@@ -10,9 +10,10 @@ has one crawler while it changes hands:
   answered with a count, then takes ownership; it asks again until each neighbour says it
   has sent all, and only then does it crawl. The same runs after a stall (``stall``).
 * ``Welcome`` (a neighbour): it answers "ask again later" while it has not admitted the
-  newcomer, while the newcomer is younger than the minimum owner age, or while a handoff to
-  it is under way; otherwise how many keys will follow, and it hands them over
-  (``handoff.Handoff``).
+  newcomer, while the newcomer is younger than the minimum owner age, while a handoff to
+  it is under way, or while it holds copies of a peer it suspects that is nearer the
+  newcomer (if that peer died, its keys reach the newcomer from us once we declare it);
+  otherwise how many keys will follow, and it hands them over (``handoff.Handoff``).
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ import contextlib
 import logging
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from p2pcrawl.crawl import EventLog, Ledger
 from p2pcrawl.network.handoff import Handoff
 from p2pcrawl.network.ports import Ownership, Spawn, owner_id
-from protocol import PeerRef, PeerTimeout, RefreshAnswer, RemoteError, TaskSet, closest
+from protocol import PeerRef, PeerTimeout, RefreshAnswer, RemoteError, TaskSet, closest, distance
 
 __all__ = ["Join", "Newcomers", "Welcome"]
 
@@ -42,8 +43,16 @@ MIN_RETRY_S = 0.02
 HANDOFF_POLL_S = 0.2  # how often a joiner asks whether a handoff to it is complete
 # A neighbour that died during our join left its keys with its replicas, which take them
 # over once they declare it dead too: the ones among our neighbours are asked again after
-# this, for what of those keys is ours.
-REASK_S = 1.0
+# this, for what of those keys is ours. A replica that still suspects the dead one answers
+# "later" until it has declared it (``Welcome``), so this only gives one that has not
+# noticed the silence yet a moment to (asked after 1 s, every host of a network whose
+# founder died in its first seconds stood still that long beyond the detection).
+REASK_S = 0.25
+# A replica answers a joiner "later" while it suspects a peer nearer the joiner whose copies
+# it holds, for at most this long into that peer's silence: a dead peer is declared within
+# about 3-4 s of it at the defaults, and one silent for longer is more likely slow (flooded,
+# stopped) than dead, and then the joiner's join would wait on our suspicion for nothing.
+SUSPECT_LATER_S = 5.0
 HISTORY_REQUESTERS = 64
 
 
@@ -214,11 +223,14 @@ class Join:
 
 
 class Newcomers(Protocol):
-    """Whether a contact may own keys yet (``CrawlNode``; ``protocol.members``)."""
+    """Whether a contact may own keys yet (``CrawlNode``; ``protocol.members``), and which
+    contacts the failure detector suspects, silent for how many seconds."""
 
     def owner_wait(self, peer_id: bytes) -> float | None: ...
 
     def establish_early(self, peer_id: bytes) -> bool: ...
+
+    def silences(self) -> Mapping[bytes, float]: ...
 
 
 class Welcome:
@@ -231,11 +243,15 @@ class Welcome:
         newcomers: Newcomers,
         handoff: Handoff,
         events: EventLog,
+        backup_owners: Callable[[], Awaitable[Mapping[bytes, int]]],
         *,
         active: Callable[[], bool],
         spawn: Spawn,
     ) -> None:
+        """``backup_owners``: the peers whose copies we hold, and how many of each
+        (``BackupStore.owner_counts``)."""
         self.ledger = ledger
+        self._backup_owners = backup_owners
         self.ownership = ownership
         self.newcomers = newcomers
         self.handoff = handoff
@@ -267,6 +283,8 @@ class Welcome:
             return RefreshAnswer(0, retry_after=ADMISSION_RETRY_S)
         if not self.newcomers.establish_early(sender.id):  # too young: the seconds it lacks
             return RefreshAnswer(0, retry_after=max(wait, MIN_RETRY_S))
+        if await self._replicating_a_suspect(sender):
+            return RefreshAnswer(0, retry_after=HANDOFF_POLL_S)
         queued = set(await self.ledger.tasks.key_counts())
         sent = self._history_sent.get(sender.id, set())
         keys = queued | (set(await self.ledger.done.keys()) - sent)
@@ -275,6 +293,20 @@ class Welcome:
             self._handing_to[sender.id] += 1
             self._spawn(self._hand_over(sender, moving), "refresh-handoff")
         return RefreshAnswer(len(moving))
+
+    async def _replicating_a_suspect(self, sender: PeerRef) -> bool:
+        """Whether we hold copies of a peer we suspect (silent for less than
+        ``SUSPECT_LATER_S``) that is nearer the sender than we are. If that peer is dead, we
+        take its keys over once we declare it, and those now nearest the sender go to it
+        then: a joiner that declared it first (and asks us again, ``Join.neighbour_gone``)
+        waits for them rather than crawl without their history."""
+        mine = distance(self.ownership.me.id, sender.id)
+        near = {
+            i
+            for i, silent in self.newcomers.silences().items()
+            if silent < SUSPECT_LATER_S and distance(i, sender.id) < mine
+        }
+        return bool(near) and not near.isdisjoint(await self._backup_owners())
 
     async def _hand_over(self, requester: PeerRef, keys: list[bytes]) -> None:
         try:

@@ -257,7 +257,9 @@ def assemble(
         give_up_after=ps.min_peer_age + ps.handoff_timeout,
         replicas=ps.replicas,
     )
-    welcome = Welcome(ledger, node, node, handoff, events, active=active, spawn=spawn)
+    welcome = Welcome(
+        ledger, node, node, handoff, events, backups.owner_counts, active=active, spawn=spawn
+    )
     rebalance = Rebalance(
         ledger,
         backups,

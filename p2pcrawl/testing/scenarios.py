@@ -30,13 +30,7 @@ from p2pcrawl.aio import TaskSet
 from p2pcrawl.testing.cluster import Cluster, PeerProc
 from p2pcrawl.testing.web import TestWeb, TestWebConfig
 
-__all__ = [
-    "DUP_SHARE",
-    "Outcome",
-    "Scenario",
-    "full_speed_args",
-    "full_speed_web",
-]
+__all__ = ["DUP_SHARE", "Outcome", "Scenario", "full_speed_args", "full_speed_web"]
 
 DUP_SHARE = 0.005  # duplicates allowed beyond what each killed peer had under way
 # What a killed peer may have had between fetch and done: ``--concurrency`` fetches (32 by

@@ -17,7 +17,14 @@ import pytest
 
 from p2pcrawl.crawl import CrawlStats, EventLog, Ledger, Task, to_stored
 from p2pcrawl.network.handoff import Handoff, History
-from p2pcrawl.network.join import ADMISSION_RETRY_S, REASK_S, Join, Welcome
+from p2pcrawl.network.join import (
+    ADMISSION_RETRY_S,
+    HANDOFF_POLL_S,
+    REASK_S,
+    SUSPECT_LATER_S,
+    Join,
+    Welcome,
+)
 from p2pcrawl.network.leave import HandoffReport, Leave
 from p2pcrawl.network.quiescence import Quiescence
 from p2pcrawl.network.rebalance import Rebalance
@@ -240,6 +247,10 @@ class Newcomers:
     def __init__(self) -> None:
         self.wait: float | None = None
         self.established = False
+        self.silent: dict[bytes, float] = {}  # suspects, and how long each was silent
+
+    def silences(self) -> dict[bytes, float]:
+        return self.silent
 
     def owner_wait(self, peer_id: bytes) -> float | None:
         return self.wait
@@ -271,6 +282,7 @@ async def test_a_neighbour_hands_a_joiner_its_keys_only_once_it_may_own_them(
             newcomers,
             handoff,
             EventLog(),
+            stores[1].owner_counts,
             active=lambda: True,
             spawn=lambda coro, name: spawned.append(coro),
         )
@@ -289,6 +301,45 @@ async def test_a_neighbour_hands_a_joiner_its_keys_only_once_it_may_own_them(
     finally:
         for coro in spawned:
             coro.close()
+
+
+async def test_a_replica_of_a_suspect_nearer_the_joiner_answers_it_later(
+    stores: Stores,
+) -> None:
+    """A joiner's neighbour died; the joiner declared it and asks that neighbour's replicas
+    again. A replica that still suspects it answers "later" until it has declared it too
+    (then the dead one's keys nearest the joiner go to the joiner from it), rather than
+    "nothing for you" while it holds them. A suspicion grown old (a slow peer more likely
+    than a dead one), a suspect farther from the joiner than we are, or one of which we
+    hold nothing changes no answer."""
+    ledger, backups = stores
+    net = Net(ME, [OWNER])
+    joiner = net.members[OWNER]
+    dead = (int.from_bytes(OWNER, "big") ^ 1).to_bytes(len(OWNER), "big")  # next to it
+    far = bytes(b ^ 0xFF for b in OWNER)  # as far from the joiner as an ID can be
+    newcomers = Newcomers()
+    newcomers.wait, newcomers.established = 0.0, True
+    silent = newcomers.silent
+    welcome = Welcome(
+        ledger,
+        net,
+        newcomers,
+        handoff_for(net, ledger, FakeCrawl()),
+        EventLog(),
+        backups.owner_counts,
+        active=lambda: True,
+        spawn=lambda coro, name: coro.close(),
+    )
+    silent[dead] = 1.0
+    assert await welcome.serve_refresh(joiner) == RefreshAnswer(0)  # nothing of it held here
+    await backups.add(dead, [to_stored(t) for t in tasks_of("dead.test", 2)])
+    await backups.add(far, [to_stored(t) for t in tasks_of("far.test", 2)])
+    assert await welcome.serve_refresh(joiner) == RefreshAnswer(0, HANDOFF_POLL_S)
+    silent[dead] = SUSPECT_LATER_S + 1.0
+    assert await welcome.serve_refresh(joiner) == RefreshAnswer(0)
+    del silent[dead]  # declared (or heard from again)
+    silent[far] = 1.0
+    assert await welcome.serve_refresh(joiner) == RefreshAnswer(0)
 
 
 # -- a takeover ------------------------------------------------------------------------------
