@@ -328,3 +328,22 @@ async def test_a_hosts_measured_pace_at_its_owner_decides_whether_it_is_lent(
         hq.pace = 0.5  # two pages a second here: each waited for a fetcher
     lent = await owner.lender.serve_lend(peer(BORROWER), LendArgs(8, 0, 1))
     assert lent.lease != 0 and len(owner.lender.leases) == 1
+
+
+async def test_a_polite_host_slowed_at_its_owner_is_lent_to_go_at_its_gap(
+    full_speed: tuple[Side, Side],
+) -> None:
+    """A host with a 50 ms Crawl-delay goes at about its gap on loan too (its loan may run
+    further ahead of the owner's word): kept while it goes near that gap at its owner, lent
+    once it goes at 11 pages a second there (an owner busy with its big host), though that
+    is faster than a loan of a host fetched without a gap."""
+    owner, _ = full_speed
+    for hq in owner.engine.frontier.hosts.values():
+        hq.polite.robots_delay = 0.05
+        hq.pace = 0.055  # 18 pages a second here
+    refused = await owner.lender.serve_lend(peer(BORROWER), LendArgs(8, 0, 1))
+    assert refused.lease == 0 and not owner.lender.leases
+    for hq in owner.engine.frontier.hosts.values():
+        hq.pace = 0.09
+    lent = await owner.lender.serve_lend(peer(BORROWER), LendArgs(8, 0, 1))
+    assert lent.lease != 0 and len(owner.lender.leases) == 1
