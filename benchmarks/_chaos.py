@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _detection import FLOOD, FLOOD_S
+from _detection import FLOOD_S, spawn_flood
 
 from p2pcrawl.testing import Cluster, PeerProc, TestWeb
 from p2pcrawl.testing.cases import CASES, FINISH_S, id_near, preset_id
@@ -184,16 +184,7 @@ class Chaos:
         self.sc.note(f"flood:{p.name}@{self.sc.share():.0%}")
         self.flood_at.append(time.monotonic() - self.sc.started)
         host, port = p.listen.rsplit(":", 1)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            FLOOD,
-            host,
-            port,
-            str(FLOOD_S),
-            str(self.flood_rate),
-            stdout=asyncio.subprocess.PIPE,
-        )
+        proc = await spawn_flood(host, port, FLOOD_S, self.flood_rate, out=asyncio.subprocess.PIPE)
         out, _ = await proc.communicate()
         sent, cpu = [*out.decode().split(), "0", "0"][:2]
         self.flood_sent.append(int(sent))
@@ -223,15 +214,10 @@ async def _machine_load(
     try:
         for at, kind, cpu in load:
             await asyncio.sleep(max(0.0, sc.started + at - time.monotonic()))
-            args = (
-                [_BURN, str(cpu)]
-                if kind == "burn"
-                else [FLOOD, "127.0.0.1", str(port), str(FLOOD_S), str(flood_rate)]
-            )
             procs.append(
-                await asyncio.create_subprocess_exec(
-                    sys.executable, "-c", *args, stdout=asyncio.subprocess.DEVNULL
-                )
+                await asyncio.create_subprocess_exec(sys.executable, "-c", _BURN, str(cpu))
+                if kind == "burn"
+                else await spawn_flood("127.0.0.1", port, FLOOD_S, flood_rate)
             )
         for proc in procs:
             await proc.wait()

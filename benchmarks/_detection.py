@@ -52,6 +52,26 @@ while (now := time.monotonic()) < start + seconds:
         time.sleep(0.005)
 print(sent, time.process_time(), flush=True)
 """
+
+
+async def spawn_flood(
+    host: str, port: str | int, seconds: float, rate: float = 0.0, *, out: int | None = None
+) -> asyncio.subprocess.Process:
+    """A ``FLOOD`` process: junk datagrams at ``host:port`` for ``seconds``, ``rate`` a
+    second (0: as fast as one process sends them). With ``out=asyncio.subprocess.PIPE`` it
+    says how many it sent and the CPU seconds it took."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        FLOOD,
+        host,
+        str(port),
+        str(seconds),
+        str(rate),
+        stdout=asyncio.subprocess.DEVNULL if out is None else out,
+    )
+
+
 KILL_GAP_S = 10.0  # between kills: long enough for the slowest detection we accept
 _HOG = """
 import os
@@ -135,15 +155,7 @@ async def one(root: Path, web: TestWeb, peers: int, load: str, kills: int) -> De
             await asyncio.sleep(2.0)
             if load == "flood":
                 host, port = founder.listen.rsplit(":", 1)
-                flood = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-c",
-                    FLOOD,
-                    host,
-                    port,
-                    str(FLOOD_S),
-                    stdout=asyncio.subprocess.DEVNULL,
-                )
+                flood = await spawn_flood(host, port, FLOOD_S)
                 await flood.wait()
                 await asyncio.sleep(3.0)
             killed: dict[str, float] = {}

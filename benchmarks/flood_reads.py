@@ -36,7 +36,7 @@ import statistics
 import sys
 import time
 
-from _detection import FLOOD
+from _detection import spawn_flood
 
 from protocol import (
     CrawlNode,
@@ -112,15 +112,7 @@ async def one_run(build: str, seconds: float, calls: int) -> dict[str, float]:
         peer = PeerRef(bytes.fromhex(node_id), host, port)
         await member.listen_on("127.0.0.1", 0)
         await member.join([peer.addr])
-        flood = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            FLOOD,
-            host,
-            str(port),
-            str(seconds),
-            stdout=asyncio.subprocess.PIPE,
-        )
+        flood = await spawn_flood(host, port, seconds, out=asyncio.subprocess.PIPE)
         await asyncio.sleep(0.5)  # the flood is under way
 
         async def ping() -> bool:
