@@ -47,11 +47,7 @@ async def attempt(engine: Engine, slot: HostSlot, task: Task) -> tuple[Outcome, 
     ledger = engine.ledger
     polite = slot.hq.polite
     if task.lease and not engine.loans.may_fetch(
-        task,
-        engine.in_flight,
-        politeness.next_gap(
-            engine.settings.politeness, polite.robots_delay, polite.last_response_time
-        ),
+        task, engine.in_flight, polite.gap(engine.settings.politeness)
     ):
         slot.requeue(task)
         slot.after(0.0, BORROWED_WAIT_S)

@@ -87,9 +87,11 @@ class HostPoliteness:
     def cycle(self, settings: PolitenessSettings) -> float:
         """Seconds between the starts of two requests to this host here: its last response
         time and the gap after it (lending compares it with a loan's pace)."""
-        return self.last_response_time + next_gap(
-            settings, self.robots_delay, self.last_response_time
-        )
+        return self.last_response_time + self.gap(settings)
+
+    def gap(self, settings: PolitenessSettings) -> float:
+        """Seconds after a response before the next request to this host (``next_gap``)."""
+        return next_gap(settings, self.robots_delay, self.last_response_time)
 
     def ready(self, now: float) -> bool:
         """Whether a request may start now: none in flight, and the gap has passed."""

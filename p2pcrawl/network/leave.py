@@ -38,6 +38,9 @@ STOP_FETCHING_S = 10.0  # fetches under way may end within this
 LOANS_S = 5.0  # borrowed pages under way, and our own out on loan, may settle within this
 DOOR_S = 2.0  # STORE_TASKs taken before the door closed may be stored within this
 FALLBACKS = 4  # peers a key's handoff is offered to, its owner first
+# Contacts told GOODBYE, nearest first: every one of a routing table at the default k (k per
+# bucket, a bucket per bit of a 160-bit ID).
+TABLE_MAX = 20 * 160
 
 
 @dataclass(slots=True)
@@ -91,6 +94,7 @@ class Leave:
         leases: Leases,
         loans: Loans,
         peers: Callable[[], list[PeerRef]],
+        contacts: Callable[[int], list[PeerRef]],
         depart: Callable[[], None],
         goodbye: Callable[[PeerRef], Awaitable[None]],
         flush_links: Callable[[], Awaitable[None]],
@@ -98,7 +102,9 @@ class Leave:
         hurry: Callable[[], None],
         hand_history: Callable[[list[PeerRef]], Awaitable[int]] | None = None,
     ) -> None:
-        """``depart``: send nothing but the handoff from now on (``CrawlNode.depart``);
+        """``peers``: the members, to hand off to; ``contacts``: the n contacts of our table
+        nearest us, young ones too (``CrawlNode.neighbours``), to say GOODBYE to;
+        ``depart``: send nothing but the handoff from now on (``CrawlNode.depart``);
         ``goodbye``: GOODBYE (``CrawlNode.goodbye``); ``flush_links``: send what waits
         in the dispatcher; ``stored``: wait (bounded) for the STORE_TASKs taken to be
         stored (``PeerHandler.stored``); ``hurry``: our RPC lanes send now;
@@ -113,6 +119,7 @@ class Leave:
         self.leases = leases
         self.loans = loans
         self._peers = peers
+        self._contacts = contacts
         self._depart = depart
         self._goodbye = goodbye
         self._flush_links = flush_links
@@ -193,20 +200,25 @@ class Leave:
 
     async def say_goodbye(self) -> list[PeerRef]:
         """GOODBYE to every peer we know, at once (each bounded by the RPC timeout): they
-        drop us from their tables now instead of suspecting us for a while. Returns them.
+        drop us from their tables now instead of suspecting us for a while. Returns the
+        members, to hand off to.
 
+        Young contacts (joining, not yet members here) hear it too: one that still counted
+        us a member routed our handed-off keys back to us, each attempt a timeout, until it
+        declared us dead (chaos seed 9: the big host stood still 8 s beyond a detection).
         From here on this peer sends only its handoff: a liveness ping or a lookup from it
         would tell the others it is still around, and they would make it an owner and a
         replica again while it exits (docs/membership.md, "A dead or departed peer is
         forgotten everywhere")."""
         self._depart()
         others = self._peers()
+        told = {p.id: p for p in [*others, *self._contacts(TABLE_MAX)]}
 
         async def one(p: PeerRef) -> None:
             with contextlib.suppress(PeerTimeout, RemoteError, OSError):
                 await self._goodbye(p)
 
-        await asyncio.gather(*(one(p) for p in others))
+        await asyncio.gather(*(one(p) for p in told.values()))
         return others
 
     async def _send(

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from p2pcrawl.crawl import HostQueue, Task, politeness, urls
-from p2pcrawl.network.loanbook import MAX_UNSETTLED, LoanBook, unsettled_limit
+from p2pcrawl.crawl import HostQueue, Task, urls
+from p2pcrawl.network.loanbook import LoanBook, loan_page_s
 from p2pcrawl.network.ports import FrontierView
 from protocol import (
     LEASE_S,
@@ -68,12 +68,6 @@ LEND_WAIT_S = 0.8
 # 12 for the rest of the crawl, and one with a 50 ms Crawl-delay (18 a second here) at 6-10
 # (steady run of ``benchmarks/cases.py``).
 LOAN_PAGE_S = 0.1
-# A host whose politeness gap lets its loan run further ahead of our word
-# (``loanbook.unsettled_limit``) goes at about that gap on loan; it is kept here unless it
-# goes slower than this many times its gap, since moving it costs a hand-over and its
-# measured pace here is noisy (a 50 ms Crawl-delay host goes at 18-19 pages a second at an
-# owner with room, 0.053 s a page; at an owner busy with the big host's takeover, at 10).
-POLITE_LOAN_MARGIN = 1.5
 
 
 def _robots_size(robots: LentRobots | None) -> int:
@@ -238,26 +232,13 @@ class Lender:
     def _better_at_home(self, hq: HostQueue) -> bool:
         """Whether ``hq`` is better kept here: our fetchers have room (with every one of
         them busy, a host lent frees a share of them for the others), and it goes faster
-        here than on a loan (``_loan_page_s``), as measured (``HostQueue.pace``) or, before
+        here than on a loan (``loanbook.loan_page_s``), as measured (``HostQueue.pace``) or, before
         it is, by its last response time and politeness gap."""
         crawl = self.crawl
         if len(crawl.in_flight) >= crawl.settings.concurrency:
             return False
         pace = hq.pace if hq.pace is not None else hq.polite.cycle(crawl.settings.politeness)
-        return pace < self._loan_page_s(hq)
-
-    def _loan_page_s(self, hq: HostQueue) -> float:
-        """Seconds a page of ``hq`` on loan: a loan goes ``unsettled_limit`` pages (four
-        without a gap, ``LOAN_PAGE_S`` each) per round trip of our word, and no faster than
-        its politeness gap (with ``POLITE_LOAN_MARGIN`` where that gap sets its pace)."""
-        polite = hq.polite
-        gap = politeness.next_gap(
-            self.crawl.settings.politeness, polite.robots_delay, polite.last_response_time
-        )
-        limit = unsettled_limit(gap)
-        if limit == MAX_UNSETTLED:
-            return LOAN_PAGE_S
-        return max(LOAN_PAGE_S * MAX_UNSETTLED / limit, POLITE_LOAN_MARGIN * gap)
+        return pace < loan_page_s(hq.polite.gap(crawl.settings.politeness), LOAN_PAGE_S)
 
     def _worth_lending(self, hq: HostQueue, least: int = MIN_LEND) -> bool:
         """Enough of ``hq`` queued here, ours, and ours to keep; not our leader: it goes

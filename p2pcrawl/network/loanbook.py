@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from p2pcrawl.crawl import Task
 from protocol import PeerRef
 
-__all__ = ["MAX_UNSETTLED", "Borrowed", "LoanBook", "unsettled_limit"]
+__all__ = ["MAX_UNSETTLED", "Borrowed", "LoanBook", "loan_page_s", "unsettled_limit"]
 
 # A loan's pages between their fetch and the lender's word, at most. Should the lender die,
 # its successor cannot know of them and fetches them again: this bounds what a lender's
@@ -40,6 +40,24 @@ MAX_UNSETTLED = 4
 # crash costs the same as a fast loan's four pages: what half a second of the host brings.
 UNSETTLED_S = 0.5
 POLITE_UNSETTLED = 10
+
+
+# A host whose gap lets its loan run further ahead of the word goes at about that gap on
+# loan; its owner keeps it unless it goes slower than this many times the gap at home, since
+# moving it costs a hand-over and the pace measured there is noisy (a 50 ms Crawl-delay host
+# went at 18-19 pages a second at an owner with room, at 10 at one busy taking a big host).
+POLITE_LOAN_MARGIN = 1.5
+
+
+def loan_page_s(gap: float, page_s: float) -> float:
+    """Seconds a page of a loan whose host's politeness gap is ``gap``, a loan of a host
+    fetched without one taking ``page_s``: ``unsettled_limit`` pages a round trip of the
+    lender's word, and no faster than the gap (``POLITE_LOAN_MARGIN`` times it where the
+    gap sets the pace)."""
+    limit = unsettled_limit(gap)
+    if limit == MAX_UNSETTLED:
+        return page_s
+    return max(page_s * MAX_UNSETTLED / limit, POLITE_LOAN_MARGIN * gap)
 
 
 def unsettled_limit(gap: float) -> int:

@@ -334,6 +334,7 @@ def assemble(
         leases=lender,
         loans=reports,
         peers=roster.peers,
+        contacts=node.neighbours,
         depart=node.depart,
         goodbye=node.goodbye,
         flush_links=dispatcher.flush,

@@ -80,6 +80,9 @@ class Net:
     def peers(self) -> list[PeerRef]:
         return list(self.members.values())
 
+    def neighbours(self, n: int) -> list[PeerRef]:
+        return [*self.members.values(), *self.young.values()][:n]
+
     def is_member(self, peer_id: bytes) -> bool:
         return peer_id in self.members
 

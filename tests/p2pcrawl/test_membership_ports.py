@@ -451,6 +451,7 @@ def _leave(
         "leases": parted,
         "loans": parted,
         "peers": net.peers,
+        "contacts": net.neighbours,
         "depart": net.depart,
         "goodbye": net.goodbye,
         "flush_links": nothing,
@@ -474,6 +475,10 @@ async def test_a_leave_says_goodbye_then_hands_every_task_and_backup_to_its_owne
     held = tasks_of("held.test", 4)
     await backups.add(b"\x01" * 20, [to_stored(t) for t in held])
     net = Net(ME, [a, b])
+    # A joiner in our table, not yet a member here: it counts us a member (we are older),
+    # and would route our keys back to us after the handoff had it not heard the goodbye.
+    young = id_next_to(ME)
+    net.young[young] = peer(young, 9)
     order: list[str] = []
 
     async def taken(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
@@ -485,12 +490,13 @@ async def test_a_leave_says_goodbye_then_hands_every_task_and_backup_to_its_owne
     report = await leave.leave()
     assert order[:5] == ["recall", "give back", "stop", "reported", "leases back"]
     goodbyes = [p.id for p, _ in net.sent("goodbye")]
-    assert sorted(goodbyes) == sorted([a, b])
+    assert sorted(goodbyes) == sorted([a, b, young])
     first_store = next(i for i, (n, _, _) in enumerate(net.calls) if n == "store_task")
     # It stops probing before its goodbyes, and sends only its handoff after them.
     assert net.calls[0][0] == "depart"
-    assert all(n == "goodbye" for n, _, _ in net.calls[1:3]) and first_store == 3
+    assert all(n == "goodbye" for n, _, _ in net.calls[1:4]) and first_store == 4
     to_owner = {p.id: batches for p, batches in net.sent("store_task")}
+    assert young not in to_owner  # a young ID owns nothing yet
     assert {x.key for x in to_owner[a]} >= {KEY}  # type: ignore[attr-defined]
     assert report.tasks == report.queue_at_leave == 8 and report.failed == 0
     assert report.done == 3 and report.backups == 4
