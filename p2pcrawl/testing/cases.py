@@ -147,9 +147,8 @@ async def takeover(sc: Scenario) -> Outcome:
 
 
 async def busy_lender(sc: Scenario) -> Outcome:
-    big = int.from_bytes(big_key(sc), "big")
     polite = int.from_bytes(key_for(sc.web.crawl_delay_host or ""), "big")
-    preset_id(sc, "p0", _hex(big ^ 1))  # nearest the big host
+    preset_id(sc, "p0", id_near(big_key(sc), 0))  # nearest the big host
     for i in (1, 2, 3):
         # Far from the Crawl-delay host (their distance to it starts with ten 1 bits), so the
         # founder, the nearest to the big host, is also the nearest to it but about once in
