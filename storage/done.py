@@ -289,21 +289,26 @@ class DoneRecord(WorkerStore):
 
         return await self._worker.run(job, write=False)
 
-    async def fps_for_keys(self, keys: Collection[bytes]) -> dict[bytes, list[int]]:
+    async def fps_for_keys(
+        self, keys: Collection[bytes], *, proven: bool = False
+    ) -> dict[bytes, list[int]]:
         """Every done fingerprint of those host keys (moving a host's history to its new
-        owner); keys with none map to an empty list."""
+        owner); keys with none map to an empty list. ``proven``: only pages with a proof,
+        the ones this peer fetched itself and can answer VOUCH for."""
         wanted = list(dict.fromkeys(keys))
         known = self._host_ids
+        query = (
+            "SELECT d.fp FROM done d JOIN proofs p ON p.key_id = d.key_id AND p.fp = d.fp"
+            " WHERE d.key_id = ?"
+            if proven
+            else "SELECT fp FROM done WHERE key_id = ?"
+        )
 
         def job(conn: sqlite3.Connection) -> dict[bytes, list[int]]:
             out: dict[bytes, list[int]] = {}
             for key in wanted:
                 key_id = known.get(key) or host_id(conn, key, create=False)
-                rows = (
-                    conn.execute("SELECT fp FROM done WHERE key_id = ?", (key_id,)).fetchall()
-                    if key_id
-                    else []
-                )
+                rows = conn.execute(query, (key_id,)).fetchall() if key_id else []
                 out[key] = [from_sql_fp(fp) for (fp,) in rows]
             return out
 

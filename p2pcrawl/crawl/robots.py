@@ -182,6 +182,13 @@ class RobotsCache:
         self._policies.move_to_end(host)
         return policy
 
+    def take(self, host: str, now: float) -> RobotsPolicy | None:
+        """``get``, and the entry is gone."""
+        policy = self.get(host, now)
+        if policy is not None:
+            del self._policies[host]
+        return policy
+
     def put(self, host: str, policy: RobotsPolicy) -> None:
         self._policies[host] = policy
         self._policies.move_to_end(host)

@@ -26,6 +26,7 @@ __all__ = ["ROBOTS_MAX_REDIRECTS", "RobotsGate"]
 ROBOTS_MAX_REDIRECTS = 5  # RFC 9309 §2.3.1.2
 # Origins whose consecutive robots.txt failures are remembered, at most.
 FAILURE_MEMO_LIMIT = 100_000
+PEEK_LIMIT = 1_024  # origins whose policy ``peek`` keeps for itself
 
 
 class RobotsGate:
@@ -54,6 +55,38 @@ class RobotsGate:
         self._failures: dict[str, int] = {}  # origin -> consecutive robots.txt failures
         # Told of each robots.txt fetched: the host's sitemaps are read next.
         self.sitemaps = SitemapReader(settings, fetcher, stats, self.cache, pacer, partition)
+        # Policies read by ``peek``, apart from ``cache``: ``policy_for`` takes one over at
+        # the host's first page, and tells the sitemap reader then.
+        self._peeked = RobotsCache(PEEK_LIMIT)
+
+    async def peek(self, origin: str, user_agent: str | None = None) -> RobotsPolicy | None:
+        """``origin``'s robots policy, its robots.txt read now if no policy is held, for a
+        question about a host this peer may not crawl (``network.vouching``); None when it
+        gave no answer. One request per origin while the policy lasts; its connection waits
+        for the host's page fetch, if one is under way (one connection per host)."""
+        now = time.monotonic()
+        policy = self.cache.get(origin, now) or self._peeked.get(origin, now)
+        if policy is not None:
+            return policy
+        url = origin + "/robots.txt"
+        for _ in range(ROBOTS_MAX_REDIRECTS + 1):
+            res = await self.fetcher.fetch(url, max_body=MAX_ROBOTS_BYTES, user_agent=user_agent)
+            if self.pacer.enabled and res.status:
+                self.pacer.count(response_on_wire(len(res.body), res.headers))
+            if not (res.is_redirect and res.location):
+                break
+            nxt = urls.resolve(url, res.location)
+            if nxt is None:
+                return None
+            url = nxt
+        self.stats.robots_fetched += 1
+        if not res.status or res.truncated not in ("", "length"):
+            return None
+        policy = policy_from_response(
+            res.status, res.body, time.monotonic(), self.settings.politeness
+        )
+        self._peeked.put(origin, policy)
+        return policy
 
     def unreachable_too_long(self, url: str) -> bool:
         """robots.txt of ``url``'s origin failed more often than a page may be retried."""
@@ -68,6 +101,10 @@ class RobotsGate:
         now = time.monotonic()
         origin = urls.origin_of(task.url)  # RFC 9309 §2.3: scheme, host and port
         policy = self.cache.get(origin, now)
+        if policy is None and (policy := self._peeked.take(origin, now)) is not None:
+            # Read for a check (``peek``) before this host's first page: not read again.
+            self.cache.put(origin, policy)
+            self.sitemaps.found_robots(origin, policy, task)
         if policy is not None:
             if slot.hq.polite.robots_from is not policy:
                 # A host queue made after its robots.txt was fetched (the host drained and

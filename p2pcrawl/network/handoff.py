@@ -88,9 +88,11 @@ class Handoff:
         rebalance_soon: Callable[[], None],
         timeout: float,
         move_history: Callable[[PeerRef, list[bytes]], Awaitable[bool]] | None = None,
+        proven: bool = False,
     ) -> None:
         """``move_history``: continuous mode's visit history of keys that moved, to their
-        new owner (``HistoryLane.hand_keys``);
+        new owner (``HistoryLane.hand_keys``); ``proven``: an open network's done ranges
+        name only the pages fetched here (``done_range``);
         ``copy_for``: copies for the new owner's replicas (``Replication.copy_for``);
         ``revoke``: end the leases of keys that move (``Lender.revoke_keys``); ``waiting``:
         held while the handoff waits for our pages (``Patience.waiting``);
@@ -105,6 +107,7 @@ class Handoff:
         self._rebalance_soon = rebalance_soon
         self.timeout = timeout
         self._move_history = move_history
+        self.proven = proven
         self.retry = Retry(timeout)
         # One handoff at a time (a join's, a rebalance pass, a leave).
         self.lock = asyncio.Lock()
@@ -169,7 +172,7 @@ class Handoff:
         # forwarded to the new owner as done history (``History.forward``).
         self._revoke(keyset)
         tasks = await self.ledger.take_keys(keys)
-        done = await self.ledger.done.fps_for_keys(keys)
+        done = await self.done_range(keys)
         try:
             result, _ = await asyncio.gather(
                 self._send(owner, to_batches(tasks, done)), self._copy_for(owner, tasks, done)
@@ -185,6 +188,14 @@ class Handoff:
         if self._move_history is not None:
             await self._move_history(owner, [k for k in keys if k not in refused])
         return len(tasks)
+
+    async def done_range(self, keys: list[bytes]) -> dict[bytes, list[int]]:
+        """The done fingerprints of ``keys`` their new owner is handed. In an open network it
+        holds them until a sample of them was checked with us (``vouching``), and a drawn
+        page we did not fetch ourselves (done on another peer's word: a range handed to us
+        before) leaves the whole range unrecorded. So we hand only the pages we fetched;
+        the rest is fetched again if its links come back, as the whole range was before."""
+        return await self.ledger.done.fps_for_keys(keys, proven=self.proven)
 
     async def send_with_copies(
         self, owner: PeerRef, tasks: list[Task], done: dict[bytes, list[int]] | None
@@ -210,9 +221,12 @@ class History:
         send: StoreTask,
         keep: Callable[[dict[bytes, list[int]]], Awaitable[object]],
         timeout: float,
+        proven: bool = False,
     ) -> None:
-        """``keep``: record history of keys this peer owns (``Intake.accept``)."""
+        """``keep``: record history of keys this peer owns (``Intake.accept``); ``proven``:
+        only the pages fetched here, as ``Handoff.done_range``."""
         self.ledger = ledger
+        self.proven = proven
         self.ownership = ownership
         self._send = send
         self._keep = keep
@@ -225,7 +239,9 @@ class History:
 
         async def attempt() -> bool:
             nonlocal left
-            done = await self.ledger.done.fps_for_keys(left)
+            done = await self.ledger.done.fps_for_keys(left, proven=self.proven)
+            if not any(done.values()):
+                return True  # nothing here its owner could take (``Handoff.done_range``)
             try:
                 result = await self._send(owner, to_batches([], done))
             except (PeerTimeout, RemoteError, OSError) as exc:

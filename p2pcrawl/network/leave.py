@@ -182,7 +182,7 @@ class Leave:
             by_owner[_closest(key, others)].append(key)
         for owner, keys in by_owner.items():
             tasks = await ledger.take_keys(keys)
-            done = await ledger.done.fps_for_keys(keys)
+            done = await self.handoff.done_range(keys)
             if await self._send(owner, others, tasks, done):
                 report.tasks += len(tasks)
                 report.done += sum(len(v) for v in done.values())

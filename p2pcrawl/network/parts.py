@@ -242,9 +242,15 @@ def assemble(
         rebalance_soon=rebalance_due.set,
         timeout=ps.handoff_timeout,
         move_history=visit_history.hand_keys if engine.revisits else None,
+        proven=not keyed,
     )
     history = History(
-        ledger, node, send=node.store_task, keep=intake.keep_history, timeout=ps.handoff_timeout
+        ledger,
+        node,
+        send=node.store_task,
+        keep=intake.keep_history,
+        timeout=ps.handoff_timeout,
+        proven=not keyed,
     )
     join = Join(
         node,

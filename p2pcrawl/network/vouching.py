@@ -79,6 +79,9 @@ URGENT_GAP_S = 1.0
 LINGER_QUIET_S = 2.0
 LINGER_MAX_S = 6.0
 IDLE_POLL_S = 0.25
+# Draws of MAX_VOUCH pages a round may take while every page drawn is one robots.txt keeps
+# out: a VOUCH request each.
+MAX_TURNS = 4
 ROUNDS_PER_S = 10.0
 
 Call = Callable[[PeerRef, Procedure[Any, Any], Any], Awaitable[Any]]
@@ -103,6 +106,10 @@ class CheckingCrawl(Protocol):
     async def fetch_page(self, url: str) -> FetchResult: ...
 
     def key_of(self, url: str) -> bytes: ...
+
+    async def robots_excludes(self, url: str) -> bool:
+        """Whether ``url``'s robots.txt keeps it out."""
+        ...
 
     @property
     def idle(self) -> bool: ...
@@ -153,6 +160,15 @@ class Vouching:
 
     async def _fetch_page(self, url: str) -> FetchResult:
         return await self._crawl().fetch_page(url)
+
+    async def _robots_excludes(self, url: str) -> bool:
+        try:
+            return await self._crawl().robots_excludes(url)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # as a failed re-fetch: decides nothing
+            log.info("reading robots.txt for %s to check a claim failed: %r", url, exc)
+            return False
 
     @property
     def pending(self) -> int:
@@ -259,8 +275,23 @@ class Vouching:
         # fetched them): only the rest is drawn, and a claim with no rest needs no check.
         known = await self._done.contains(pairs)
         news = [p for p, k in zip(pairs, known, strict=True) if not k]
-        drawn = self._rng.sample(news, min(MAX_VOUCH, len(news)))
-        verdict = await self._check(held.peer, drawn) if drawn else "verified"
+        self._rng.shuffle(news)
+        verdict = "verified"
+        # Drawn in turns of MAX_VOUCH: a turn whose pages robots.txt keeps out says nothing
+        # of the pages with a body (a claim padded with such pages must not pass unchecked),
+        # so the next turn draws again, up to MAX_TURNS; every page of the claim drawn and
+        # found consistent is a check of all of it.
+        for turn in range(MAX_TURNS):
+            drawn = news[turn * MAX_VOUCH : (turn + 1) * MAX_VOUCH]
+            if not drawn:
+                break
+            verdict = await self._check(held.peer, drawn)
+            if verdict != "excluded":
+                break
+        if verdict == "excluded":
+            verdict = (
+                "verified" if len(news) <= MAX_TURNS * MAX_VOUCH else self._unverified("excluded")
+            )
         if verdict == "verified":
             self.verified += held.size
             for claim, apply in held.claims:
@@ -298,12 +329,18 @@ class Vouching:
             ):
                 return "mismatch"
             answered.append(page)
-        if not all(p.digest for p in answered):
-            # A page finished without a body cannot be checked by fetching it (robots.txt may
-            # have kept it out): were it let through, a liar would say so of every page it
-            # did not fetch, and vouch for the one it did.
+        bodied = [p for p in answered if p.digest]
+        for p in answered:
+            if p.digest or await self._robots_excludes(p.url):
+                continue
+            # A page finished without a body for another reason (a final error, no answer)
+            # cannot be checked by fetching it: were it let through, a liar would say so of
+            # every page it did not fetch, and vouch for the one it did. One robots.txt
+            # keeps out, we would never fetch either: its claim costs nothing if false.
             return self._unverified("no body")
-        page = answered[0]  # drawn at random
+        if not bodied:
+            return "excluded"
+        page = bodied[0]  # drawn at random
         self.refetches += 1
         digest = await self._refetch(page.url)
         if digest is None:

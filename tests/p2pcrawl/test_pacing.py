@@ -229,3 +229,39 @@ async def test_robots_txt_does_not_wait_its_turn_but_what_it_carried_is_paid_for
     finally:
         await fetcher.aclose()
         await runner.cleanup()
+
+
+async def test_a_robots_txt_read_for_a_check_serves_the_hosts_first_page() -> None:
+    """``peek`` (a claim's check, ``network.vouching``) reads robots.txt outside any host
+    slot; the host's first page then starts from that policy, with no second request."""
+    asked: list[str] = []
+
+    async def answer(request: web.BaseRequest) -> web.Response:
+        asked.append(request.path)
+        return web.Response(body=b"User-agent: *\nDisallow: /private\n", content_type="text/plain")
+
+    runner = web.ServerRunner(web.Server(answer, access_log=None))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    origin = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    settings = fast_settings(["127.0.0.1"])
+    fetcher = Fetcher(settings)
+    await fetcher.start()
+    try:
+        gate = RobotsGate(settings, fetcher, CrawlStats(), Pacer(0))
+        policy = await gate.peek(origin, "x")
+        assert policy is not None and not policy.allowed(origin + "/private/1", "x")
+        assert await gate.peek(origin, "x") is policy and asked == ["/robots.txt"]
+        frontier = Frontier(settings)
+        frontier.push("127.0.0.1", Task(origin + "/", fp=1, key=b"k" * 20, depth=0))
+        hq = frontier.acquire_nowait()
+        assert hq is not None
+        slot = HostSlot(frontier, hq)
+        root = slot.pop()
+        assert root is not None
+        assert await gate.policy_for(slot, root) is policy
+        assert asked == ["/robots.txt"]
+    finally:
+        await fetcher.aclose()
+        await runner.cleanup()

@@ -58,15 +58,22 @@ class Done:
 
 
 class Crawl:
-    """Pages fetched again from ``PAGES``; busy unless told otherwise."""
+    """Pages fetched again from ``PAGES``; busy unless told otherwise; robots.txt keeps out
+    ``excluded``."""
 
     idle = False
+
+    def __init__(self, excluded: set[str] | None = None) -> None:
+        self.excluded = excluded or set()
 
     async def fetch_page(self, url: str) -> FetchResult:
         return FetchResult(url, 200, body=PAGES[url])
 
     def key_of(self, url: str) -> bytes:
         return key_of(url)
+
+    async def robots_excludes(self, url: str) -> bool:
+        return url in self.excluded
 
 
 async def settle(v: Vouching) -> None:
@@ -77,10 +84,12 @@ async def settle(v: Vouching) -> None:
     raise AssertionError("the check did not end")
 
 
-def checker(claimant: Claimant) -> tuple[Vouching, list[dict[bytes, list[int]]]]:
+def checker(
+    claimant: Claimant, excluded: set[str] | None = None, seed: int = 1
+) -> tuple[Vouching, list[dict[bytes, list[int]]]]:
     """The check, and what it recorded (``held``)."""
-    crawl = Crawl()
-    return Vouching(claimant.call, lambda: crawl, Done(), rng=random.Random(1)), []
+    crawl = Crawl(excluded)
+    return Vouching(claimant.call, lambda: crawl, Done(), rng=random.Random(seed)), []
 
 
 async def held(v: Vouching, recorded: list[dict[bytes, list[int]]], done: Any) -> None:
@@ -132,6 +141,38 @@ async def test_what_cannot_be_checked_is_not_recorded_and_the_member_is_asked_ag
     await held(v, recorded, claim(real, fake))
     assert recorded == [] and v.unverified == 2 and not v.distrusts(PEER.id)
     assert v.refetches == 0
+
+
+async def test_a_page_robots_txt_keeps_out_is_done_without_a_body() -> None:
+    """Finished without a body because robots.txt keeps it out, here too: we would never
+    fetch it, so the claim is checked on the page with a body (a joiner handed a host with
+    a Disallow rule drew such a page in about one round of three and left the whole range
+    unrecorded, and its pages were fetched again when their links came back)."""
+    real, private = list(PAGES)[:2]
+    v, recorded = checker(Claimant({real: PAGES[real], private: None}), excluded={private})
+    await held(v, recorded, claim(real, private))
+    assert recorded == [claim(real, private)] and v.refetches == 1
+    # A claim of such pages alone, every one of them drawn: nothing to fetch.
+    privates = list(PAGES)[2:5]
+    v, recorded = checker(Claimant(dict.fromkeys(privates)), excluded=set(privates))
+    await held(v, recorded, claim(*privates))
+    assert recorded == [claim(*privates)] and v.refetches == 0
+    await v.aclose()
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_a_claim_padded_with_pages_robots_txt_keeps_out_is_still_checked(seed: int) -> None:
+    """A liar pads a made-up page with many that robots.txt keeps out: the rounds draw on
+    until a page with a body comes up, and then catch it, or run out and record nothing."""
+    excluded = {f"http://h.example/private/{i}" for i in range(40)}
+    fake = next(iter(PAGES))
+    bodies: dict[str, bytes | None] = {u: None for u in excluded}
+    bodies[fake] = b"not the page"
+    v, recorded = checker(Claimant(bodies), excluded=excluded, seed=seed)
+    await held(v, recorded, {key_of(fake): [urls.fingerprint(u) for u in bodies]})
+    assert recorded == []
+    assert v.mismatched or v.unverified_why["excluded"] == 1
+    await v.aclose()
 
 
 async def test_held_claims_are_bounded_per_member() -> None:

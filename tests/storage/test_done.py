@@ -91,6 +91,23 @@ async def test_fps_for_keys_groups_by_host(record: DoneRecord) -> None:
     }
 
 
+async def test_fps_for_keys_proven_names_only_pages_fetched_here(record: DoneRecord) -> None:
+    # 1 fetched with a body, 2 fetched without one (robots.txt kept it out), 3 done on
+    # another peer's word, 4 fetched then forgotten (its proof goes with it).
+    await record.add(
+        [(HOST_A, 1), (HOST_A, 2), (HOST_A, 3), (HOST_B, 4)],
+        [
+            (HOST_A, 1, "http://a/1", b"12345678"),
+            (HOST_A, 2, "http://a/2", b""),
+            (HOST_B, 4, "http://b/4", b"87654321"),
+        ],
+    )
+    await record.forget([(HOST_B, 4)])
+    got = await record.fps_for_keys([HOST_A, HOST_B], proven=True)
+    assert {k: sorted(v) for k, v in got.items()} == {HOST_A: [1, 2], HOST_B: []}
+    assert sorted((await record.fps_for_keys([HOST_A]))[HOST_A]) == [1, 2, 3]
+
+
 async def test_keys_lists_hosts_with_history(record: DoneRecord) -> None:
     assert await record.keys() == []
     await record.add([(HOST_A, 1), (HOST_B, 2), (HOST_A, 3)])
