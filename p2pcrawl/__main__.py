@@ -2,6 +2,6 @@
 
 import sys
 
-from p2pcrawl.ui import main
+from p2pcrawl.startup import main
 
 sys.exit(main())

@@ -15,6 +15,7 @@ import logging
 import os
 import shlex
 import signal
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -521,3 +522,23 @@ async def test_seed_through_a_running_peer_then_leave(test_web: TestWeb, tmp_pat
         assert "leaving" in out
         assert await exit_code(proc) == 0
     assert_warc_is_ground_truth(test_web, data)
+
+
+def test_the_command_imports_with_the_collector_paused_and_its_imports_frozen() -> None:
+    """``p2pcrawl.startup``: the collector runs again once the command's modules are in,
+    and what they made is out of its reach (frozen), so a long crawl's full collections do
+    not walk it again."""
+    probe = (
+        "import gc, sys\n"
+        "from p2pcrawl import startup\n"
+        "assert 'p2pcrawl.ui.cli' not in sys.modules\n"
+        "try:\n"
+        "    startup.main(['--version'])\n"
+        "except SystemExit as exc:\n"
+        "    print(exc.code, gc.isenabled(), gc.get_freeze_count())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out[-3:-1] == ["0", "True"]  # after the version line
+    assert int(out[-1]) > 50_000  # the package's and its dependencies' objects
