@@ -18,7 +18,7 @@ from collections.abc import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     gc.disable()
     try:
-        from p2pcrawl.ui.cli import main as run
+        from p2pcrawl.ui import main as run
     finally:
         gc.freeze()
         gc.enable()

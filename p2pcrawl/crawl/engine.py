@@ -93,10 +93,10 @@ class Engine:
         self.unreachable = Unreachable(
             settings.politeness.max_retries, settings.politeness.robots_error_ttl
         )
+        self.domains = domains = DomainTable(settings.domains)
         self.robots_gate = RobotsGate(
-            settings, self.fetcher, self.stats, self.pacer, self.unreachable, partition
+            settings, self.fetcher, self.stats, self.pacer, self.unreachable, partition, domains
         )
-        self.domains = DomainTable(settings.domains)
         self.frontier.gate = DomainGate(self.domains.limit_at)
         self.links = LinkFilter(settings, partition, self.stats, self.domains)
         self.in_flight: dict[int, Task] = {}
@@ -222,14 +222,6 @@ class Engine:
 
     def key_of(self, url: str) -> bytes:
         return self.links.key_of(url)
-
-    async def robots_excludes(self, url: str) -> bool:
-        """Whether ``url``'s robots.txt keeps it out, as ``attempt`` would find it (read
-        now if no policy is held: ``RobotsGate.peek``); False when it did not answer."""
-        ruled = self.domains.for_host(urls.hostname_of(url)) if self.domains else None
-        agent = (ruled[1].user_agent if ruled is not None else None) or self.fetcher.user_agent
-        policy = await self.robots_gate.peek(urls.origin_of(url), agent)
-        return policy is not None and policy.kind == "rules" and not policy.allowed(url, agent)
 
     def queue_of(self, url: str) -> str:
         return self.links.queue_of(url)

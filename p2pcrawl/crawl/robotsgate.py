@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from p2pcrawl.crawl import politeness, urls
+from p2pcrawl.crawl.domains import DomainTable
 from p2pcrawl.crawl.fetcher import Fetcher
 from p2pcrawl.crawl.frontier import HostQueue, Task
 from p2pcrawl.crawl.hostslot import HostSlot
@@ -38,7 +39,11 @@ class RobotsGate:
         pacer: Pacer,
         unreachable: Unreachable | None = None,
         partition: Partition = "host",
+        domains: DomainTable | None = None,
     ) -> None:
+        """``domains``: the per-domain rules, whose User-Agent a host's robots.txt is read
+        for (``excludes``)."""
+        self.domains = domains
         self.settings = settings
         self.fetcher = fetcher
         self.stats = stats
@@ -87,6 +92,14 @@ class RobotsGate:
         )
         self._peeked.put(origin, policy)
         return policy
+
+    async def excludes(self, url: str) -> bool:
+        """Whether ``url``'s robots.txt keeps it out, as ``attempt`` would find it (read now
+        if no policy is held: ``peek``); False when it did not answer."""
+        ruled = self.domains.for_host(urls.hostname_of(url)) if self.domains else None
+        agent = (ruled[1].user_agent if ruled is not None else None) or self.fetcher.user_agent
+        policy = await self.peek(urls.origin_of(url), agent)
+        return policy is not None and policy.kind == "rules" and not policy.allowed(url, agent)
 
     def unreachable_too_long(self, url: str) -> bool:
         """robots.txt of ``url``'s origin failed more often than a page may be retried."""

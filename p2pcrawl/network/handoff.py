@@ -60,6 +60,8 @@ class Retry:
 class HandoffCrawl(Protocol):
     """What a handoff asks of our crawler (``crawl.Engine``)."""
 
+    keep_proofs: bool  # what we fetched is recorded with a proof (an open network)
+
     @property
     def in_flight(self) -> Mapping[int, Task]: ...
 
@@ -88,11 +90,9 @@ class Handoff:
         rebalance_soon: Callable[[], None],
         timeout: float,
         move_history: Callable[[PeerRef, list[bytes]], Awaitable[bool]] | None = None,
-        proven: bool = False,
     ) -> None:
         """``move_history``: continuous mode's visit history of keys that moved, to their
-        new owner (``HistoryLane.hand_keys``); ``proven``: an open network's done ranges
-        name only the pages fetched here (``done_range``);
+        new owner (``HistoryLane.hand_keys``);
         ``copy_for``: copies for the new owner's replicas (``Replication.copy_for``);
         ``revoke``: end the leases of keys that move (``Lender.revoke_keys``); ``waiting``:
         held while the handoff waits for our pages (``Patience.waiting``);
@@ -107,7 +107,6 @@ class Handoff:
         self._rebalance_soon = rebalance_soon
         self.timeout = timeout
         self._move_history = move_history
-        self.proven = proven
         self.retry = Retry(timeout)
         # One handoff at a time (a join's, a rebalance pass, a leave).
         self.lock = asyncio.Lock()
@@ -194,8 +193,9 @@ class Handoff:
         holds them until a sample of them was checked with us (``vouching``), and a drawn
         page we did not fetch ourselves (done on another peer's word: a range handed to us
         before) leaves the whole range unrecorded. So we hand only the pages we fetched;
-        the rest is fetched again if its links come back, as the whole range was before."""
-        return await self.ledger.done.fps_for_keys(keys, proven=self.proven)
+        the rest is fetched again if its links come back, as the whole range was before.
+        Our crawler keeps proofs in an open network only (``keep_proofs``)."""
+        return await self.ledger.done.fps_for_keys(keys, proven=self.crawl.keep_proofs)
 
     async def send_with_copies(
         self, owner: PeerRef, tasks: list[Task], done: dict[bytes, list[int]] | None

@@ -62,10 +62,8 @@ from protocol import (
     QUIET,
     VOUCH,
     CrawlNode,
-    NoArgs,
     NodeKey,
     PeerRef,
-    QuietReply,
     Rate,
     serve_load,
 )
@@ -242,7 +240,6 @@ def assemble(
         rebalance_soon=rebalance_due.set,
         timeout=ps.handoff_timeout,
         move_history=visit_history.hand_keys if engine.revisits else None,
-        proven=not keyed,
     )
     history = History(
         ledger,
@@ -410,10 +407,7 @@ def assemble(
     inbox.open(handler, roster)
     node.on_stall = stall.on_stall
 
-    async def serve_quiet(sender: PeerRef, args: NoArgs) -> QuietReply:
-        return QuietReply(*quiescence.answer(sender.id))
-
-    node.serve(QUIET, serve_quiet)
+    node.serve(QUIET, quiescence.serve)
     node.serve(LOAD, serve_load(load_info.report))
     node.serve(LEND, lender.serve_lend)
     node.serve(GIVE_BACK, lender.serve_return)

@@ -40,7 +40,7 @@ from typing import Protocol
 
 from p2pcrawl.aio import every
 from p2pcrawl.crawl import CrawlStats, EventLog, Task
-from protocol import PeerRef, PeerTimeout, RemoteError
+from protocol import NoArgs, PeerRef, PeerTimeout, QuietReply, RemoteError
 
 __all__ = ["Quiescence", "Work"]
 
@@ -133,6 +133,10 @@ class Quiescence:
             if not self._waiting:  # the last one we waited for: everyone may be quiet now
                 self._next_poll = 0.0
         return self.quiet(), self._done_count()
+
+    async def serve(self, sender: PeerRef, args: NoArgs) -> QuietReply:
+        """QUIET as this peer serves it (``answer``)."""
+        return QuietReply(*self.answer(sender.id))
 
     def lost(self, peer_id: bytes, reason: str) -> None:
         """``Roster.on_departure``: a peer declared dead (not one that said GOODBYE, nor

@@ -100,6 +100,12 @@ class _Held:
     urgent: bool = False  # a claim whose tasks this peer would otherwise fetch
 
 
+class RobotsCheck(Protocol):
+    async def excludes(self, url: str) -> bool:
+        """Whether ``url``'s robots.txt keeps it out (``crawl.RobotsGate.excludes``)."""
+        ...
+
+
 class CheckingCrawl(Protocol):
     """What a check asks of our crawler (``crawl.Engine``)."""
 
@@ -107,9 +113,8 @@ class CheckingCrawl(Protocol):
 
     def key_of(self, url: str) -> bytes: ...
 
-    async def robots_excludes(self, url: str) -> bool:
-        """Whether ``url``'s robots.txt keeps it out."""
-        ...
+    @property
+    def robots_gate(self) -> RobotsCheck: ...
 
     @property
     def idle(self) -> bool: ...
@@ -163,7 +168,7 @@ class Vouching:
 
     async def _robots_excludes(self, url: str) -> bool:
         try:
-            return await self._crawl().robots_excludes(url)
+            return await self._crawl().robots_gate.excludes(url)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # as a failed re-fetch: decides nothing

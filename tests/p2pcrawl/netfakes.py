@@ -150,6 +150,7 @@ class FakeCrawl:
     our fetchers, and the fetches under way."""
 
     def __init__(self) -> None:
+        self.keep_proofs = False  # a keyed network: every done page is handed
         self.excluded: set[bytes] = set()
         self.in_flight: dict[int, Task] = {}
         self.woken = 0

@@ -531,7 +531,7 @@ def test_the_command_imports_with_the_collector_paused_and_its_imports_frozen() 
     probe = (
         "import gc, sys\n"
         "from p2pcrawl import startup\n"
-        "assert 'p2pcrawl.ui.cli' not in sys.modules\n"
+        "assert 'p2pcrawl.ui' not in sys.modules\n"
         "try:\n"
         "    startup.main(['--version'])\n"
         "except SystemExit as exc:\n"

@@ -120,6 +120,30 @@ async def test_a_handoff_answered_busy_is_retried_and_its_keys_stay_parked(
     assert ledger.queued == 0
 
 
+async def test_an_open_networks_handoff_names_only_the_pages_it_can_vouch_for(
+    stores: Stores,
+) -> None:
+    """In an open network the new owner checks a handed done range with us (VOUCH), and a
+    drawn page we did not fetch ourselves left the whole range unrecorded: only the pages
+    with a proof go (docs/security.md, "What a handoff names")."""
+    ledger = stores[0]
+    await queue_with_history(ledger, done=0)
+    fetched, told = tasks_of(HOST, range(100, 103)), tasks_of(HOST, range(200, 202))
+    await ledger.done.add(
+        [(t.key, t.fp) for t in fetched + told], [(t.key, t.fp, t.url, b"") for t in fetched]
+    )
+    net, crawl = Net(ME, [OWNER]), FakeCrawl()
+    crawl.keep_proofs = True
+    await handoff_for(net, ledger, crawl).hand_over(net.members[OWNER], [KEY])
+    _, batches = net.sent("store_task")[-1]
+    assert isinstance(batches, list)
+    (batch,) = batches
+    assert sorted(batch.done) == sorted(t.fp for t in fetched)
+    _, copied = net.sent("copy_for")[-1]
+    assert isinstance(copied, tuple)
+    assert sorted(copied[1][KEY]) == sorted(t.fp for t in fetched)
+
+
 async def test_a_handoff_to_a_peer_that_no_longer_owns_the_keys_gives_them_back(
     stores: Stores,
 ) -> None:

@@ -72,7 +72,11 @@ class Crawl:
     def key_of(self, url: str) -> bytes:
         return key_of(url)
 
-    async def robots_excludes(self, url: str) -> bool:
+    @property
+    def robots_gate(self) -> Crawl:
+        return self  # answers ``excludes`` itself
+
+    async def excludes(self, url: str) -> bool:
         return url in self.excluded
 
 
