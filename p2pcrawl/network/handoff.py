@@ -221,12 +221,13 @@ class History:
         send: StoreTask,
         keep: Callable[[dict[bytes, list[int]]], Awaitable[object]],
         timeout: float,
-        proven: bool = False,
+        done_range: Callable[[list[bytes]], Awaitable[dict[bytes, list[int]]]] | None = None,
     ) -> None:
-        """``keep``: record history of keys this peer owns (``Intake.accept``); ``proven``:
-        only the pages fetched here, as ``Handoff.done_range``."""
+        """``keep``: record history of keys this peer owns (``Intake.accept``);
+        ``done_range``: what of a key's history goes (``Handoff.done_range``; all of it
+        without one)."""
         self.ledger = ledger
-        self.proven = proven
+        self._done_range = done_range or ledger.done.fps_for_keys
         self.ownership = ownership
         self._send = send
         self._keep = keep
@@ -239,7 +240,7 @@ class History:
 
         async def attempt() -> bool:
             nonlocal left
-            done = await self.ledger.done.fps_for_keys(left, proven=self.proven)
+            done = await self._done_range(left)
             if not any(done.values()):
                 return True  # nothing here its owner could take (``Handoff.done_range``)
             try:

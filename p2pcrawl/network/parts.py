@@ -247,7 +247,7 @@ def assemble(
         send=node.store_task,
         keep=intake.keep_history,
         timeout=ps.handoff_timeout,
-        proven=not keyed,
+        done_range=handoff.done_range,
     )
     join = Join(
         node,

@@ -280,14 +280,14 @@ class Vouching:
         # fetched them): only the rest is drawn, and a claim with no rest needs no check.
         known = await self._done.contains(pairs)
         news = [p for p, k in zip(pairs, known, strict=True) if not k]
-        self._rng.shuffle(news)
+        drawn_all = self._rng.sample(news, min(MAX_TURNS * MAX_VOUCH, len(news)))
         verdict = "verified"
         # Drawn in turns of MAX_VOUCH: a turn whose pages robots.txt keeps out says nothing
         # of the pages with a body (a claim padded with such pages must not pass unchecked),
         # so the next turn draws again, up to MAX_TURNS; every page of the claim drawn and
         # found consistent is a check of all of it.
         for turn in range(MAX_TURNS):
-            drawn = news[turn * MAX_VOUCH : (turn + 1) * MAX_VOUCH]
+            drawn = drawn_all[turn * MAX_VOUCH : (turn + 1) * MAX_VOUCH]
             if not drawn:
                 break
             verdict = await self._check(held.peer, drawn)

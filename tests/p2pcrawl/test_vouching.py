@@ -149,9 +149,9 @@ async def test_what_cannot_be_checked_is_not_recorded_and_the_member_is_asked_ag
 
 async def test_a_page_robots_txt_keeps_out_is_done_without_a_body() -> None:
     """Finished without a body because robots.txt keeps it out, here too: we would never
-    fetch it, so the claim is checked on the page with a body (a joiner handed a host with
-    a Disallow rule drew such a page in about one round of three and left the whole range
-    unrecorded, and its pages were fetched again when their links came back)."""
+    fetch it, so the claim is checked on the page with a body (a joiner handed hosts with
+    a Disallow rule drew such a page in 1-4 of its 20-30 rounds, each time leaving a whole
+    range unrecorded, and its pages were fetched again when their links came back)."""
     real, private = list(PAGES)[:2]
     v, recorded = checker(Claimant({real: PAGES[real], private: None}), excluded={private})
     await held(v, recorded, claim(real, private))
