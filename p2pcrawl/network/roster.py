@@ -111,7 +111,9 @@ class Roster:
         if len(gone) > GONE_REMEMBERED:
             gone.popitem(last=False)
         kind = "peer_left" if reason == "goodbye" else "peer_lost"
-        self._events.add(kind, peer=peer.id.hex()[:8], reason=reason)
+        self._events.add(
+            kind, peer=peer.id.hex()[:8], addr=f"{peer.host}:{peer.port}", reason=reason
+        )
         for listener in self._on_departure:
             listener(peer.id, reason)
         self.owners_changed()

@@ -47,9 +47,18 @@ STALL_S = 30.0
 # A call sent just before its target was declared dead or said goodbye may still fail after
 # it (the RPC timeout, 2 s), and log lines carry whole seconds.
 FORGET_GRACE_S = 3.0
+
+
+def _who(short: str, addr: str) -> str:
+    """A peer as events and logs name it: two joiners placed next to one busy peer can share
+    the first 8 hex digits of their IDs (a leaver's departure was once taken for the other's
+    detection, 6.3 s before its kill), never an address as well."""
+    return f"{short}@{addr}"
+
+
 _CALL_FAILED = re.compile(
     r"^(\d\d):(\d\d):(\d\d) .*\b(STORE_TASK|REFRESH_TASK|STORE_BACKUP|DELETE_BACKUP|handoff|"
-    r"history|report)\b.* to ([0-9a-f]{8})@\S+ .*(failed|unanswered)"
+    r"history|report)\b.* to ([0-9a-f]{8}@[0-9.]+:\d+)\b.*(failed|unanswered)"
 )
 _GAVE_UP = "never handed over all"
 
@@ -157,7 +166,7 @@ class Scenario:
         self.truth = web.ground_truth()
         self.started = 0.0
         self.outcome = Outcome(pages=len(self.truth))
-        self._kills: list[tuple[str, str, float]] = []  # (name, node id prefix, wall time)
+        self._kills: list[tuple[str, str, float]] = []  # (name, ``_who``, wall time)
         self._killed_at: dict[str, float] = {}  # name -> monotonic time of its SIGKILL
         # Duplicates outside the kills' windows, by (first fetcher, second fetcher): the
         # monotonic times of both requests.
@@ -284,7 +293,7 @@ class Scenario:
     # -- events ----------------------------------------------------------------------------
 
     async def kill(self, peer: PeerProc) -> None:
-        self._kills.append((peer.name, peer.node_id[:8], time.time()))
+        self._kills.append((peer.name, _who(peer.node_id[:8], peer.listen), time.time()))
         self._killed_at[peer.name] = time.monotonic()
         self.cluster.kill(peer)
         await peer.proc.wait()
@@ -345,10 +354,10 @@ class Scenario:
         out.beyond_pairs = self._beyond_pairs()
         gone = await self._gone()
         out.detections = [
-            gone[p.name][short] - at
-            for _name, short, at in self._kills
+            gone[p.name][who] - at
+            for _name, who, at in self._kills
             for p in self.live()
-            if short in gone.get(p.name, {})
+            if who in gone.get(p.name, {})
         ]
         out.lingering = self._lingering(gone)
         return out
@@ -406,7 +415,7 @@ class Scenario:
                 seen = out.setdefault(p.name, {})
                 for e in doc["events"]:
                     if e.get("kind") in ("peer_lost", "peer_left"):
-                        seen.setdefault(str(e["peer"]), float(e["t"]))
+                        seen.setdefault(_who(str(e["peer"]), str(e.get("addr"))), float(e["t"]))
         return out
 
     def _lingering(self, gone: dict[str, dict[str, float]]) -> list[str]:
