@@ -49,13 +49,6 @@ STALL_S = 30.0
 FORGET_GRACE_S = 3.0
 
 
-def _who(short: str, addr: str) -> str:
-    """A peer as events and logs name it: two joiners placed next to one busy peer can share
-    the first 8 hex digits of their IDs (a leaver's departure was once taken for the other's
-    detection, 6.3 s before its kill), never an address as well."""
-    return f"{short}@{addr}"
-
-
 _CALL_FAILED = re.compile(
     r"^(\d\d):(\d\d):(\d\d) .*\b(STORE_TASK|REFRESH_TASK|STORE_BACKUP|DELETE_BACKUP|handoff|"
     r"history|report)\b.* to ([0-9a-f]{8}@[0-9.]+:\d+)\b.*(failed|unanswered)"
@@ -166,7 +159,9 @@ class Scenario:
         self.truth = web.ground_truth()
         self.started = 0.0
         self.outcome = Outcome(pages=len(self.truth))
-        self._kills: list[tuple[str, str, float]] = []  # (name, ``_who``, wall time)
+        # (name, "prefix@address", wall time): two joiners next to one busy peer can share the
+        # 8 hex digits of an ID prefix (a leave was once counted as the other's detection).
+        self._kills: list[tuple[str, str, float]] = []
         self._killed_at: dict[str, float] = {}  # name -> monotonic time of its SIGKILL
         # Duplicates outside the kills' windows, by (first fetcher, second fetcher): the
         # monotonic times of both requests.
@@ -293,7 +288,7 @@ class Scenario:
     # -- events ----------------------------------------------------------------------------
 
     async def kill(self, peer: PeerProc) -> None:
-        self._kills.append((peer.name, _who(peer.node_id[:8], peer.listen), time.time()))
+        self._kills.append((peer.name, f"{peer.node_id[:8]}@{peer.listen}", time.time()))
         self._killed_at[peer.name] = time.monotonic()
         self.cluster.kill(peer)
         await peer.proc.wait()
@@ -415,7 +410,7 @@ class Scenario:
                 seen = out.setdefault(p.name, {})
                 for e in doc["events"]:
                     if e.get("kind") in ("peer_lost", "peer_left"):
-                        seen.setdefault(_who(str(e["peer"]), str(e.get("addr"))), float(e["t"]))
+                        seen.setdefault(f"{e['peer']}@{e.get('addr')}", float(e["t"]))
         return out
 
     def _lingering(self, gone: dict[str, dict[str, float]]) -> list[str]:
