@@ -12,7 +12,7 @@ import time
 
 from p2pcrawl.crawl import politeness, urls
 from p2pcrawl.crawl.domains import DomainTable
-from p2pcrawl.crawl.fetcher import Fetcher
+from p2pcrawl.crawl.fetcher import Fetcher, FetchResult
 from p2pcrawl.crawl.frontier import HostQueue, Task
 from p2pcrawl.crawl.hostslot import HostSlot
 from p2pcrawl.crawl.pacing import Pacer, response_on_wire
@@ -73,23 +73,10 @@ class RobotsGate:
         policy = self.cache.get(origin, now) or self._peeked.get(origin, now)
         if policy is not None:
             return policy
-        url = origin + "/robots.txt"
-        for _ in range(ROBOTS_MAX_REDIRECTS + 1):
-            res = await self.fetcher.fetch(url, max_body=MAX_ROBOTS_BYTES, user_agent=user_agent)
-            if self.pacer.enabled and res.status:
-                self.pacer.count(response_on_wire(len(res.body), res.headers))
-            if not (res.is_redirect and res.location):
-                break
-            nxt = urls.resolve(url, res.location)
-            if nxt is None:
-                return None
-            url = nxt
-        self.stats.robots_fetched += 1
-        if not res.status or res.truncated not in ("", "length"):
+        status, body, *_ = await self._read(origin, user_agent)
+        if status is None:
             return None
-        policy = policy_from_response(
-            res.status, res.body, time.monotonic(), self.settings.politeness
-        )
+        policy = policy_from_response(status, body, time.monotonic(), self.settings.politeness)
         self._peeked.put(origin, policy)
         return policy
 
@@ -124,28 +111,7 @@ class RobotsGate:
                 # was forgotten, or it arrived on loan): its Crawl-delay still holds.
                 self._read_delay(slot.hq, policy, user_agent)
             return policy
-        url = origin + "/robots.txt"
-        status: int | None = None
-        body: bytes | None = None
-        elapsed = 0.0
-        for _ in range(ROBOTS_MAX_REDIRECTS + 1):
-            res = await self.fetcher.fetch(url, max_body=MAX_ROBOTS_BYTES, user_agent=user_agent)
-            elapsed += res.elapsed
-            if self.pacer.enabled and res.status:
-                self.pacer.count(response_on_wire(len(res.body), res.headers))
-            if res.is_redirect and res.location:
-                nxt = urls.resolve(url, res.location)
-                if nxt is None:
-                    break
-                url = nxt
-                continue
-            if res.status and res.truncated in ("", "length"):
-                # A robots.txt cut by a timeout or a broken connection may have lost the
-                # very rules that matter: it counts as unreachable, not as the whole file.
-                # Past 500 KiB (RFC 9309 §2.5) the rest may be ignored.
-                status, body = res.status, res.body
-            break
-        self.stats.robots_fetched += 1
+        status, body, res, url, elapsed = await self._read(origin, user_agent)
         if status is None and res.error:
             self.stats.errors[res.error] += 1
         if res.error == "forbidden" and url != origin + "/robots.txt":
@@ -185,6 +151,36 @@ class RobotsGate:
         slot.requeue(task)
         slot.after(elapsed, gap)
         return None
+
+    async def _read(
+        self, origin: str, user_agent: str | None
+    ) -> tuple[int | None, bytes | None, FetchResult, str, float]:
+        """``origin``'s robots.txt, redirects followed (RFC 9309 §2.3.1.2): its status and
+        body when whole enough to go by (else None and None), the last response, its URL,
+        and the seconds the requests took."""
+        url = origin + "/robots.txt"
+        status: int | None = None
+        body: bytes | None = None
+        elapsed = 0.0
+        for _ in range(ROBOTS_MAX_REDIRECTS + 1):
+            res = await self.fetcher.fetch(url, max_body=MAX_ROBOTS_BYTES, user_agent=user_agent)
+            elapsed += res.elapsed
+            if self.pacer.enabled and res.status:
+                self.pacer.count(response_on_wire(len(res.body), res.headers))
+            if res.is_redirect and res.location:
+                nxt = urls.resolve(url, res.location)
+                if nxt is None:
+                    break
+                url = nxt
+                continue
+            if res.status and res.truncated in ("", "length"):
+                # A robots.txt cut by a timeout or a broken connection may have lost the
+                # very rules that matter: it counts as unreachable, not as the whole file.
+                # Past 500 KiB (RFC 9309 §2.5) the rest may be ignored.
+                status, body = res.status, res.body
+            break
+        self.stats.robots_fetched += 1
+        return status, body, res, url, elapsed
 
     def _read_delay(
         self, hq: HostQueue, policy: RobotsPolicy, user_agent: str | None = None

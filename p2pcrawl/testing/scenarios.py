@@ -47,8 +47,6 @@ STALL_S = 30.0
 # A call sent just before its target was declared dead or said goodbye may still fail after
 # it (the RPC timeout, 2 s), and log lines carry whole seconds.
 FORGET_GRACE_S = 3.0
-
-
 _CALL_FAILED = re.compile(
     r"^(\d\d):(\d\d):(\d\d) .*\b(STORE_TASK|REFRESH_TASK|STORE_BACKUP|DELETE_BACKUP|handoff|"
     r"history|report)\b.* to ([0-9a-f]{8}@[0-9.]+:\d+)\b.*(failed|unanswered)"
