@@ -134,15 +134,15 @@ def _canonicalize_fast(url: str) -> str | None:
     if m is None:
         return None
     scheme, host, port, path, query = m.groups()
-    if path is not None and "/." in path:
-        return None
+    rebuild = path is None
+    if not rebuild and "/." in path:
+        path, rebuild = _remove_dot_segments(path), True
     said = (scheme, host, port)
     verdict = _fast_authorities.get(said)
     if verdict is None:
         verdict = _fast_authorities.remember(said, _authority_verdict(scheme, host, port))
     if verdict is _GENERAL:
         return None
-    rebuild = path is None
     if verdict is _DROP_PORT:
         port = None
         rebuild = True
@@ -181,6 +181,22 @@ def _sort_fast_query(query: str) -> str:
     fields = query.split("&")
     pairs = sorted(field.partition("=")[::2] for field in fields)
     return "&".join(f"{name}={value}" for name, value in pairs)
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 §5.2.4 on a path that starts with "/": "." segments go, ".." takes the
+    segment before it (none above the root), and a path ending in either ends in "/"."""
+    segments = path.split("/")
+    out: list[str] = []
+    for segment in segments[1:]:
+        if segment == "..":
+            if out:
+                out.pop()
+        elif segment != ".":
+            out.append(segment)
+    if segments[-1] in (".", ".."):
+        out.append("")
+    return "/" + "/".join(out)
 
 
 def _join(prefix: str, query: str | None) -> str:
@@ -339,12 +355,20 @@ class LinkResolver:
         """Join ``href`` onto this base and canonicalise; see the module-level ``resolve``."""
         hash_at = href.find("#")
         ref = href if hash_at == -1 else href[:hash_at]
+        if ref and (ref[0] <= " " or ref[-1] <= " "):
+            # Markup indents hrefs and ends them with newlines; the URL parser drops both
+            # ends' C0 controls and spaces. Tabs and newlines inside still take the
+            # general path (the patterns below refuse them).
+            ref = ref.strip(_C0_SPACE)
         first = ref[:1]
         if first == "/":
-            m = _FAST_ROOT_RELATIVE.fullmatch(ref)
-            if m is not None and "/." not in m.group(1):
-                return _fit(_join(self.origin + m.group(1), m.group(2)), max_length)
-        elif first == "h":
+            return self._rooted(ref, href, max_length)
+        if first == "." and ":" not in ref.partition("/")[0]:
+            # "./x", "../x", "." and "..": merged onto the directory (RFC 3986 §5.2.3),
+            # then their dot segments removed as a root-relative path's are. (A ":" in the
+            # first segment makes a reference the general path refuses.)
+            return self._rooted(self.directory[len(self.origin) :] + ref, href, max_length)
+        if first == "h":
             if ref.startswith(("http://", "https://")) and len(ref) <= max_length:
                 fast = _canonicalize_fast(ref)
                 if fast is not None:
@@ -359,9 +383,22 @@ class LinkResolver:
                 return _fit(self.url, max_length)
             return None
         m = _FAST_PATH_RELATIVE.fullmatch(ref)
-        if m is not None and "/." not in m.group(1):
+        if m is not None:
+            if "/." in m.group(1):
+                return self._rooted(self.directory[len(self.origin) :] + ref, href, max_length)
             return _fit(_join(self.directory + m.group(1), m.group(2)), max_length)
         return self.resolve_general(href, max_length)
+
+    def _rooted(self, ref: str, href: str, max_length: int) -> str | None:
+        """``ref`` (the reference, or its merge with the base's directory) as a path from
+        this base's root; ``href`` as written, for the general path if it must decide."""
+        m = _FAST_ROOT_RELATIVE.fullmatch(ref)
+        if m is None:
+            return self.resolve_general(href, max_length)
+        path = m.group(1)
+        if "/." in path:
+            path = _remove_dot_segments(path)
+        return _fit(_join(self.origin + path, m.group(2)), max_length)
 
     def resolve_general(self, href: str, max_length: int = MAX_URL_LENGTH) -> str | None:
         """RFC 3986 §5.2 reference resolution by yarl, then the general canonicaliser."""
