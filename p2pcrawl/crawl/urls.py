@@ -355,20 +355,15 @@ class LinkResolver:
         """Join ``href`` onto this base and canonicalise; see the module-level ``resolve``."""
         hash_at = href.find("#")
         ref = href if hash_at == -1 else href[:hash_at]
-        if ref and (ref[0] <= " " or ref[-1] <= " "):
-            # Markup indents hrefs and ends them with newlines; the URL parser drops both
-            # ends' C0 controls and spaces. Tabs and newlines inside still take the
-            # general path (the patterns below refuse them).
-            ref = ref.strip(_C0_SPACE)
         first = ref[:1]
         if first == "/":
-            return self._rooted(ref, href, max_length)
-        if first == "." and ":" not in ref.partition("/")[0]:
-            # "./x", "../x", "." and "..": merged onto the directory (RFC 3986 §5.2.3),
-            # then their dot segments removed as a root-relative path's are. (A ":" in the
-            # first segment makes a reference the general path refuses.)
-            return self._rooted(self.directory[len(self.origin) :] + ref, href, max_length)
-        if first == "h":
+            m = _FAST_ROOT_RELATIVE.fullmatch(ref)
+            if m is not None:
+                path = m.group(1)
+                if "/." in path:
+                    path = _remove_dot_segments(path)
+                return _fit(_join(self.origin + path, m.group(2)), max_length)
+        elif first == "h":
             if ref.startswith(("http://", "https://")) and len(ref) <= max_length:
                 fast = _canonicalize_fast(ref)
                 if fast is not None:
@@ -382,23 +377,32 @@ class LinkResolver:
                 # "#frag": the page itself.
                 return _fit(self.url, max_length)
             return None
+        elif first == "." and ":" not in ref.partition("/")[0]:
+            # "./x", "../x", "." and "..": merged onto the directory (RFC 3986 §5.2.3),
+            # then their dot segments removed as a root-relative path's are. (A ":" in the
+            # first segment makes a reference the general path refuses.)
+            return self._merged(ref, href, max_length)
         m = _FAST_PATH_RELATIVE.fullmatch(ref)
         if m is not None:
             if "/." in m.group(1):
-                return self._rooted(self.directory[len(self.origin) :] + ref, href, max_length)
+                return self._merged(ref, href, max_length)
             return _fit(_join(self.directory + m.group(1), m.group(2)), max_length)
+        if href[0] <= " " or href[-1] <= " ":
+            # Markup indents hrefs and ends them with newlines, and the URL parser drops
+            # both ends' C0 controls and spaces: the fast path decides what is left.
+            # (Checked last, so the common spellings pay nothing for it.)
+            stripped = href.strip(_C0_SPACE)
+            if stripped:
+                return self.resolve(stripped, max_length)
         return self.resolve_general(href, max_length)
 
-    def _rooted(self, ref: str, href: str, max_length: int) -> str | None:
-        """``ref`` (the reference, or its merge with the base's directory) as a path from
-        this base's root; ``href`` as written, for the general path if it must decide."""
-        m = _FAST_ROOT_RELATIVE.fullmatch(ref)
+    def _merged(self, ref: str, href: str, max_length: int) -> str | None:
+        """Relative path ``ref`` merged onto this base's directory, its dot segments
+        removed; ``href`` as written, for the general path if it must decide."""
+        m = _FAST_ROOT_RELATIVE.fullmatch(self.directory[len(self.origin) :] + ref)
         if m is None:
             return self.resolve_general(href, max_length)
-        path = m.group(1)
-        if "/." in path:
-            path = _remove_dot_segments(path)
-        return _fit(_join(self.origin + path, m.group(2)), max_length)
+        return _fit(_join(self.origin + _remove_dot_segments(m.group(1)), m.group(2)), max_length)
 
     def resolve_general(self, href: str, max_length: int = MAX_URL_LENGTH) -> str | None:
         """RFC 3986 §5.2 reference resolution by yarl, then the general canonicaliser."""

@@ -201,6 +201,8 @@ RESOLVE = [
     ("g;x=1", "http://example.com/a/b/g;x=1"),
     (";x", "http://example.com/a/b/;x"),
     ("  other.html\n", "http://example.com/a/b/other.html"),
+    ("x #f", "http://example.com/a/b/x%20"),  # a space before the fragment stays in the path
+    ("..:x", None),  # a ":" in the first segment of a relative path
     ("\\\\evil.example\\x", "http://evil.example/x"),
     ("caf%c3%a9", "http://example.com/a/b/caf%C3%A9"),
     ("café", "http://example.com/a/b/caf%C3%A9"),
