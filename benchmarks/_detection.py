@@ -85,6 +85,7 @@ while (now := time.monotonic()) < start + seconds:
 print(sent, time.process_time(), flush=True)
 """
 
+
 async def spawn_flood(
     host: str, port: str | int, seconds: float, rate: float = 0.0, *, out: int | None = None
 ) -> asyncio.subprocess.Process:
