@@ -13,8 +13,11 @@ raw ``[``/``|`` in paths; aiohttp, our HTTP client, is built on yarl anyway.
 
 The general path costs 5-10 µs per URL and a page carries ~50 links, so hrefs that are already
 canonical take a fast path (~1 µs): regular expressions admit only inputs for which yarl
-provably changes nothing but the default port and the query order, and the tests check
-fast == general on a table and on generated URLs. A bounded cache serves repeats of the rest.
+provably changes nothing but the default port, the query order and dot segments (removed by
+string operations, as RFC 3986 §5.2.4 says; a relative href's are merged with the base's
+directory first), and an href with spaces or newlines around it is tried again stripped. The
+tests check fast == general on a table and on generated URLs. A bounded cache serves repeats
+of the rest.
 
 Canonical form (what ``canonicalize`` returns), in order of application:
 
