@@ -45,9 +45,16 @@ import socket
 from functools import lru_cache
 from urllib.parse import parse_qsl, quote_plus, urlencode
 
-import xxhash
 from yarl import URL
 
+from p2pcrawl.crawl.urlparts import (
+    fingerprint,
+    host_of,
+    hostname_of,
+    origin_of,
+    partition_key,
+    remove_dot_segments,
+)
 from protocol import MAX_URL_LENGTH as PROTOCOL_MAX_URL_LENGTH
 from protocol import Memo
 
@@ -139,7 +146,7 @@ def _canonicalize_fast(url: str) -> str | None:
     scheme, host, port, path, query = m.groups()
     rebuild = path is None
     if not rebuild and "/." in path:
-        path, rebuild = _remove_dot_segments(path), True
+        path, rebuild = remove_dot_segments(path), True
     said = (scheme, host, port)
     verdict = _fast_authorities.get(said)
     if verdict is None:
@@ -184,22 +191,6 @@ def _sort_fast_query(query: str) -> str:
     fields = query.split("&")
     pairs = sorted(field.partition("=")[::2] for field in fields)
     return "&".join(f"{name}={value}" for name, value in pairs)
-
-
-def _remove_dot_segments(path: str) -> str:
-    """RFC 3986 §5.2.4 on a path that starts with "/": "." segments go, ".." takes the
-    segment before it (none above the root), and a path ending in either ends in "/"."""
-    segments = path.split("/")
-    out: list[str] = []
-    for segment in segments[1:]:
-        if segment == "..":
-            if out:
-                out.pop()
-        elif segment != ".":
-            out.append(segment)
-    if segments[-1] in (".", ".."):
-        out.append("")
-    return "/" + "/".join(out)
 
 
 def _join(prefix: str, query: str | None) -> str:
@@ -364,7 +355,7 @@ class LinkResolver:
             if m is not None:
                 path = m.group(1)
                 if "/." in path:
-                    path = _remove_dot_segments(path)
+                    path = remove_dot_segments(path)
                 return _fit(_join(self.origin + path, m.group(2)), max_length)
         elif first == "h":
             if ref.startswith(("http://", "https://")) and len(ref) <= max_length:
@@ -405,7 +396,7 @@ class LinkResolver:
         m = _FAST_ROOT_RELATIVE.fullmatch(self.directory[len(self.origin) :] + ref)
         if m is None:
             return self.resolve_general(href, max_length)
-        return _fit(_join(self.origin + _remove_dot_segments(m.group(1)), m.group(2)), max_length)
+        return _fit(_join(self.origin + remove_dot_segments(m.group(1)), m.group(2)), max_length)
 
     def resolve_general(self, href: str, max_length: int = MAX_URL_LENGTH) -> str | None:
         """RFC 3986 §5.2 reference resolution by yarl, then the general canonicaliser."""
@@ -449,45 +440,3 @@ def resolve(base: str, href: str, *, max_length: int = MAX_URL_LENGTH) -> str | 
     schemes other than http/https (``mailto:``, ``javascript:``…) and anything
     ``canonicalize`` refuses; a fragment-only href ("#top") resolves to ``base`` itself."""
     return _resolver_for(base).resolve(href, max_length)
-
-
-def fingerprint(url: str) -> int:
-    """The 64-bit fingerprint the done record and seen filters key on (xxh3, unsigned)."""
-    return xxhash.xxh3_64_intdigest(url.encode())
-
-
-def host_of(url: str) -> str:
-    """The host key of a canonical URL, the unit of ownership under ``--partition host``: its
-    authority, "host" or "host:port" (canonical URLs carry no userinfo and no default port)."""
-    start = url.find("://") + 3
-    end = url.find("/", start)
-    return url[start:] if end == -1 else url[start:end]
-
-
-def hostname_of(url: str) -> str:
-    """The host of a canonical URL without the port; IPv6 without brackets ("::1")."""
-    authority = host_of(url)
-    if authority.startswith("["):
-        return authority[1 : authority.find("]")]
-    return authority.partition(":")[0]
-
-
-def partition_key(url: str, partition: str) -> str:
-    """What a canonical URL contributes to its DHT key: its host key, the URL itself, or its
-    host's registrable domain (``p2pcrawl.crawl.sites``)."""
-    if partition == "host":
-        return host_of(url)
-    if partition == "url":
-        return url
-    if partition == "domain":
-        from p2pcrawl.crawl.sites import site_of  # it builds on this module
-
-        return site_of(url)
-    raise ValueError(f"unknown partition {partition!r}")
-
-
-def origin_of(url: str) -> str:
-    """ "scheme://host[:port]" of a canonical URL."""
-    start = url.find("://") + 3
-    end = url.find("/", start)
-    return url if end == -1 else url[:end]

@@ -16,13 +16,16 @@ import asyncio
 import json
 import logging
 import os
+import time
 from pathlib import Path
 
 from p2pcrawl.crawl import EventLog
 from p2pcrawl.settings import PeerSettings
 from protocol import (
     BootstrapError,
+    CrawlNode,
     NodeKey,
+    PeerRef,
     chosen_bits,
     joiner_depth,
     new_node_id,
@@ -34,6 +37,7 @@ __all__ = [
     "DataDirError",
     "choose_id",
     "create_key",
+    "join_through",
     "load_identity",
     "load_key",
     "load_or_create_identity",
@@ -45,6 +49,7 @@ log = logging.getLogger(__name__)
 
 IDENTITY_FILE = "node.json"
 NODE_KEY_FILE = "node.key"
+JOIN_PAUSE_S = (0.5, 5.0)  # the first pause between join attempts, and the longest
 
 
 class DataDirError(Exception):
@@ -188,3 +193,34 @@ async def choose_id(
     )
     events.add("id_chosen", known=len(found.known), reported=len(found.reports), load=load)
     return chosen
+
+
+async def join_through(
+    node: CrawlNode, bootstrap: list[tuple[str, int]], retry_s: float, events: EventLog
+) -> list[PeerRef]:
+    """Join through ``bootstrap``, asking again for ``retry_s`` seconds (``--join-retry``):
+    a bootstrap peer restarting, paused (SIGSTOP) or swamped by a flood answers a moment
+    later, and one that answered and died before it admitted us leaves us no member. The
+    last attempt's outcome stands: ``BootstrapError`` if nobody answered, else the members
+    it found (none: this peer runs alone, and ``healing`` keeps trying its contacts)."""
+    deadline = time.monotonic() + retry_s
+    pause, longest = JOIN_PAUSE_S
+    attempt = 1
+    while True:
+        try:
+            peers = await node.join(bootstrap)
+        except BootstrapError as exc:
+            if time.monotonic() >= deadline:
+                raise BootstrapError(
+                    f"{exc}; {attempt} attempt{'s' * (attempt > 1)} in {retry_s:g} s (--join-retry)"
+                ) from None
+            why = str(exc)
+        else:
+            if peers or time.monotonic() >= deadline:
+                return peers
+            why = "a bootstrap peer answered, but no member admitted this peer"
+        wait = min(pause, max(0.0, deadline - time.monotonic()))
+        log.warning("join attempt %d failed: %s; trying again in %.1f s", attempt, why, wait)
+        events.add("join_retry", attempt=attempt, reason=why[:200])
+        await asyncio.sleep(wait)
+        pause, attempt = min(2 * pause, longest), attempt + 1

@@ -30,6 +30,7 @@ from p2pcrawl.network.healing import read_contacts
 from p2pcrawl.network.identity import (
     choose_id,
     create_key,
+    join_through,
     load_identity,
     load_key,
     lock_data_dir,
@@ -206,7 +207,7 @@ class Peer:
         await engine.start()
         joined = False
         if cfg.bootstrap:
-            peers = await node.join(list(cfg.bootstrap))
+            peers = await join_through(node, list(cfg.bootstrap), cfg.peer.join_retry, self.events)
             self.events.add("joined", peers=len(peers))
             joined = True
             if self._choose_id:  # only now: a failed join leaves the directory fresh

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from p2pcrawl.crawl import TAILS_PER_FETCH
 from p2pcrawl.settings import PeerSettings
 from p2pcrawl.testing import FAST_DETECTION, Cluster, TestWeb, TestWebConfig
+from p2pcrawl.testing.scenarios import SCENARIO_SECRET
 from tests.integration.conftest import CONCURRENCY, crawl_args, start_mesh
 
 pytestmark = pytest.mark.slow
@@ -193,9 +195,37 @@ async def test_bootstrap_failure_is_a_clear_error(
     make_cluster: Any, bootstrap: str, code: int, message: str
 ) -> None:
     cluster = await make_cluster(FAST)
-    peer = await cluster.start_peer("lonely", extra=["--bootstrap", bootstrap], expect_ready=False)
+    peer = await cluster.start_peer(
+        "lonely", extra=["--bootstrap", bootstrap, "--join-retry", "2"], expect_ready=False
+    )
     assert await cluster.wait_exit(peer, 30) == code
-    assert message in cluster.log(peer)
+    log = cluster.log(peer)
+    assert message in log
+    if code == 1:  # asked again until --join-retry ran out, and says so
+        assert "join attempt 1 failed" in log and "(--join-retry)" in log
+
+
+async def test_a_joiner_waits_out_a_paused_bootstrap(make_cluster: Any) -> None:
+    """Every setting at its default: the bootstrap peer is stopped (SIGSTOP) as the joiner
+    starts and resumed 4 s later, as a chaos run's stop or a flood holds it; the joiner
+    asks again until it answers, instead of exiting 1 after one RPC timeout. The joiner
+    knows its ID already (a restart with its data directory, or an ID written beforehand),
+    so no survey of the network (which waits up to 10 s for an answer) comes first."""
+    cluster = await make_cluster(["--secret", SCENARIO_SECRET])  # a keyed network's IDs
+    founder = await cluster.start_peer("founder")
+    (cluster.root / "joiner").mkdir()
+    identity = {"node_id": secrets.token_hex(20), "version": 1}
+    (cluster.root / "joiner" / "node.json").write_text(json.dumps(identity))
+    os.kill(founder.pid, signal.SIGSTOP)
+    resume = asyncio.get_running_loop().call_later(4.0, os.kill, founder.pid, signal.SIGCONT)
+    try:
+        joiner = await cluster.start_peer("joiner", bootstrap=founder)
+    finally:
+        resume.cancel()
+        os.kill(founder.pid, signal.SIGCONT)
+    await cluster.wait_until(lambda ss: all(s["peers"] == 1 for s in ss), 30, "a pair")
+    assert "join attempt 1 failed" in cluster.log(joiner)
+    assert joiner.proc.returncode is None
 
 
 def _children(pid: int) -> list[int]:

@@ -14,7 +14,7 @@ from protocol.balance import IdSpace, bit_loads, key_space_share
 from protocol.survey import survey
 from tests.protocol.conftest import MemoryHandler
 
-FAST = PeerSettings(rpc_timeout=0.5, id_survey_timeout=5.0)
+FAST = PeerSettings(rpc_timeout=0.5, id_survey_timeout=5.0, join_retry=1.0)
 
 
 def saved_id(peer: Peer) -> bytes:
