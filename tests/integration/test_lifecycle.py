@@ -169,8 +169,13 @@ async def test_restart_with_same_data_dir(slow_web: TestWeb, make_cluster: Any) 
 async def test_different_secret_cannot_join(make_cluster: Any) -> None:
     cluster = await make_cluster(["--secret", "alpha", *FAST])
     founder = await cluster.start_peer("a")
+    # A wrong key looks like no answer (the founder drops what fails its HMAC unread), so
+    # the joiner asks again until --join-retry runs out, each failure naming the key.
     other = await cluster.start_peer(
-        "b", bootstrap=founder, extra=["--secret", "beta"], expect_ready=False
+        "b",
+        bootstrap=founder,
+        extra=["--secret", "beta", "--join-retry", "2"],
+        expect_ready=False,
     )
     code = await cluster.wait_exit(other, 30)
     assert code != 0
