@@ -111,8 +111,8 @@ class Chaos:
             await self.event(self.rng.choices(list(self.kinds), list(self.kinds.values()))[0])
         for result in await asyncio.gather(*self.background, return_exceptions=True):
             if isinstance(result, Exception):
-                # A joiner whose bootstrap was killed or stopped meanwhile rightly gives up
-                # (it exits 1 with "no bootstrap peer answered"): noted, not fatal.
+                # A joiner whose bootstraps were all killed meanwhile rightly gives up once
+                # --join-retry runs out (it exits 1, "no bootstrap peer answered"): noted.
                 why = str(result).splitlines()[0] if str(result) else type(result).__name__
                 sc.note(f"gave-up:{why[:60].replace(' ', '_')}")
         return await sc.finish(FINISH_S + 60.0)
@@ -130,7 +130,13 @@ class Chaos:
                 busy = await sc.busiest(peers)
                 preset_id(sc, f"p{sc._names}", self.new_id_near(busy, self.rng.randrange(128, 140)))
             boot = self.rng.choice(peers)
-            self.background.append(asyncio.ensure_future(sc.join(boot, n, together=True)))
+            # Two more running peers as bootstraps, as an operator's script lists several
+            # (chosen without the generator, so a seed's draws stay as they were): with one,
+            # a joiner whose bootstrap was killed as it started knew nobody else, asked it
+            # for --join-retry seconds and exited 1 (three joiners at once in a seed 4).
+            more = [a for p in peers if p is not boot for a in ("--bootstrap", p.listen)][:4]
+            joins = sc.join(boot, n, together=True, extra=more)
+            self.background.append(asyncio.ensure_future(joins))
         elif kind == "leave":
             p = await self.victim()
             self.leaving.add(p.name)
