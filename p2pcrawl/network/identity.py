@@ -19,6 +19,7 @@ import os
 import time
 from pathlib import Path
 
+from p2pcrawl.aio import Backoff
 from p2pcrawl.crawl import EventLog
 from p2pcrawl.settings import PeerSettings
 from protocol import (
@@ -204,23 +205,24 @@ async def join_through(
     last attempt's outcome stands: ``BootstrapError`` if nobody answered, else the members
     it found (none: this peer runs alone, and ``healing`` keeps trying its contacts)."""
     deadline = time.monotonic() + retry_s
-    pause, longest = JOIN_PAUSE_S
-    attempt = 1
+    backoff = Backoff(*JOIN_PAUSE_S)
     while True:
         try:
             peers = await node.join(bootstrap)
         except BootstrapError as exc:
             if time.monotonic() >= deadline:
+                n = backoff.attempt + 1
                 raise BootstrapError(
-                    f"{exc}; {attempt} attempt{'s' * (attempt > 1)} in {retry_s:g} s (--join-retry)"
+                    f"{exc}; {n} attempt{'s' * (n > 1)} in {retry_s:g} s (--join-retry)"
                 ) from None
             why = str(exc)
         else:
             if peers or time.monotonic() >= deadline:
                 return peers
             why = "a bootstrap peer answered, but no member admitted this peer"
-        wait = min(pause, max(0.0, deadline - time.monotonic()))
-        log.warning("join attempt %d failed: %s; trying again in %.1f s", attempt, why, wait)
-        events.add("join_retry", attempt=attempt, reason=why[:200])
+        wait = min(backoff.next(), max(0.0, deadline - time.monotonic()))
+        log.warning(
+            "join attempt %d failed: %s; trying again in %.1f s", backoff.attempt, why, wait
+        )
+        events.add("join_retry", attempt=backoff.attempt, reason=why[:200])
         await asyncio.sleep(wait)
-        pause, attempt = min(2 * pause, longest), attempt + 1
