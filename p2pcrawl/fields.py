@@ -17,6 +17,7 @@ from dataclasses import field
 from typing import Any
 
 __all__ = [
+    "DAY",
     "SettingsError",
     "bounds",
     "bounds_text",
@@ -25,6 +26,8 @@ __all__ = [
     "range_error",
     "validate",
 ]
+
+DAY = 86400.0  # seconds: the upper bound of most intervals and timeouts
 
 
 class SettingsError(ValueError):

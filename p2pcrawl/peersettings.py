@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from p2pcrawl.fields import option, validate
+from p2pcrawl.fields import DAY, option, validate
 from protocol import DEFAULT_WORK_BITS, NodeConfig
 
 __all__ = ["Partition", "PeerSettings"]
 
 Partition = Literal["host", "url", "domain"]
-DAY = 86400.0
 
 _NET = "network tuning"
 

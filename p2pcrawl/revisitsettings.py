@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from p2pcrawl.fields import SettingsError, option, validate
+from p2pcrawl.fields import DAY, SettingsError, option, validate
 
 __all__ = ["RevisitSettings"]
 
-DAY = 86400.0
 
 _CONTINUOUS = "continuous mode"
 

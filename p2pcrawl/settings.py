@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from p2pcrawl.fields import (
+    DAY,
     SettingsError,
     bounds,
     bounds_text,
@@ -64,7 +65,6 @@ PolitenessBy = Literal["host", "ip"]
 DEFAULT_USER_AGENT_NAME = "p2pcrawl"
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
-DAY = 86400.0
 
 
 @dataclass(frozen=True, slots=True)
