@@ -27,7 +27,9 @@ when all of this holds:
   while *this* peer shows signs of overload -- its event loop stalled, its UDP socket dropped
   datagrams (``/proc/net/udp``), it was flooded with junk, or helpers did not even answer its
   indirect probes -- and falls again after clean rounds. A flooded peer thus stops blaming
-  others for the replies it could not read.
+  others for the replies it could not read. Helpers that have already *declared* the
+  suspect dead are not stretched by our health: our doubt is about our own view, and theirs
+  was formed under their own health (``_Suspicion.gone``).
 
 ``Detector`` and ``LocalHealth`` are pure (a clock is injected); ``looplag.LoopLagMonitor`` and
 ``socket_drops`` measure this process; the probing itself is ``upkeep.probe_suspects``.
@@ -107,9 +109,14 @@ class LocalHealth:
         probes_ok: int,
         probes_failed: int,
         nacks: int = 0,
+        heard: int = 0,
     ) -> None:
         """Fold one probe round's observations in: each bad sign adds one, a clean round
-        with at least one answered probe takes one away."""
+        in which some member was heard from takes one away. ``heard``: members heard from
+        within the round, so not pinged in it; a busy network's members talk all the time,
+        and a score that fell only with answered pings stayed up while only a dead peer was
+        quiet enough to ping (a flooded peer then took 16 s to declare a death, 15 s after
+        its flood ended: ``benchmarks/churn.py --chaos``)."""
         bad = False
         if loop_lag >= LAG_BAD_S:
             self.worse("loop_lag")
@@ -131,7 +138,7 @@ class LocalHealth:
             # for it, or its timeouts stretch ninefold and the dead half is never declared.
             self.worse("all_probes_failed")
             bad = True
-        if not bad and probes_ok > 0:
+        if not bad and (probes_ok > 0 or heard > 0):
             self.better()
 
 
@@ -141,9 +148,17 @@ class _Suspicion:
     failed_rounds: int = 0
     failed_calls: int = 1
     confirmed: int = 0  # most helpers in one round that could not reach it either
+    # Most helpers in one round that had declared it dead themselves. Enough of them end
+    # the stretch our own poor health puts on the timeout: a flooded successor otherwise
+    # left a dead owner's hosts standing 8-15 s after every other peer had declared it.
+    gone: int = 0
 
 
 HEARD_MAX = 4096  # contacts whose last message we remember (a routing table holds fewer)
+# How long a verdict is remembered, to tell helpers' PING-REQs that the target was declared
+# dead here (not merely unknown): past the slowest detection a flooded peer reaches.
+DECLARED_MEMORY_S = 60.0
+DECLARED_MAX = 1024
 
 
 @dataclass(slots=True)
@@ -163,8 +178,11 @@ class Detector:
     network_size: Callable[[], int] | None = None
     _suspects: dict[bytes, _Suspicion] = field(default_factory=dict)
     _heard: dict[bytes, float] = field(default_factory=dict)  # last message, oldest first
+    _declared: dict[bytes, float] = field(default_factory=dict)  # verdicts, oldest first
     refuted: int = 0  # suspicions cleared because the suspect was heard from
     declared: int = 0  # contacts declared dead
+    # Of those, declared sooner than our poor health allowed, because helpers had already.
+    declared_as_others_did: int = 0
 
     def failed(self, node_id: bytes, waited: float | None = None) -> None:
         """A call to ``node_id`` went unanswered: suspect it (once; later failures only count).
@@ -190,6 +208,7 @@ class Detector:
         heard[node_id] = self.clock()
         if len(heard) > HEARD_MAX:
             del heard[next(iter(heard))]
+        self._declared.pop(node_id, None)
         if self._suspects.pop(node_id, None) is not None:
             self.refuted += 1
 
@@ -214,12 +233,13 @@ class Detector:
             return max(1, self.network_size())
         return len(self._heard) + 1
 
-    def probe_failed(self, node_id: bytes, confirmations: int | None = None) -> None:
+    def probe_failed(self, node_id: bytes, confirmations: int | None = None, gone: int = 0) -> None:
         """A whole probe round (direct, then indirect) got no ack. ``confirmations``: how
         many helpers answered that they could not reach it either (independent suspicions,
         Lifeguard §4.2); None where the caller does not tell them apart from silent helpers,
         taken as every helper the round could ask (a silent helper also raises our local
-        health score, which stretches the timeout by more than it saves)."""
+        health score, which stretches the timeout by more than it saves). ``gone``: of
+        those, how many had declared it dead already."""
         s = self._suspects.get(node_id)
         if s is None:
             s = self._suspects[node_id] = _Suspicion(self.clock(), failed_calls=0)
@@ -227,6 +247,7 @@ class Detector:
         if confirmations is None:
             confirmations = min(self.config.indirect_probes, max(0, self.size() - 2))
         s.confirmed = max(s.confirmed, confirmations)
+        s.gone = max(s.gone, gone)
 
     def timeout(self, node_id: bytes) -> float | None:
         """Seconds of silence after which the suspect may be declared dead, at today's local
@@ -245,7 +266,14 @@ class Detector:
         else:
             frac = math.log(s.confirmed + 1) / math.log(k + 1)
             base = max(shortest, longest - (longest - shortest) * frac)
+        if self._judged(s, n):
+            return shortest  # the network has judged it; our health says nothing of that
         return base * self.health.multiplier
+
+    def _judged(self, s: _Suspicion, n: int) -> bool:
+        """Enough helpers had declared the suspect dead themselves: 2, or every helper a
+        network of ``n`` peers has if fewer."""
+        return s.gone >= max(1, min(self.config.confirmations, n - 2))
 
     def deadline(self, node_id: bytes) -> float | None:
         """When the suspect may be declared dead, at today's local health."""
@@ -264,9 +292,22 @@ class Detector:
         return deadline is not None and self.clock() >= deadline
 
     def declare(self, node_id: bytes) -> None:
-        self._suspects.pop(node_id, None)
+        s = self._suspects.pop(node_id, None)
         self._heard.pop(node_id, None)
         self.declared += 1
+        if s is not None and self.health.score and self._judged(s, self.size()):
+            self.declared_as_others_did += 1
+        declared = self._declared
+        declared.pop(node_id, None)
+        declared[node_id] = self.clock()
+        if len(declared) > DECLARED_MAX:
+            del declared[next(iter(declared))]
+
+    def declared_lately(self, node_id: bytes) -> bool:
+        """Whether we declared ``node_id`` dead within ``DECLARED_MEMORY_S`` and have not
+        heard from it since."""
+        at = self._declared.get(node_id)
+        return at is not None and self.clock() - at < DECLARED_MEMORY_S
 
     def snapshot(self) -> dict[str, object]:
         now = self.clock()
@@ -276,6 +317,7 @@ class Detector:
                     "for_s": round(now - s.since, 1),
                     "failed_rounds": s.failed_rounds,
                     "confirmed": s.confirmed,
+                    "gone": s.gone,
                     "timeout_s": round(self.timeout(k) or 0.0, 1),
                 }
                 for k, s in self._suspects.items()
@@ -285,6 +327,7 @@ class Detector:
             "health_signals": dict(self.health.signals),
             "refuted": self.refuted,
             "declared_dead": self.declared,
+            "declared_as_others_did": self.declared_as_others_did,
         }
 
 

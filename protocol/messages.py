@@ -174,10 +174,12 @@ class PingReqArgs(Args):
 
 
 class PingReqReply(Reply):
-    """SWIM's PING-REQ answer: the target acked (``ok``); ``known``: the helper knows it."""
+    """SWIM's PING-REQ answer: the target acked (``ok``); ``known``: the helper knows it;
+    ``gone``: it does not, because it declared the target dead lately."""
 
     ok: bool
     known: bool
+    gone: bool = False
 
 
 class GoodbyeReply(Reply):

@@ -5,6 +5,7 @@ answers mean for a suspect is ``liveness``; when they are sent is ``upkeep``.
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING
 
 from protocol.auth import ID_LEN
@@ -16,7 +17,7 @@ from protocol.model import PeerRef
 if TYPE_CHECKING:
     from protocol.rpc import Rpc
 
-__all__ = ["PROBE_TIMEOUT", "ping_req", "probe_ping", "serve_ping_req"]
+__all__ = ["PROBE_TIMEOUT", "Answer", "ping_req", "probe_ping", "serve_ping_req"]
 
 # SWIM's probe timeout (memberlist: 500 ms): a liveness ping, and the ping a PING-REQ helper
 # sends, wait this long. A slow answer costs a suspicion, not a verdict: the verdict waits on
@@ -34,17 +35,25 @@ async def serve_ping_req(rpc: Rpc, sender: PeerRef, args: PingReqArgs) -> PingRe
     """
     target = rpc.router.get(args.target)
     if target is None or target.id == sender.id or rpc.contacts.departing:
-        return PingReqReply(ok=False, known=False)
+        gone = target is None and rpc.liveness.declared_lately(args.target)
+        return PingReqReply(ok=False, known=False, gone=gone)
     # Our own ping, our own evidence: unanswered, the target is our suspect too. It
     # waits twice the probe timeout: the indirect path is the benefit of the doubt.
     alive = await probe_ping(rpc, target, 2 * PROBE_TIMEOUT)
     return PingReqReply(ok=alive, known=True)
 
 
-async def ping_req(rpc: Rpc, helper: Node, target: Node) -> bool | None:
-    """Ask ``helper`` to ping ``target``: True (the target acked), False (the helper
-    answered, but the target did not or the helper does not know it), None (the helper
-    itself stayed silent: Lifeguard's missed nack, a hint that *we* are the problem)."""
+class Answer(enum.Enum):
+    """A helper's answer to PING-REQ."""
+
+    ACK = "ack"  # the target acked
+    NACK = "nack"  # the helper answered, but the target did not or the helper does not know it
+    GONE = "gone"  # a nack from a helper that had declared the target dead itself
+    SILENT = "silent"  # the helper stayed silent: Lifeguard's missed nack (likely *us*)
+
+
+async def ping_req(rpc: Rpc, helper: Node, target: Node) -> Answer:
+    """Ask ``helper`` to ping ``target``."""
     peer = peer_of(helper)
     timeout = 3 * PROBE_TIMEOUT + 0.5  # the helper's own ping must fit inside
     args = [rpc.my_id, *PING_REQ.args_to_wire(PingReqArgs(target.id))]
@@ -53,12 +62,14 @@ async def ping_req(rpc: Rpc, helper: Node, target: Node) -> bool | None:
     )
     ok, data = await call
     if not ok or isinstance(data, dict):  # silent, or an error reply
-        return None
+        return Answer.SILENT
     if not isinstance(data, PingReqReply):
         rpc.contacts.welcome_if_new(helper)
-        return False  # it answered, but not that the target acked
+        return Answer.NACK  # it answered, but not that the target acked
     rpc.contacts.welcome_if_new(helper, proven=data.id == helper.id)
-    return data.ok
+    if data.ok:
+        return Answer.ACK
+    return Answer.GONE if data.gone else Answer.NACK
 
 
 async def probe_ping(rpc: Rpc, node: Node, timeout: float = PROBE_TIMEOUT) -> bool:

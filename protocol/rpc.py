@@ -213,7 +213,7 @@ class Rpc:
         reply.id = self.my_id  # lets the caller spot a restarted node with a new ID
         return reply
 
-    async def ping_req(self, helper: Node, target: Node) -> bool | None:
+    async def ping_req(self, helper: Node, target: Node) -> probes.Answer:
         """``probes.ping_req``."""
         return await probes.ping_req(self, helper, target)
 

@@ -41,6 +41,7 @@ from protocol.lookup import NodeLookup
 from protocol.looplag import LoopLagMonitor
 from protocol.ownership import closest
 from protocol.periodic import every
+from protocol.probes import Answer
 from protocol.rpc import Rpc
 from protocol.sockstats import SocketStats
 from protocol.taskset import TaskSet
@@ -67,6 +68,7 @@ class ProbeRound:
     failed: set[bytes] = field(default_factory=set)
     nacks: int = 0
     missed_nacks: int = 0
+    heard: int = 0  # members heard from within half an interval: not pinged, not suspected
 
 
 async def ping_round(proto: Rpc, ping_interval: float, seen: ProbeRound) -> None:
@@ -80,6 +82,7 @@ async def ping_round(proto: Rpc, ping_interval: float, seen: ProbeRound) -> None
 
     members = {n.id: n for n in router.members()}
     quiet = {i: n for i, n in members.items() if silent_for(n) >= ping_interval / 2}
+    seen.heard = sum(1 for i in members if i not in quiet and not proto.liveness.is_suspect(i))
     targets = [quiet[i] for i in closest(proto.my_id, quiet, NEIGHBOUR_PINGS)]
     rest = sorted((n for n in quiet.values() if n not in targets), key=silent_for, reverse=True)
     targets += rest[: max(0, PINGS_PER_ROUND - len(targets))]
@@ -112,17 +115,19 @@ async def probe_suspects(
         pool.sort(key=lambda n: -(router.last_seen(n.id) or 0.0))
         chosen = pool[:helpers]
         answers = await asyncio.gather(*(proto.ping_req(h, node) for h in chosen))
-        if any(a is True for a in answers):
+        if Answer.ACK in answers:
             detector.heard(node_id)  # someone reached it: alive, whatever we could hear
             seen.ok.add(node_id)
             return
         seen.failed.add(node_id)
-        seen.nacks += sum(a is False for a in answers)
-        seen.missed_nacks += sum(a is None for a in answers)
+        gone = answers.count(Answer.GONE)
+        nacks = answers.count(Answer.NACK) + gone
+        seen.nacks += nacks
+        seen.missed_nacks += answers.count(Answer.SILENT)
         if not detector.is_suspect(node_id):
             return  # heard from meanwhile (a request of its own arrived)
         # Helpers that answered but could not reach it either: independent suspicions.
-        detector.probe_failed(node_id, sum(a is False for a in answers))
+        detector.probe_failed(node_id, nacks, gone)
         judge(node)
 
     await asyncio.gather(*(one(i) for i in detector.suspects()))
@@ -182,7 +187,8 @@ class Upkeep:
         self.ping_rounds = 0
         self.refresh_runs = 0
         self._rounds: list[asyncio.Task[Any]] = []
-        self._verdicts: dict[bytes, asyncio.TimerHandle] = {}  # suspects' deadlines
+        # Suspects' verdict timers, with the deadline each was set for.
+        self._verdicts: dict[bytes, tuple[float, asyncio.TimerHandle]] = {}
 
     async def start(self, sock: socket.socket, loops: TaskSet) -> None:
         await self.socket.attach(sock)
@@ -205,7 +211,7 @@ class Upkeep:
 
     def close(self) -> None:
         """Cancel the suspects' verdict timers (the node stops)."""
-        for timer in self._verdicts.values():
+        for _, timer in self._verdicts.values():
             timer.cancel()
         self._verdicts.clear()
 
@@ -226,6 +232,7 @@ class Upkeep:
             nacks=seen.nacks,
             probes_ok=len(seen.ok),
             probes_failed=len(seen.failed - seen.ok),
+            heard=seen.heard,
         )
         self.last_round = seen
         self.ping_rounds += 1
@@ -241,11 +248,17 @@ class Upkeep:
             return
         deadline = detector.deadline(suspect.id)
         now = detector.clock()
-        if deadline is None or deadline <= now or suspect.id in self._verdicts:
+        if deadline is None or deadline <= now:
             return  # not a suspect, or short of failed rounds: the next round judges it
-        self._verdicts[suspect.id] = asyncio.get_running_loop().call_later(
-            deadline - now, self._deadline, suspect
-        )
+        armed = self._verdicts.get(suspect.id)
+        if armed is not None:
+            if armed[0] <= deadline:
+                return
+            # The deadline came nearer (our health recovered, or helpers confirmed): a
+            # timer set while a flood stretched it ninefold would keep the verdict 10 s late.
+            armed[1].cancel()
+        timer = asyncio.get_running_loop().call_later(deadline - now, self._deadline, suspect)
+        self._verdicts[suspect.id] = (deadline, timer)
 
     def _deadline(self, suspect: Node) -> None:
         self._verdicts.pop(suspect.id, None)

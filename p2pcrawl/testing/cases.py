@@ -38,7 +38,7 @@ from p2pcrawl.testing.cluster import PeerProc
 from p2pcrawl.testing.scenarios import Outcome, Scenario
 from protocol import key_for
 
-__all__ = ["CASES", "FINISH_S", "id_near"]
+__all__ = ["CASES", "FINISH_S", "id_near", "preset_id"]
 
 # Seconds from the seed by which every live peer must report finished: a hang guard, not a
 # timing. The steady run takes about 20 s and a case its detection time and handoffs on top;

@@ -28,14 +28,17 @@ minute for a printed ratio.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from p2pcrawl.testing import Cluster, TestWeb
-from p2pcrawl.testing.cases import CASES
+from p2pcrawl.testing.cases import CASES, FINISH_S, id_near, preset_id
 from p2pcrawl.testing.scenarios import Outcome, Scenario, full_speed_args, full_speed_web
+from protocol import key_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -85,3 +88,64 @@ async def test_a_graceful_leave(check: Check) -> None:
 
 async def test_a_crash_then_joins_then_a_crash(check: Check) -> None:
     await check("crash_joins_crash")
+
+
+# Junk datagrams at a peer, about 20,000 a second for the given seconds: enough to raise its
+# local health score each round (``liveness.JUNK_PER_ROUND``), bounded, and it stops itself.
+FLOOD = """
+import os, socket, sys, time
+host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+junk = os.urandom(200)
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    for _ in range(100):
+        try:
+            s.sendto(junk, (host, port))
+        except OSError:
+            pass
+    time.sleep(0.005)
+"""
+
+
+async def test_a_flooded_successor_takes_a_dead_owner_s_host_on_the_others_word(
+    tmp_path: Path,
+) -> None:
+    """The owner of the Crawl-delay host (the crawl's longest) dies while the peer next to
+    its key is flooded. The flooded peer's local health stretches its own suspicion up to
+    ninefold, as it should; but the other peers declare the death within their timeout, and
+    when they answer its indirect probes that they did, it declares it too, on their word,
+    without waiting for its health to recover (it took 16 s before, while the host stood
+    still)."""
+    async with TestWeb(full_speed_web(PAGES)) as web, Cluster(tmp_path, full_speed_args(web)) as c:
+        sc = Scenario(c, web)
+        flood = None
+        try:
+            key = key_for(web.crawl_delay_host or "")
+            preset_id(sc, "p0", id_near(key, 134))  # the owner
+            preset_id(sc, "p1", id_near(key, 136))  # next to it: its successor
+            peers = await sc.start(4)
+            await sc.wait_mesh()
+            await sc.seed(peers[0])
+            host, port = peers[1].listen.rsplit(":", 1)
+            flood = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", FLOOD, host, port, "8"
+            )
+            sc.note("flood:p1")
+            await asyncio.sleep(5.0)  # its health score is up by now
+            await sc.kill(peers[0])
+            await flood.wait()
+            out = await sc.finish(FINISH_S)
+            liveness = (await c.api(peers[1], "/api/peers"))["rpc"]["liveness"]
+            events = (await c.api(peers[1], "/api/events"))["events"]
+        finally:
+            if flood is not None and flood.returncode is None:
+                flood.kill()
+                await flood.wait()
+            await sc.aclose()
+    print(out.line("a flooded successor"), liveness, sep="\n")
+    assert not out.problems(), out.problems()
+    victim = peers[0].node_id[:8]
+    assert any(e["kind"] == "peer_lost" and e["peer"] == victim for e in events), events
+    assert liveness["health_signals"].get("junk"), "the flood did not reach the successor"
+    assert liveness["declared_as_others_did"] >= 1, liveness

@@ -10,6 +10,7 @@ from typing import Any
 from protocol import CrawlNode
 from protocol.kbucket import Node
 from protocol.liveness import Detector, LivenessConfig, LocalHealth, socket_drops, socket_inode
+from protocol.probes import Answer
 from protocol.upkeep import NEIGHBOUR_PINGS
 from tests.protocol.conftest import NodeFactory, eventually, handler_of
 from tests.protocol.test_node import free_port
@@ -104,6 +105,49 @@ def test_local_health_rises_on_each_sign_and_recovers_on_clean_rounds() -> None:
     for _ in range(20):
         h.worse("x")
     assert h.score == 8 and h.multiplier == 9
+
+
+def test_a_busy_network_s_talk_is_a_clean_round() -> None:
+    # While the peers crawl they talk all the time, so a round pings nobody (only the
+    # members silent for half an interval are pinged): hearing them is what shows that our
+    # socket and loop work again, and the score must fall on it, not wait for a quiet member.
+    h = LocalHealth(cap=8)
+    for _ in range(8):
+        h.worse("junk")
+    clean: dict[str, Any] = {"loop_lag": 0.0, "socket_drops": 0, "junk": 0, "missed_nacks": 0}
+    h.round(**clean, probes_ok=0, probes_failed=1, nacks=2)  # only the dead suspect probed
+    assert h.score == 8, "a round that heard nobody proves nothing"
+    for _ in range(8):
+        h.round(**clean, probes_ok=0, probes_failed=1, nacks=2, heard=3)
+    assert h.score == 0
+    h.worse("junk")
+    h.round(**{**clean, "junk": 10_000}, probes_ok=0, probes_failed=0, heard=3)
+    assert h.score == 2, "still flooded: hearing the others does not make a round clean"
+
+
+def test_helpers_that_declared_the_suspect_dead_end_the_health_stretch() -> None:
+    clock = Clock()
+    cfg = LivenessConfig(suspicion_timeout=3.0, confirmations=2)
+    d = Detector(cfg, clock, network_size=lambda: 4)
+    peer = b"p" * 20
+    for _ in range(8):
+        d.health.worse("junk")  # a flood just ended here
+    d.failed(peer)
+    d.probe_failed(peer, confirmations=2)
+    assert d.timeout(peer) == 27.0, "confirmed by nacks, stretched by our own poor health"
+    d.probe_failed(peer, confirmations=2, gone=1)
+    assert d.timeout(peer) == 27.0, "one verdict of two needed"
+    d.probe_failed(peer, confirmations=2, gone=2)
+    assert d.timeout(peer) == 3.0, "both helpers declared it: our health is beside the point"
+    clock.now += 3.0
+    assert d.dead(peer)
+    d.declare(peer)
+    assert d.declared_lately(peer) and d.declared_as_others_did == 1
+    d.heard(peer)
+    assert not d.declared_lately(peer), "heard from since: no longer a verdict to pass on"
+    d.declare(peer)
+    clock.now += 61.0
+    assert not d.declared_lately(peer)
 
 
 def test_half_a_network_silent_with_helpers_nacking_is_not_our_fault() -> None:
@@ -231,6 +275,12 @@ async def test_a_dead_peer_is_probed_indirectly_then_declared(make_node: NodeFac
     assert (b.me, "unresponsive") in handler_of(a).removed
     assert a.stats()["rpc_sent"]["ping_req"] > 0  # type: ignore[index]
     assert a.rpc.liveness.declared == 1
+    # c declared it too: asked to probe it, c says so, which a late suspector takes as the
+    # network's verdict (not merely "I do not know it").
+    dead = Node(b.me.id, *b.me.addr)
+    assert await a.rpc.ping_req(Node(c.me.id, *c.me.addr), dead) is Answer.GONE
+    stranger = Node(bytes(20), "127.0.0.1", free_port())
+    assert await a.rpc.ping_req(Node(c.me.id, *c.me.addr), stranger) is Answer.NACK
 
 
 async def test_ping_req_refuses_targets_it_does_not_know(make_node: NodeFactory) -> None:
@@ -239,12 +289,12 @@ async def test_ping_req_refuses_targets_it_does_not_know(make_node: NodeFactory)
     await b.join([a.me.addr])
     stranger = Node(bytes(20), "127.0.0.1", free_port())
     pings = b.stats()["rpc_sent"].get("ping", 0)  # type: ignore[attr-defined]
-    assert await a.rpc.ping_req(Node(b.me.id, *b.me.addr), stranger) is False
+    assert await a.rpc.ping_req(Node(b.me.id, *b.me.addr), stranger) is Answer.NACK
     assert b.stats()["rpc_sent"].get("ping", 0) == pings  # type: ignore[attr-defined]
     target = Node(b.me.id, *b.me.addr)
     c = await make_node()
     await c.join([b.me.addr])
-    assert await c.rpc.ping_req(Node(a.me.id, *a.me.addr), target) is True
+    assert await c.rpc.ping_req(Node(a.me.id, *a.me.addr), target) is Answer.ACK
 
 
 async def test_socket_drops_and_a_stalled_loop_lower_local_health(
