@@ -8,7 +8,8 @@ again: the keys stay parked while the handoff is retried, for as long as the rec
 still their owner. A key's done history alone (``History``) is offered the same way.
 
 Every retry here follows one policy (``Retry``): wait ``RETRY_BASE_S``, doubling up to
-``RETRY_CAP_S``, until a deadline; stop early once the receiver no longer owns the keys.
+``RETRY_CAP_S`` (``HISTORY_RETRY_CAP_S`` for a dead owner's history), until a deadline;
+stop early once the receiver no longer owns the keys.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ log = logging.getLogger(__name__)
 
 RETRY_BASE_S = 0.25
 RETRY_CAP_S = 2.0
+# A dead owner's history is offered to its successor at most this far apart while it
+# refuses (it has not declared the owner dead yet). It declares within a probe round or two
+# of the others (docs/membership.md, "Liveness", rule 6) and takes its own copies over at
+# once: if they missed some of the owner's last news (a flood, a late lane), each second the
+# history waits can be a second of finished pages fetched again.
+HISTORY_RETRY_CAP_S = 0.5
 
 CopyFor = Callable[[PeerRef, Sequence[Task], dict[bytes, list[int]] | None], Awaitable[object]]
 
@@ -231,7 +238,7 @@ class History:
         self.ownership = ownership
         self._send = send
         self._keep = keep
-        self.retry = Retry(timeout)
+        self.retry = Retry(timeout, cap=HISTORY_RETRY_CAP_S)
 
     async def hand_on(self, owner: PeerRef, keys: list[bytes]) -> None:
         """The done history of ``keys`` to their new ``owner``, while it refuses and still
