@@ -120,8 +120,11 @@ async def probe_suspects(
             seen.ok.add(node_id)
             return
         seen.failed.add(node_id)
-        gone = answers.count(Answer.GONE)
-        nacks = answers.count(Answer.NACK) + gone
+        nacks = answers.count(Answer.NACK) + answers.count(Answer.GONE)
+        # A helper's own verdict lifts our health's caution (``liveness``), so it is taken
+        # from key holders only: in an open network two members an attacker runs could
+        # otherwise have a flooded peer declare the members it cannot hear.
+        gone = answers.count(Answer.GONE) if proto.endpoint.keyed else 0
         seen.nacks += nacks
         seen.missed_nacks += answers.count(Answer.SILENT)
         if not detector.is_suspect(node_id):

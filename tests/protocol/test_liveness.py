@@ -11,7 +11,7 @@ from protocol import CrawlNode
 from protocol.kbucket import Node
 from protocol.liveness import Detector, LivenessConfig, LocalHealth, socket_drops, socket_inode
 from protocol.probes import Answer
-from protocol.upkeep import NEIGHBOUR_PINGS
+from protocol.upkeep import NEIGHBOUR_PINGS, ProbeRound, probe_suspects
 from tests.protocol.conftest import NodeFactory, eventually, handler_of
 from tests.protocol.test_node import free_port
 
@@ -281,6 +281,29 @@ async def test_a_dead_peer_is_probed_indirectly_then_declared(make_node: NodeFac
     assert await a.rpc.ping_req(Node(c.me.id, *c.me.addr), dead) is Answer.GONE
     stranger = Node(bytes(20), "127.0.0.1", free_port())
     assert await a.rpc.ping_req(Node(c.me.id, *c.me.addr), stranger) is Answer.NACK
+
+
+async def test_helpers_verdicts_count_on_a_keyed_network_only(make_node: NodeFactory) -> None:
+    """Two helpers that declared a contact dead lift the asker's health stretch (rule 6 of
+    docs/membership.md, "Liveness"). In an open network two members an attacker runs could
+    lift it for a flooded peer, so there their word is a plain nack."""
+    for secret, counted in (("cluster-key", 2), (None, 0)):
+        keyed = {"secret": secret} if secret else {}
+        a = await make_node(ping_interval=60.0, **keyed)  # probes only when told to
+        helpers = [await make_node(**LIVE, **keyed) for _ in range(2)]
+        b = await make_node(**LIVE, **keyed)
+        for n in (*helpers, b):
+            await n.join([a.me.addr])
+        nodes = (a, *helpers, b)
+        await eventually(lambda: all(len(n.peers()) == 3 for n in nodes), timeout=8.0)  # noqa: B023
+        await b.aclose()
+        await eventually(lambda: all(b.me not in h.peers() for h in helpers), timeout=8.0)  # noqa: B023
+        assert b.me in a.peers(), "the asker has not judged it yet"
+        a.rpc.liveness.failed(b.me.id)
+        await probe_suspects(a.rpc, 3, ProbeRound(), lambda node: None)
+        suspicion = a.rpc.liveness.snapshot()["suspects"][b.me.id.hex()[:8]]  # type: ignore[index]
+        assert suspicion["gone"] == counted, (secret, suspicion)
+        assert suspicion["confirmed"] == 2
 
 
 async def test_ping_req_refuses_targets_it_does_not_know(make_node: NodeFactory) -> None:
