@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -63,3 +65,42 @@ async def leave_all(cluster: Cluster) -> Counter[str]:
     for p in cluster.peers:
         assert await cluster.wait_exit(p, 30) == 0, cluster.log(p)
     return cluster.warc_counts()
+
+
+# Junk datagrams at a peer for the given seconds, as fast as one process sends them or at
+# about ``rate`` a second; prints how many it sent. Bounded, and it stops by itself.
+_FLOOD = """
+import os, socket, sys, time
+host, port, seconds, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+junk = os.urandom(200)
+start = time.monotonic()
+n = 0
+while (now := time.monotonic()) < start + seconds:
+    if rate and n > (now - start) * rate:
+        time.sleep(0.005)
+        continue
+    for _ in range(100):
+        try:
+            s.sendto(junk, (host, port))
+            n += 1
+        except OSError:
+            pass
+print(n)
+"""
+
+
+async def spawn_flood(listen: str, seconds: float, rate: float = 0.0) -> asyncio.subprocess.Process:
+    """A flood of the peer listening at ``listen`` (``host:port``); read its stdout for the
+    count it sent."""
+    host, port = listen.rsplit(":", 1)
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _FLOOD,
+        host,
+        port,
+        str(seconds),
+        str(rate),
+        stdout=asyncio.subprocess.PIPE,
+    )

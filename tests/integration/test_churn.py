@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,7 +23,7 @@ from p2pcrawl.network import read_contacts
 from p2pcrawl.settings import PeerSettings
 from p2pcrawl.testing import FAST_DETECTION, Cluster, PeerProc, TestWeb, TestWebConfig
 from tests.conftest import TEST_SECRET
-from tests.integration.conftest import CONCURRENCY, crawl_args, start_mesh
+from tests.integration.conftest import CONCURRENCY, crawl_args, spawn_flood, start_mesh
 
 pytestmark = pytest.mark.slow
 
@@ -128,24 +127,6 @@ async def test_a_frozen_peer_is_not_crawled_twice(churn_web: TestWeb, make_clust
     duplicates_within(dups, dup_bound(pages, 1), "a frozen peer")
 
 
-FLOOD = """
-import socket, sys, time, os
-host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-junk = os.urandom(200)
-end = time.monotonic() + seconds
-n = 0
-while time.monotonic() < end:
-    for _ in range(200):
-        try:
-            s.sendto(junk, (host, port))
-            n += 1
-        except OSError:
-            pass
-print(n)
-"""
-
-
 async def test_a_flood_at_one_peer_evicts_nobody(churn_web: TestWeb, make_cluster: Any) -> None:
     cluster = await make_cluster(args(churn_web))
     peers = await start_mesh(cluster, 3)
@@ -153,10 +134,7 @@ async def test_a_flood_at_one_peer_evicts_nobody(churn_web: TestWeb, make_cluste
     truth = len(churn_web.ground_truth())
     await wait_fetched(cluster, truth // 4)
     target = peers[1]
-    host, port = target.listen.rsplit(":", 1)
-    flood = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", FLOOD, host, port, "10", stdout=asyncio.subprocess.PIPE
-    )
+    flood = await spawn_flood(target.listen, 10)
     try:
         out, _ = await asyncio.wait_for(flood.communicate(), 60)
     finally:

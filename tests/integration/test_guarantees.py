@@ -29,7 +29,6 @@ minute for a printed ratio.
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from p2pcrawl.testing import Cluster, TestWeb
 from p2pcrawl.testing.cases import CASES, FINISH_S, id_near, preset_id
 from p2pcrawl.testing.scenarios import Outcome, Scenario, full_speed_args, full_speed_web
 from protocol import key_for
+from tests.integration.conftest import spawn_flood
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -90,24 +90,6 @@ async def test_a_crash_then_joins_then_a_crash(check: Check) -> None:
     await check("crash_joins_crash")
 
 
-# Junk datagrams at a peer, about 20,000 a second for the given seconds: enough to raise its
-# local health score each round (``liveness.JUNK_PER_ROUND``), bounded, and it stops itself.
-FLOOD = """
-import os, socket, sys, time
-host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-junk = os.urandom(200)
-end = time.monotonic() + seconds
-while time.monotonic() < end:
-    for _ in range(100):
-        try:
-            s.sendto(junk, (host, port))
-        except OSError:
-            pass
-    time.sleep(0.005)
-"""
-
-
 async def test_a_flooded_successor_takes_a_dead_owner_s_host_on_the_others_word(
     tmp_path: Path,
 ) -> None:
@@ -127,14 +109,12 @@ async def test_a_flooded_successor_takes_a_dead_owner_s_host_on_the_others_word(
             peers = await sc.start(4)
             await sc.wait_mesh()
             await sc.seed(peers[0])
-            host, port = peers[1].listen.rsplit(":", 1)
-            flood = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", FLOOD, host, port, "8"
-            )
+            # 20,000 junk datagrams a second: over ``liveness.JUNK_PER_ROUND`` each round.
+            flood = await spawn_flood(peers[1].listen, 8, 20_000)
             sc.note("flood:p1")
             await asyncio.sleep(5.0)  # its health score is up by now
             await sc.kill(peers[0])
-            await flood.wait()
+            await flood.communicate()
             out = await sc.finish(FINISH_S)
             liveness = (await c.api(peers[1], "/api/peers"))["rpc"]["liveness"]
             events = (await c.api(peers[1], "/api/events"))["events"]
