@@ -29,15 +29,25 @@ def next_gap(
 ) -> float:
     """Seconds to wait after a response before the next request to the same host.
 
-    The longest of: our own minimum ``delay``, the site's robots.txt Crawl-delay, and
-    ``politeness_factor`` times how long the last response took (Mercator: a slow
-    server is a busy server, so back off in proportion). Capped at ``max_delay`` so one
-    absurd Crawl-delay cannot park a host forever.
+    The longest of: our own minimum ``delay``, what is left of the site's robots.txt
+    Crawl-delay, and ``politeness_factor`` times how long the last response took
+    (Mercator: a slow server is a busy server, so back off in proportion). Capped at
+    ``max_delay`` so one absurd Crawl-delay cannot park a host forever.
+
+    A Crawl-delay runs from the start of the last request, not its end: the site asks for
+    at most one request per that many seconds (Bing's reading, and Scrapy's download
+    delay), and one request at a time still holds, since the next never starts before the
+    last has ended. Counted from the end, the rate fell with our own load: a peer sharing
+    its cores with starting peers took a 50 ms Crawl-delay host at 14-17 pages a second
+    against 18-19 when idle (docs/membership.md, "Guarantees, measured"). Our own ``delay``
+    and the factor still count from the end (docs/signals.md, "Politeness by site and by
+    server").
     """
+    response = max(last_response_time, 0.0)
     gap = max(
         settings.delay,
-        robots_delay or 0.0,
-        settings.politeness_factor * max(last_response_time, 0.0),
+        (robots_delay or 0.0) - response,
+        settings.politeness_factor * response,
     )
     return max(0.0, min(gap, settings.max_delay))
 

@@ -24,8 +24,18 @@ def test_gap_is_our_minimum_delay_for_a_fast_polite_host() -> None:
     assert next_gap(SETTINGS, None, 0.05) == 1.0
 
 
-def test_gap_follows_a_longer_crawl_delay() -> None:
-    assert next_gap(SETTINGS, 4.0, 0.05) == 4.0
+def test_gap_follows_a_longer_crawl_delay_from_the_request_s_start() -> None:
+    # The next request starts 4 s after the last one started: one per Crawl-delay.
+    assert next_gap(SETTINGS, 4.0, 0.05) == pytest.approx(3.95)
+
+
+def test_a_slow_answer_does_not_slow_a_crawl_delay_host_down() -> None:
+    # No delay or factor of ours: a 50 ms Crawl-delay gives 20 requests a second whether
+    # the answer took 3 ms or 30 (a loaded peer reads it late), and never two at once.
+    settings = PolitenessSettings(delay=0.0, politeness_factor=0.0)
+    for response in (0.003, 0.03):
+        assert response + next_gap(settings, 0.05, response) == pytest.approx(0.05)
+    assert next_gap(settings, 0.05, 0.2) == 0.0
 
 
 def test_gap_is_a_multiple_of_a_slow_response() -> None:
