@@ -328,6 +328,11 @@ class CrawlNode:
         """IDs of contacts the failure detector suspects now (``liveness``)."""
         return self.rpc.liveness.suspects()
 
+    def strained(self) -> bool:
+        """Whether this node's own health is in doubt (``liveness.LocalHealth``): a flood, a
+        stalled loop or dropped datagrams in its recent rounds."""
+        return self.rpc.liveness.health.score > 0
+
     def silences(self) -> dict[bytes, float]:
         """The contacts suspected now, and how long each has been silent (seconds)."""
         return self.rpc.liveness.silences()

@@ -73,8 +73,7 @@ __all__ = ["Parts", "State", "assemble"]
 
 State = Literal["joining", "active", "finished", "leaving", "stopped"]
 
-# A UDP datagram's framing on Ethernet: 14 + IP 20 + UDP 8.
-UDP_FRAMING = 42
+UDP_FRAMING = 42  # a UDP datagram's framing on Ethernet: 14 + IP 20 + UDP 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +311,7 @@ def assemble(
         active=active,
         trusted=scope_sync.trusted,
         enabled=lending_on,
+        strained=node.strained,
     )
     lending = LendingLoop(loans, lender, borrower, reports)
 

@@ -221,6 +221,35 @@ async def test_an_idle_peer_crawls_a_busy_owners_hosts_on_loan(
         await owner.aclose()
 
 
+async def test_a_peer_whose_own_health_is_in_doubt_borrows_nothing(
+    make_web: WebFactory, tmp_path: Path
+) -> None:
+    """A flooded peer (its failure detector's local health score raised, as a flood's junk
+    raises it each round) asks for no loan while the owner is busy, and borrows again once
+    its health has recovered."""
+    web, owner, other = await owner_and_other(make_web, tmp_path)
+    try:
+        assert other.node is not None and owner.engine is not None
+        health = other.node.rpc.liveness.health
+        for _ in range(health.cap):
+            health.worse("junk")
+        assert other.node.strained()
+        await owner.seed([web.hub_url])
+        await eventually(lambda: owner.engine is not None and owner.engine.tasks_queued > 20)
+        await asyncio.sleep(0.3)  # a few of the lending loop's turns
+        assert other.parts.borrower.borrowed_total == 0
+        assert not other.parts.borrower.hungry()
+        health.score = 0  # clean rounds take it down one a second
+        assert other.parts.borrower.hungry()
+        await all_finished(owner, other)
+        assert other.parts.borrower.borrowed_total > 0
+        missing, again = fetched_once(web)
+        assert not missing and not again
+    finally:
+        await other.aclose()
+        await owner.aclose()
+
+
 async def test_a_borrower_that_does_not_trust_the_network_fetches_robots_itself(
     make_web: WebFactory, tmp_path: Path
 ) -> None:
