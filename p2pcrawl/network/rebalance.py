@@ -122,19 +122,31 @@ class Rebalance:
         live = {p.id for p in self._peers()}
         gone = [o for o in self.gone_owners if o not in live]
         self.gone_owners.clear()
-        if gone:
-            await self._hand_on_history(gone)
+        me = self.ownership.me.id
+        ours: list[Task] = []
+        theirs: list[Task] = []
         for owner in gone:
             taken = await self.backups.take_owner(owner)
             if not taken:
                 continue
             tasks = await unfinished(self.ledger, [_task(s) for s in taken])
             self.events.add("takeover", owner=owner.hex()[:8], tasks=len(tasks))
-            await self._route(tasks)
+            for t in tasks:
+                (ours if self.ownership.closest_local(t.key, 1)[0].id == me else theirs).append(t)
+        # Keys we now own first: what we know of them is here already. The rest wait for
+        # their successors to take the history (a successor that has not declared the death
+        # yet refuses it), which held up our own share of the dead owner's hosts until the
+        # slowest of them had declared it too.
+        if ours:
+            await self._route(ours)
+        if gone:
+            await self._hand_on_history(gone)
+        if theirs:
+            await self._route(theirs)
 
     async def _hand_on_history(self, gone: list[bytes]) -> None:
         """Give the successors of vanished owners the done fingerprints this peer knows for
-        their keys (as a replica, or as an earlier owner), before any backup is re-routed.
+        their keys (as a replica, or as an earlier owner), before a backup is re-routed to them.
 
         A successor that was not yet a replica when the pages were finished -- it joined
         after them, or the key changed hands since -- has no record of them, and would

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from p2pcrawl.crawl import CrawlStats, EventLog, Ledger, Task, to_stored
+from p2pcrawl.crawl import CrawlStats, EventLog, Ledger, Task, to_stored, urls
 from p2pcrawl.network.handoff import Handoff, History
 from p2pcrawl.network.join import (
     ADMISSION_RETRY_S,
@@ -403,6 +403,41 @@ async def test_a_takeover_hands_done_history_before_rerouting_the_backups(
     for _, batches in net.sent("store_task"):
         assert all(not b.tasks and len(b.done) == 2 for b in batches)  # type: ignore[attr-defined]
     assert sorted(t.url for t in routed) == sorted(t.url for t in held[2:])
+    assert await backups.count() == 0
+
+
+async def test_a_takeover_keeps_its_own_share_without_waiting_for_the_others_to_declare(
+    stores: Stores,
+) -> None:
+    """The dead owner's keys that are ours now are taken at once: another successor that
+    has not declared the death yet (it refuses the history) holds up only the backups that
+    go to it. Before, our share waited until the slowest successor had declared too."""
+    ledger, backups = stores
+    successor = id_outranked_by(OWNER, KEY)
+    me = id_outranked_by(successor, KEY)
+    mine = next(
+        h
+        for h in (f"mine{i}.test" for i in range(256))
+        if closest(key_for(h), [me, successor], 1)[0] == me
+    )
+    theirs, ours = tasks_of(HOST, 3), tasks_of(mine, 3)
+    await backups.add(OWNER, [to_stored(t) for t in theirs + ours])
+    await ledger.done.add([(t.key, t.fp) for t in theirs[:1]])  # told as a replica
+    net = Net(me, [successor])
+    order: list[str] = []
+
+    async def refuse_twice(to: PeerRef, batches: list[KeyBatch]) -> StoreResult:
+        order.append("history")
+        return StoreResult(0, 0, [KEY] if order.count("history") <= 2 else [])
+
+    async def route(tasks: list[Task]) -> None:
+        order.append("route " + ",".join(sorted({urls.hostname_of(t.url) for t in tasks})))
+
+    net.store_task_answer = refuse_twice
+    rebalance = _rebalance(net, ledger, backups, route)
+    rebalance.owner_gone(OWNER, "unresponsive")
+    await rebalance.pass_once()
+    assert order == [f"route {mine}", "history", "history", "history", f"route {HOST}"]
     assert await backups.count() == 0
 
 
