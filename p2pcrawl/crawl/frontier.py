@@ -32,8 +32,8 @@ REQUESTS_PER_CONNECTION = scheduling.DEFAULT_REQUESTS_PER_CONNECTION
 # A host's pace is the lower median of its last this many intervals: one stall of this peer's
 # loop (a joiner's hand-over, a flood) must not read as a slow host. A moving average took
 # one 0.5 s stall of a 50 ms Crawl-delay host as 5 pages a second, and an owner lends a host
-# it finds slow: each move cost that host 0.4-0.9 s without a page (a trace of chaos seed 5,
-# where it moved four times in 7 s while joiners started).
+# it finds slow, while a move costs such a host 0.4-0.9 s without a page (the gaps between
+# two peers' fetches of it in traces of chaos seed 5).
 PACE_SAMPLES = 5
 
 

@@ -130,9 +130,10 @@ class Borrower:
             return False
         if self._strained():
             # A peer that is flooded or whose loop stalls fetches a loan slower than its
-            # owner would: a flooded peer borrowed the 50 ms Crawl-delay host, the crawl's
-            # longest, and took it at 8-12 pages a second for 6 s against 19-20 elsewhere
-            # (chaos seed 5). It borrows again once its health has recovered.
+            # owner would: a peer flooded 3 s before borrowed the 50 ms Crawl-delay host, the
+            # crawl's longest, and fetched it at 8-20 pages a second against 18-19 at an
+            # unflooded peer (a trace of chaos seed 4). It borrows again once its health
+            # has recovered.
             return False
         # As many loans as fetchers: at a crawl's end a busy owner's queue is mostly hosts of
         # one page, a loan each. Held to a quarter of the fetchers, the idle peers of an
