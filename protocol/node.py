@@ -222,9 +222,8 @@ class CrawlNode:
             self.members.joining = False
 
     async def _join(self, addrs: Sequence[tuple[str, int]]) -> list[PeerRef]:
-        rpc = self.rpc
         resolved = await self._resolve(addrs)
-        answers = await asyncio.gather(*(rpc.ping_address(a) for a in resolved))
+        answers = await asyncio.gather(*(self.rpc.ping_address(a) for a in resolved))
         nodes = [
             Node(node_id, host, port)
             for node_id, (host, port) in zip(answers, resolved, strict=True)
@@ -235,11 +234,11 @@ class CrawlNode:
                 f"no bootstrap peer answered at {', '.join(f'{h}:{p}' for h, p in addrs)} "
                 "(wrong address, peer down, or a different --secret)"
             )
-        await NodeLookup(rpc, self._self, nodes, self.ksize, self.alpha).find()
+        await NodeLookup(self.rpc, self._self, nodes, self.ksize, self.alpha).find()
         # The lookup's contacts enter the table through admission challenges, and on an open
         # wire prove their IDs; wait for both (each a round trip or two, retried a little).
-        await rpc.admission.settle(3 * self.config.rpc_timeout)
-        await rpc.identities.settle(3 * self.config.rpc_timeout)
+        await self.rpc.admission.settle(3 * self.config.rpc_timeout)
+        await self.rpc.identities.settle(3 * self.config.rpc_timeout)
         return self.peers()
 
     async def _resolve(self, addrs: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -328,9 +327,7 @@ class CrawlNode:
         """IDs of contacts the failure detector suspects now (``liveness``)."""
         return self.rpc.liveness.suspects()
 
-    def strained(self) -> bool:
-        """Whether this node's own health is in doubt (``liveness.LocalHealth``): a flood, a
-        stalled loop or dropped datagrams in its recent rounds."""
+    def strained(self) -> bool:  # our own health in doubt: a flood or a stall (LocalHealth)
         return self.rpc.liveness.health.score > 0
 
     def silences(self) -> dict[bytes, float]:
