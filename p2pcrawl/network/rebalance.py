@@ -125,6 +125,7 @@ class Rebalance:
         me = self.ownership.me.id
         ours: list[Task] = []
         theirs: list[Task] = []
+        mine: dict[bytes, bool] = {}  # key -> whether it is ours now, asked once per key
         for owner in gone:
             taken = await self.backups.take_owner(owner)
             if not taken:
@@ -132,7 +133,9 @@ class Rebalance:
             tasks = await unfinished(self.ledger, [_task(s) for s in taken])
             self.events.add("takeover", owner=owner.hex()[:8], tasks=len(tasks))
             for t in tasks:
-                (ours if self.ownership.closest_local(t.key, 1)[0].id == me else theirs).append(t)
+                if t.key not in mine:
+                    mine[t.key] = self.ownership.closest_local(t.key, 1)[0].id == me
+                (ours if mine[t.key] else theirs).append(t)
         # Keys we now own first: what we know of them is here already. The rest wait for
         # their successors to take the history (a successor that has not declared the death
         # yet refuses it), which held up our own share of the dead owner's hosts until the
