@@ -182,6 +182,7 @@ def assemble(
         flush_s=ps.dispatch_flush_s,
         patient=lambda: patience(),
         gone=roster.gone,
+        rushed=lambda: engine.pipeline.gating,
     )
     loans = LoanBook(orphaned=lambda key, fps: reports.forward(key, fps))
     rpc = node.rpc_stats
@@ -202,8 +203,7 @@ def assemble(
     intake = Intake(ledger, replication, engine, advertised)
 
     def hurry() -> None:
-        """Something waits for our pages' tails (a hand-off, a leave): our RPC lanes send
-        now, not after their spacing."""
+        """Something waits for our pages' tails (a hand-off, a leave): our lanes send now."""
         dispatcher.hurry()
         replication.hurry()
 

@@ -100,3 +100,47 @@ async def test_a_peer_is_patient_only_with_a_backlog(make_peer: PeerFactory) -> 
     assert pipeline.waits == 1 and not peer.parts.patience()
     for ticket in held:
         ticket.release()
+
+
+async def test_links_leave_without_the_spacing_while_the_page_tails_gate_the_crawl(
+    make_peer: PeerFactory,
+) -> None:
+    """Each page's tail waits for its links' owners; while every pipeline ticket is held, a
+    batch waiting out the spacing is pages not fetched (a new owner of a big host crawled
+    at a third of its pace for seconds so)."""
+    a = await make_peer(crawl=CRAWL, peer=PeerSettings())
+    assert a.engine is not None
+    a.engine.pause("test")
+    b = await make_peer(crawl=CRAWL, bootstrap=(a.me.addr,))
+    assert b.node is not None and b.engine is not None
+    hosts = [f"h{i}.busy.test" for i in range(200)]
+    host = next(h for h in hosts if b.node.closest_local(key_for(h), 1)[0].id == a.node_id)
+    rushed = [True]
+
+    async def local(ts: list[Task]) -> None:
+        raise AssertionError("every task here has a live owner")
+
+    # A spacing far beyond the test's patience: only a batch that does not wait it out ends.
+    d = Dispatcher(b.node, b.node.store_task, intake=local, flush_s=600.0, rushed=lambda: rushed[0])
+    try:
+        await d.route(tasks_for(host, range(5)))  # a quiet lane sends at once anyway
+        await asyncio.wait_for(d.route(tasks_for(host, range(5, 10))), 20)
+        assert d.sent_rpcs == 2
+        rushed[0] = False  # the tails keep up: links gather for the spacing again
+        later = asyncio.ensure_future(d.route(tasks_for(host, range(10, 15))))
+        await asyncio.sleep(0.5)
+        assert not later.done() and d.sent_rpcs == 2
+        rushed[0] = True
+        d.hurry()  # what the pipeline does when a fetch starts waiting for a ticket
+        await asyncio.wait_for(later, 20)
+        assert await queued_urls(a) == {t.url for t in tasks_for(host, range(15))}
+    finally:
+        await d.aclose()
+    # The peer's own dispatcher asks its pipeline.
+    dispatcher, pipeline = b.parts.dispatcher, b.engine.pipeline
+    assert pipeline.pages is not None and dispatcher.spacing(a.me) == dispatcher.flush_s
+    held = [await pipeline.ticket() for _ in range(pipeline.pages)]
+    assert pipeline.gating and dispatcher.spacing(a.me) == 0.0
+    for ticket in held:
+        ticket.release()
+    assert dispatcher.spacing(a.me) == dispatcher.flush_s
