@@ -16,8 +16,16 @@ answered for (stored, and its copies waited for before that first answer, within
 wait of ``Replication.copy_new``), so nothing is lost by not sending it.
 
 A hostile owner can only say it holds links that it owns: entries are keyed by the owner
-that told them, through a hash salted per process that no one else can compute. What a
-membership change might make stale is forgotten with the owner cache (``forget``).
+that told them, through a hash salted per process that no one else can compute.
+
+A membership change wipes each sender's entries with its owner cache (``forget``), and
+each owner tells its ring again from the start (``retell``), so a sender relearns in its
+next few answers what every owner held before the change. A sender consults an entry
+only for the owner its own view gives the link's key now, so a ring entry whose key has
+moved to another owner suppresses nothing. The ring used to be emptied instead, and a
+host that changed hands reached a peer no owner would tell of the links it held: its new
+owner sent each of them once and waited for the answer, on every one of its first pages
+(docs/membership.md, "A new owner's first seconds").
 """
 
 from __future__ import annotations
@@ -67,9 +75,9 @@ class Advertised:
             n += 1
         self._next = n
 
-    def forget(self) -> None:
-        """Who owns which key changed: what was told before may be another owner's now."""
-        self._next = 0
+    def retell(self) -> None:
+        """Who owns which key changed: every sender wiped what it had heard (``forget``),
+        so each hears the ring again from its oldest entry."""
         self._told.clear()
 
     def since(self, sender: bytes, most: int = MAX_KNOWN) -> list[int]:

@@ -397,7 +397,7 @@ def assemble(
     for gone in (*gone_hooks, lending.peer_gone, join.neighbour_gone):
         roster.on_departure(gone)
     for changed in (
-        advertised.forget,
+        advertised.retell,
         dispatcher.owners_changed,
         replica_book.membership_changed,
         rebalance_due.set,
