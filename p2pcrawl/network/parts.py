@@ -173,6 +173,7 @@ def assemble(
         rpc_timeout=node.config.rpc_timeout,
         patient=lambda: patience(),
         believe=lambda rep, done: claims.taken(rep, done, handler.record_done),
+        suspect=node.rpc.liveness.is_suspect,
     )
     dispatcher = Dispatcher(
         node,
@@ -210,7 +211,6 @@ def assemble(
     patience = Patience(engine, active=active, hurry=hurry)
     follower = Follower(replica_book, ledger, node, replication)
     scope_sync = ScopeSync(node, engine, trusted=bool(ps.secret) or is_loopback(listen_host))
-
     # -- keys changing hands ----------------------------------------------------------------
     lender = Lender(
         engine,

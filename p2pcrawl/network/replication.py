@@ -28,11 +28,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from p2pcrawl.aio import Coalescer
 from p2pcrawl.crawl import PIPELINE_PAGES, Ledger, Task, to_stored
+from p2pcrawl.network.answers import past_suspects
 from p2pcrawl.network.follower import ReplicaBook
 from p2pcrawl.network.ports import Ownership, to_batches
 from protocol import Held, KeyBatch, PeerRef, PeerTimeout, RemoteError, TaskSet
@@ -101,16 +103,19 @@ class Replication:
         rpc_timeout: float,
         patient: Callable[[], bool] = lambda: False,
         believe: Believe = lambda sender, done: dict(done),
+        suspect: Callable[[bytes], bool] = lambda peer_id: False,
     ) -> None:
         """``store_backup``, ``delete_backup``: the RPCs (``CrawlNode``); ``replicas``: r;
         ``patient``: whether the news of finished pages may wait longer now; ``believe``:
         which of a replica's "known as done" to take (``Claims.taken``: in an open network a
-        replica's answer is a claim like any other). A peer the book counts as gone
+        replica's answer is a claim like any other); ``suspect``: whether the failure
+        detector suspects a peer now (``_answers``). A peer the book counts as gone
         (``ReplicaBook.gone``) is sent nothing more."""
         self.ownership = ownership
         self.book = book
         self.ledger = ledger
         self.backups = backups
+        self._suspect = suspect
         self._store_backup = store_backup
         self._believe = believe
         self._delete_backup = delete_backup
@@ -132,6 +137,7 @@ class Replication:
         # for their answers (``copy_new``).
         self._late = TaskSet("late-copies")
         self.late_copies = 0  # STORE_TASK handlers that answered before their copies were held
+        self.suspects_passed = 0  # waits that went on without a suspected replica's answer
         self.missed_copies = 0  # STORE_BACKUPs a replica did not take: its keys are re-sent
 
     @property
@@ -195,8 +201,9 @@ class Replication:
                     book.holder(key, rep)
         epoch = book.epoch
         sent = list(by_rep)
-        results = await asyncio.gather(
-            *(self.store(r, owner.id, ts, dones.get(r), hurry) for r, ts in by_rep.items())
+        results = await self._answers(
+            {r: self.store(r, owner.id, ts, dones.get(r), hurry) for r, ts in by_rep.items()},
+            lambda taken: taken is not None,
         )
         known = {fp for taken in results if taken for fp in taken}
         finished = [t for t in tasks if t.fp in known]
@@ -374,12 +381,12 @@ class Replication:
             for rep in holders.get(t.key, {}):
                 if rep.id != me and rep not in reps:
                     by_rep[rep].append((t.key, t.fp))
-        waits: list[Awaitable[object]] = [
-            self._copies.submit(
+        waits = {
+            r: self._copies.submit(
                 r, [_KeyCopy(k, [], fps) for k, fps in done.items()], within=self._within(hurry)
             )
             for r, done in to_reps.items()
-        ]
+        }
         # Earlier holders are told, not waited for: a page's tail held its ticket until the
         # slowest of them answered, and a holder displaced by a young joiner set the owner's
         # pace at one lane spacing per pipeline (24 pages in 0.2 s: 120 a second where it
@@ -390,7 +397,17 @@ class Replication:
         for r, f in by_rep.items():
             self._deletes.post(r, f)
         if waits:
-            await asyncio.gather(*waits)
+            await self._answers(waits, lambda taken: taken is not None and None not in taken)
+
+    async def _answers(
+        self, calls: dict[PeerRef, Coroutine[Any, Any, Any]], held: Callable[[Any], bool]
+    ) -> list[Any]:
+        """``answers.past_suspects``; the calls not waited for go on, owned by ``_late``."""
+        results, passed = await past_suspects(
+            calls, held, lambda rep: self._suspect(rep.id), self._late
+        )
+        self.suspects_passed += passed
+        return results
 
     async def record_done(self, owner: bytes, done: dict[bytes, list[int]]) -> int:
         """``owner`` finished these (DELETE_BACKUP): drop our copies and remember every

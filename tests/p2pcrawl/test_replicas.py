@@ -40,6 +40,8 @@ class Replica(MemoryHandler):
         self.backup_calls += 1
         if self.hang:
             await self._never.wait()
+        # The news of finished pages rides in the owner's copy lane (done fingerprints).
+        self.done_seen.update((b.key, f) for b in batches for f in b.done)
         return await super().handle_store_backup(sender, owner, batches)
 
 
@@ -228,3 +230,37 @@ async def test_a_backlogged_owner_still_copies_routed_tasks_before_it_answers(
     finally:
         await sender.aclose()
         await other.aclose()
+
+
+async def test_a_dead_replica_holds_a_page_tail_until_it_is_suspected_not_until_declared(
+    make_peer: PeerFactory,
+) -> None:
+    """A page's tail waits for its replicas to hear that it is finished
+    (``Replication.finished``). A replica that crashed is waited for only until the failure
+    detector suspects it, once the other replica has the news: not until it is declared
+    dead, which stood every owner it replicated still for the detection time. With both
+    replicas dead, the tail waits for them: no page is done on the owner's word alone."""
+    a, (live, live_side), (dead, _) = await _owner_and_replicas(make_peer)
+    assert a.engine is not None and a.node is not None
+    replication, liveness, roster = a.parts.replication, a.node.rpc.liveness, a.parts.roster
+    key = key_for(HOST)
+    tasks = a.engine.seed_tasks([f"http://{HOST}/t{i}" for i in range(4)])
+    try:
+        assert await a.intake(tasks) == 4  # copied to both replicas
+        await dead.aclose()  # a crash: no goodbye
+        await replication.finished(tasks[:2])
+        # It went on past a suspect that no one had declared dead yet.
+        assert liveness.is_suspect(dead.me.id) and not roster.gone(dead.me.id)
+        assert {(key, t.fp) for t in tasks[:2]} <= live_side.done_seen
+        assert replication.suspects_passed >= 1
+
+        await live.aclose()
+        finishing = asyncio.ensure_future(replication.finished(tasks[2:]))
+        await eventually(lambda: liveness.is_suspect(live.me.id), timeout=15)
+        await asyncio.sleep(0.3)  # several of the wait's looks at the suspects
+        assert not finishing.done(), "a page counted as done with every replica suspected"
+        assert not (roster.gone(dead.me.id) and roster.gone(live.me.id))
+        await asyncio.wait_for(finishing, timeout=45)
+    finally:
+        await live.aclose()
+        await dead.aclose()
