@@ -32,6 +32,7 @@ from p2pcrawl.crawl.ledger import Ledger
 from p2pcrawl.crawl.links import LinkFilter
 from p2pcrawl.crawl.pacing import Pacer, response_on_wire
 from p2pcrawl.crawl.parseproc import ParseWorkers
+from p2pcrawl.crawl.pauses import Pauses
 from p2pcrawl.crawl.pipeline import Pipeline, Ticket
 from p2pcrawl.crawl.ports import NO_LOANS, FinishedHook, LoanPort, LocalRouter, Router
 from p2pcrawl.crawl.refill import WindowRefill
@@ -104,9 +105,7 @@ class Engine:
         self.refill = WindowRefill(
             settings, self.frontier, ledger, self.in_flight, partition, lent=loans.lent
         )
-        # Why no fetch may start now, by name; each reason is held and released by its
-        # owner (a join, a stall, a leave, a failure), so one cannot end another's pause.
-        self._pauses: set[str] = set()
+        self._pauses = Pauses()  # why no fetch may start now, by name
         self.revisits = Revisits(self) if settings.revisit.enabled else None  # --revisit
         # Pages that could hold the loop are parsed in processes, under a deadline.
         self.parsers = ParseWorkers(settings.parse_workers, deadline=settings.parse_deadline)
@@ -318,7 +317,7 @@ class Engine:
         while True:
             if self.paused or self.held:
                 self._progress.set()
-                await asyncio.sleep(0.2 if self.exhausted else NEAR_EVERY_S)
+                await self._pauses.wait(0.2 if self.exhausted else NEAR_EVERY_S)
                 continue
             outcome: Outcome | Exception = Outcome.WAITING
             res: FetchResult | None = None

@@ -31,6 +31,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from p2pcrawl.archive import WarcWriteError, WarcWriter, read_warc_urls
 from p2pcrawl.crawl import CrawlSummary, Engine, Ledger, crawl, extract_links, urls
+from p2pcrawl.crawl import engine as engine_module
 from p2pcrawl.settings import CrawlSettings, FetchLimits, PolitenessSettings, ScopeSettings
 from p2pcrawl.testing import TestWeb, TestWebConfig
 from tests.p2pcrawl.loopback import Handler, fast_settings, free_port, serve
@@ -550,6 +551,36 @@ async def _plain_page(request: web.BaseRequest) -> web.StreamResponse:
     if request.path == "/robots.txt":
         return web.Response(status=404)
     return web.Response(text="<p>no links</p>", content_type="text/html")
+
+
+async def test_a_paused_engine_fetches_the_moment_its_last_pause_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A joiner's engine is paused until its join is through, and the hosts handed to it
+    stand still until it fetches: its workers wake when the last pause is released, not at
+    their next look (here an hour away). One pause of two released starts nothing."""
+    monkeypatch.setattr(engine_module, "NEAR_EVERY_S", 3600.0)
+    async with serve(_plain_page, "127.0.0.30") as server:
+        settings = fast_settings([server.host], concurrency=2)
+        ledger = await Ledger.open(tmp_path / "stores")
+        engine = Engine(settings, ledger, warc=None)
+        assert len(await ledger.accept(engine.seed_tasks([f"{server.base}/p1"]))) == 1
+        try:
+            engine.pause("joining")
+            engine.pause("stall")
+            await engine.start()
+            await asyncio.sleep(0.3)  # the workers are in their paused wait
+            engine.resume("stall")
+            await asyncio.sleep(0.3)
+            assert not server.paths
+            engine.resume("joining")
+            async with asyncio.timeout(20):
+                while ledger.done_count < 1:
+                    await engine.wait_progress(0.1)
+        finally:
+            await engine.aclose()
+            await ledger.aclose()
+    assert server.paths["/p1"] == 1
 
 
 async def test_a_long_host_queue_does_not_fill_the_window(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from p2pcrawl.network.join import (
     HANDOFF_POLL_S,
     REASK_S,
     SUSPECT_LATER_S,
+    SUSPECT_POLL_S,
     Join,
     Welcome,
 )
@@ -317,7 +318,7 @@ async def test_a_neighbour_hands_a_joiner_its_keys_only_once_it_may_own_them(
         assert not net.calls and not spawned and ledger.queued == len(tasks) + 2
         newcomers.wait, newcomers.established = 0.0, True
         assert await welcome.serve_refresh(joiner) == RefreshAnswer(1)
-        assert await welcome.serve_refresh(joiner) == RefreshAnswer(0, 0.2)  # under way
+        assert await welcome.serve_refresh(joiner) == RefreshAnswer(0, HANDOFF_POLL_S)  # under way
         await spawned.pop()
         assert ledger.queued == 2 and [p.id for p, _ in net.sent("store_task")] == [OWNER]
         # Asked again, it has nothing more: the key's history went already.
@@ -358,7 +359,7 @@ async def test_a_replica_of_a_suspect_nearer_the_joiner_answers_it_later(
     assert await welcome.serve_refresh(joiner) == RefreshAnswer(0)  # nothing of it held here
     await backups.add(dead, [to_stored(t) for t in tasks_of("dead.test", 2)])
     await backups.add(far, [to_stored(t) for t in tasks_of("far.test", 2)])
-    assert await welcome.serve_refresh(joiner) == RefreshAnswer(0, HANDOFF_POLL_S)
+    assert await welcome.serve_refresh(joiner) == RefreshAnswer(0, SUSPECT_POLL_S)
     silent[dead] = SUSPECT_LATER_S + 1.0
     assert await welcome.serve_refresh(joiner) == RefreshAnswer(0)
     del silent[dead]  # declared (or heard from again)
