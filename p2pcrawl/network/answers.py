@@ -25,6 +25,8 @@ __all__ = ["SUSPECT_CHECK_S", "past_suspects"]
 
 # How often a wait looks again at who is suspected.
 SUSPECT_CHECK_S = 0.1
+# How long a call left going on may take to unwind once its owner is closed.
+SETTLE_GRACE_S = 1.0
 
 P = TypeVar("P", bound=Hashable)
 
@@ -54,11 +56,14 @@ async def past_suspects(
             t.cancel()
         raise
     if pending:
-        if owner.spawn(_settle(pending), "past-suspect") is None:  # shutting down
-            for t in pending:
-                t.cancel()
+        settling = owner.spawn(_settle(pending), "past-suspect")
+        if settling is None:  # shutting down
+            _cancel(pending)
+        else:  # cancelled by its owner, perhaps before it ran: so are the calls
+            settling.add_done_callback(lambda _: _cancel(pending))
         return [_result(t) if t.done() else None for t in tasks], True
-    failed = next((t.exception() for t in tasks if t.exception() is not None), None)
+    errors = [t.exception() for t in tasks]  # each read, so none is reported unread
+    failed = next((e for e in errors if e is not None), None)
     if failed is not None:
         raise failed
     return [t.result() for t in tasks], False
@@ -85,5 +90,16 @@ def _result(task: asyncio.Future[Any]) -> Any:
     return task.result()
 
 
+def _cancel(calls: set[asyncio.Future[Any]]) -> None:
+    for c in calls:
+        c.cancel()
+
+
 async def _settle(calls: set[asyncio.Future[Any]]) -> None:
-    await asyncio.gather(*calls, return_exceptions=True)
+    try:
+        await asyncio.gather(*calls, return_exceptions=True)
+    except asyncio.CancelledError:
+        # Shutting down: the calls are cancelled with us, and end before we do.
+        _cancel(calls)
+        await asyncio.wait(calls, timeout=SETTLE_GRACE_S)
+        raise
