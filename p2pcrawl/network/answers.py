@@ -52,8 +52,7 @@ async def past_suspects(
             if pending and _passable(peers, tasks, pending, held, suspect):
                 break
     except BaseException:  # cancelled: as ``asyncio.gather`` would, so are the calls
-        for t in pending:
-            t.cancel()
+        _cancel(pending)
         raise
     if pending:
         settling = owner.spawn(_settle(pending), "past-suspect")
